@@ -1,0 +1,55 @@
+"""The ``semblend-dynamo`` command.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
+modules are imported only when their subcommand is used, so ``replay`` needs no Dynamo runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .config import ConfigError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("semblend_dynamo.replay", "run the bundled workload in-process and print outcomes"),
+    "router": ("semblend_dynamo.router.__main__", "run the SemBlend semantic router as a Dynamo component"),
+    "config": ("semblend_dynamo.config_cmd", "validate and print the effective configuration"),
+}
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="semblend-dynamo", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--version", action="version", version=f"semblend-dynamo {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if name == wanted:  # only the chosen subcommand's module is imported
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except ConfigError as exc:
+        print(f"semblend-dynamo: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

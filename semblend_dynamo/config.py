@@ -1,0 +1,286 @@
+"""One typed configuration model for every component (DESIGN.md §3.1).
+
+A setting has one name everywhere: the field ``min_similarity`` is the environment variable
+``SEMBLEND_MIN_SIMILARITY``, the CLI flag ``--min-similarity`` and the YAML key ``min_similarity``
+(``SEMBLEND_MIN_SIMILARITY`` is accepted as a YAML key too). Precedence, lowest first:
+defaults < YAML file (``SEMBLEND_CONFIG`` / ``--config``) < environment < CLI flags.
+
+Bad values fail at start-up with :class:`ConfigError`, whose message names the variable, the value
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import types
+import typing
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "SEMBLEND_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. The message is meant for an operator."""
+
+
+class IndexBackend(str, Enum):
+    """ANN library behind the donor index (see docs/benchmarks.md for how the default was chosen)."""
+
+    AUTO = "auto"
+    NUMPY = "numpy"
+    USEARCH = "usearch"
+
+
+class SemblendConfig(BaseModel):
+    """Every ``SEMBLEND_*`` setting. Defaults are the safe ones."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+    # --- DESIGN.md §3.1 modes -------------------------------------------------------------------
+    enabled: bool = Field(True, description="semantic donor search on/off")
+    min_similarity: float = Field(0.60, ge=0.0, le=1.0, description="cosine threshold for embedding evidence")
+    embedder: Literal["minilm", "hash"] = Field(
+        "minilm", description="minilm (ONNX Runtime) or hash (cheap deterministic fallback)"
+    )
+    fuzzy_chunks: bool = Field(False, description="allow fuzzy chunk boundaries in discovery (never materialization)")
+    discovery_only: bool = Field(False, description="lookup + telemetry only; the connector never promises tokens")
+    strict_prefix_boundary: bool = Field(True, description="materialize only as a contiguous target prefix")
+    exact_materialization_only: bool = Field(
+        True, description="materialize only exact-equivalent KV; 0 enables shifted spans (needs isolation)"
+    )
+
+    # --- model / namespace ------------------------------------------------------------------------
+    model_id: str = Field("default-model", min_length=1, description="served model id (namespace key)")
+    tokenizer: str | None = Field(None, description="path to a tokenizer.json (default: the bundled tokenizer)")
+    block_size: int = Field(32, ge=1, le=1024, description="KV tokens per block (TensorRT-LLM tokens_per_block)")
+    kv_dtype: Literal["float16", "bfloat16", "fp8"] = Field("bfloat16", description="KV cache dtype")
+
+    # --- segmentation / embedding ---------------------------------------------------------------
+    window_tokens: int = Field(256, ge=8, le=512, description="tokens per embedding window")
+    window_overlap: int = Field(32, ge=0, le=256, description="tokens shared by consecutive windows")
+    max_embed_windows: int = Field(4, ge=1, le=256, description="windows embedded per prompt on the routing path")
+    onnx_provider: Literal["cpu", "cuda"] = Field("cpu", description="ONNX Runtime execution provider")
+    onnx_cache_dir: str | None = Field(None, description="where the built ONNX graph is cached")
+
+    # --- donor index ----------------------------------------------------------------------------
+    index_capacity: int = Field(100_000, ge=1, description="max donors per index (LRU eviction beyond)")
+    index_backend: IndexBackend = Field(IndexBackend.AUTO, description="auto | numpy | usearch")
+    top_k: int = Field(8, ge=1, le=256, description="candidate donors returned by the embedding search")
+
+    # --- planner gates ----------------------------------------------------------------------------
+    min_span_tokens: int = Field(64, ge=1, description="shortest token-exact span worth materializing")
+    min_reuse_ratio: float = Field(0.30, ge=0.0, le=1.0, description="min share of the prompt reused")
+    max_spans: int = Field(8, ge=1, le=1024, description="max donor spans composed into one target")
+    max_deviation: float = Field(
+        0.35, ge=0.0, le=1.0, description="max estimated layer deviation (bathtub gate) for shifted spans"
+    )
+    exact_route_threshold: float = Field(
+        0.50, ge=0.0, le=1.0, description="exact prefix coverage at or above which exact routing wins"
+    )
+
+    # --- connector ------------------------------------------------------------------------------
+    min_donor_tokens: int = Field(128, ge=1, description="finished requests shorter than this are not donors")
+    pin_budget_fraction: float = Field(0.10, ge=0.0, le=0.9, description="max share of KV blocks pinned by donors")
+    pin_ttl_s: float = Field(300.0, gt=0.0, description="seconds a donor pin lives without use")
+    isolation: Literal["none", "cache_salt", "no_block_reuse"] = Field(
+        "none", description="how approximate KV is kept out of the exact cache (shifted mode requires one)"
+    )
+    audit_path: str | None = Field(None, description="audit JSON lines file (none: audit kept in memory)")
+
+    # --- Dynamo / NATS --------------------------------------------------------------------------
+    nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL")
+    nats_user: str | None = Field(None, description="NATS user")
+    nats_password: str | None = Field(None, description="NATS password")
+    nats_token: str | None = Field(None, description="NATS token")
+    nats_creds_file: str | None = Field(None, description="NATS credentials file")
+    dynamo_namespace: str = Field("dynamo", min_length=1, description="Dynamo namespace of the workers")
+    worker_component: str = Field("backend", min_length=1, description="Dynamo component of the workers")
+    worker_endpoint: str = Field("generate", min_length=1, description="Dynamo endpoint of the workers")
+    router_component: str = Field("semblend", min_length=1, description="Dynamo component of the router")
+    evidence_queue_size: int = Field(1024, ge=1, description="bounded evidence publish queue (drops counted)")
+    max_message_bytes: int = Field(1 << 20, ge=1024, description="messages larger than this are rejected")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
+    metrics_host: str = Field("127.0.0.1", description="bind address of the metrics/health server")
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> SemblendConfig:
+        if self.window_overlap >= self.window_tokens:
+            raise ValueError(
+                f"window_overlap ({self.window_overlap}) must be smaller than window_tokens ({self.window_tokens})"
+            )
+        return self
+
+    # --- derived ----------------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """``discovery_only`` | ``exact`` | ``shifted``: the effective materialization mode."""
+        if self.discovery_only:
+            return "discovery_only"
+        return "exact" if self.exact_materialization_only else "shifted"
+
+    # --- loading ----------------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        *,
+        env: Mapping[str, str] | None = None,
+        yaml_path: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> SemblendConfig:
+        """Merge defaults, YAML, environment and explicit overrides (CLI) into a validated config."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        path = yaml_path if yaml_path is not None else env.get(ENV_PREFIX + "CONFIG")
+        if path:
+            values.update(_read_yaml(Path(path)))
+        for name in cls.model_fields:
+            key = env_name(name)
+            if key in env:
+                values[name] = _coerce(name, env[key], source=key)
+        for name, value in (overrides or {}).items():
+            if value is not None:
+                values[name] = value
+        return cls.validated(values)
+
+    @classmethod
+    def validated(cls, values: Mapping[str, Any]) -> SemblendConfig:
+        """Build from a dict, turning pydantic errors into one operator-readable :class:`ConfigError`."""
+        unknown = [k for k in values if k not in cls.model_fields]
+        if unknown:
+            allowed = ", ".join(env_name(n) for n in cls.model_fields)
+            raise ConfigError(f"unknown setting(s) {', '.join(map(env_name, unknown))}; known: {allowed}")
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, values)) from None
+
+    def to_env(self) -> dict[str, str]:
+        """The ``SEMBLEND_*`` environment that reproduces this config (None values omitted)."""
+        out: dict[str, str] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                text = "1" if value else "0"
+            elif isinstance(value, Enum):
+                text = str(value.value)
+            else:
+                text = str(value)
+            out[env_name(name)] = text
+        return out
+
+
+def env_name(field: str) -> str:
+    """``min_similarity`` -> ``SEMBLEND_MIN_SIMILARITY``."""
+    return ENV_PREFIX + field.upper()
+
+
+def flag_name(field: str) -> str:
+    """``min_similarity`` -> ``--min-similarity``."""
+    return "--" + field.replace("_", "-")
+
+
+def _field_type(name: str) -> Any:
+    annotation = SemblendConfig.model_fields[name].annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else annotation
+    return annotation
+
+
+def _coerce(name: str, raw: str, *, source: str) -> Any:
+    """Parse a string (env var or CLI flag) into the field's type; ConfigError on nonsense."""
+    kind = _field_type(name)
+    text = raw.strip()
+    if kind is bool:
+        low = text.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"{source}={raw!r}: expected a boolean (1/0, true/false, yes/no, on/off)")
+    if kind is str and text == "" and SemblendConfig.model_fields[name].default is None:
+        return None
+    return text  # pydantic converts numbers, enums and literals and reports what is allowed
+
+
+def _describe(exc: ValidationError, values: Mapping[str, Any]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = err.get("loc") or ()
+        field = str(loc[0]) if loc else ""
+        if field in SemblendConfig.model_fields:
+            value = values.get(field, SemblendConfig.model_fields[field].default)
+            desc = SemblendConfig.model_fields[field].description or ""
+            lines.append(f"{env_name(field)}={value!r}: {err['msg']} ({desc})")
+        else:
+            lines.append(f"invalid configuration: {err['msg']}")
+    return "; ".join(lines)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"SEMBLEND_CONFIG={str(path)!r}: cannot read config file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"SEMBLEND_CONFIG={str(path)!r}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"SEMBLEND_CONFIG={str(path)!r}: expected a mapping of settings, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key)
+        if name.upper().startswith(ENV_PREFIX):
+            name = name[len(ENV_PREFIX) :].lower()
+        name = name.replace("-", "_")
+        if isinstance(value, str):
+            value = _coerce(name, value, source=env_name(name)) if name in SemblendConfig.model_fields else value
+        out[name] = value
+    return out
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config`` and one flag per setting (``--min-similarity`` ...) to a parser."""
+    group = parser.add_argument_group("SemBlend settings (also SEMBLEND_* env vars and YAML keys)")
+    group.add_argument("--config", dest="semblend_config", default=None, help="YAML file of settings")
+    for name, field in SemblendConfig.model_fields.items():
+        group.add_argument(
+            flag_name(name),
+            dest=f"cfg_{name}",
+            default=None,
+            metavar=env_name(name),
+            help=f"{field.description} (default: {_default_text(field.default)})",
+        )
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> SemblendConfig:
+    """The config for a parsed command line: defaults < YAML < env < flags."""
+    overrides: dict[str, Any] = {}
+    for name in SemblendConfig.model_fields:
+        raw = getattr(args, f"cfg_{name}", None)
+        if raw is not None:
+            overrides[name] = _coerce(name, raw, source=flag_name(name))
+    return SemblendConfig.load(env=env, yaml_path=getattr(args, "semblend_config", None), overrides=overrides)
