@@ -1,0 +1,92 @@
+"""Tokenizer adapter over any Hugging Face ``tokenizer.json``.
+
+The bundled tokenizer (``semblend_dynamo/data/tokenizer.json``) is a Qwen2-style byte-level BPE trained by
+``scripts/build_tokenizer.py`` on the bundled corpus, so tests and replay never download a tokenizer. A served
+model's own ``tokenizer.json`` plugs in the same way (``SEMBLEND_TOKENIZER``). The fingerprint is part of the
+:class:`~semblend_dynamo.namespace.NamespaceKey`: token ids from two different tokenizers never meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .namespace import fingerprint_file
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+
+class TokenizerError(ValueError):
+    """A tokenizer file is missing or unreadable, or token ids are out of range."""
+
+
+def bundled_tokenizer_path() -> Path:
+    """Path of the tokenizer.json that ships with the package."""
+    return Path(str(resources.files("semblend_dynamo") / "data" / "tokenizer.json"))
+
+
+class TokenizerAdapter:
+    """Encode/decode text with one ``tokenizer.json``; no special tokens are added or stripped."""
+
+    def __init__(self, tokenizer: Tokenizer, *, path: Path, fingerprint: str) -> None:
+        self._tok = tokenizer
+        self.path = path
+        self.fingerprint = fingerprint
+        self.vocab_size: int = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TokenizerAdapter:
+        """Load ``path``; raises :class:`TokenizerError` naming the file when it is missing or corrupt."""
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError as exc:  # the base install has no tokenizers
+            raise TokenizerError(
+                "the 'tokenizers' package is required: pip install 'semblend-dynamo[embedder]'"
+            ) from exc
+        path = Path(path)
+        if not path.is_file():
+            raise TokenizerError(f"tokenizer file {str(path)!r} does not exist")
+        try:
+            tok = HFTokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception for malformed JSON
+            raise TokenizerError(f"tokenizer file {str(path)!r} is not a valid tokenizer.json: {exc}") from None
+        # Some files (e.g. sentence-transformers') configure padding/truncation; prompts need the raw ids.
+        tok.no_padding()
+        tok.no_truncation()
+        return cls(tok, path=path, fingerprint=fingerprint_file(str(path)))
+
+    @classmethod
+    def bundled(cls) -> TokenizerAdapter:
+        """The tokenizer that ships with the package (8K byte-level BPE)."""
+        return cls.from_file(bundled_tokenizer_path())
+
+    @classmethod
+    def from_config(cls, tokenizer_path: str | None) -> TokenizerAdapter:
+        """``SemblendConfig.tokenizer``: a path, or None for the bundled tokenizer."""
+        return cls.from_file(tokenizer_path) if tokenizer_path else cls.bundled()
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (empty text -> [])."""
+        if not text:
+            return []
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of several texts (parallel inside the tokenizers library)."""
+        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [list(e.ids) for e in encodings]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``; raises :class:`TokenizerError` for ids outside the vocabulary."""
+        bad = [i for i in ids if not 0 <= int(i) < self.vocab_size]
+        if bad:
+            raise TokenizerError(f"token ids out of range [0, {self.vocab_size}): {bad[:5]}")
+        return str(self._tok.decode([int(i) for i in ids], skip_special_tokens=False))
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenizerAdapter(path={str(self.path)!r}, vocab_size={self.vocab_size}, fingerprint={self.fingerprint})"
+        )
