@@ -1,0 +1,229 @@
+"""MessagePack codec for SemBlend events and the decoder of Dynamo's ``kv-events``.
+
+Wire form (mimics Dynamo's event plane, reference/dynamo.md §1.2): a msgpack map
+``{publisher_id, sequence, published_at, topic, payload}`` whose ``payload`` is the msgpack map of one
+model (wire key ``schema`` = ``semblend.<kind>/v1``). Every decoder raises :class:`RejectedMessage`
+with a short ``reason`` (counted by the caller) for anything malformed, truncated, oversized,
+wrong-version or from another deployment; it never raises anything else.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TypeVar, overload
+
+import msgpack
+from pydantic import ValidationError
+
+from .schemas import (
+    KIND_BY_PREFIX,
+    MODEL_BY_SCHEMA,
+    KvCleared,
+    KvEvent,
+    KvEventBatch,
+    KvRemoved,
+    KvStored,
+    SemblendEvent,
+)
+from .subjects import KV_EVENTS_TOPIC, TOPIC_BY_KIND
+
+M = TypeVar("M", bound=SemblendEvent)
+
+ENVELOPE_KEYS = frozenset({"publisher_id", "sequence", "published_at", "topic", "payload"})
+
+REJECT_REASONS = (
+    "oversized",
+    "truncated",
+    "malformed",
+    "bad_envelope",
+    "wrong_topic",
+    "unknown_schema",
+    "wrong_version",
+    "unexpected_schema",
+    "invalid_fields",
+    "wrong_namespace",
+)
+"""Every ``RejectedMessage.reason`` (metrics pre-create a counter per reason)."""
+
+_U64 = 1 << 64
+
+
+class RejectedMessage(Exception):
+    """A message that was not accepted; ``reason`` is one of :data:`REJECT_REASONS`."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def topic_of(model: type[SemblendEvent] | SemblendEvent) -> str:
+    """Envelope topic (and subject suffix) of a model."""
+    return TOPIC_BY_KIND[model.KIND]
+
+
+def encode(
+    model: SemblendEvent, *, publisher_id: int = 0, sequence: int = 0, published_at_ms: int | None = None
+) -> bytes:
+    """One enveloped message for ``model``."""
+    payload = msgpack.packb(model.model_dump(mode="python", by_alias=True), use_bin_type=True)
+    envelope = {
+        "publisher_id": publisher_id % _U64,
+        "sequence": sequence % _U64,
+        "published_at": int(time.time() * 1000) if published_at_ms is None else published_at_ms,
+        "topic": topic_of(model),
+        "payload": payload,
+    }
+    return msgpack.packb(envelope, use_bin_type=True)
+
+
+def _unpack(data: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except msgpack.ExtraData:
+        raise RejectedMessage("malformed", f"{what}: trailing bytes") from None
+    except ValueError as exc:
+        if "incomplete" in str(exc):
+            raise RejectedMessage("truncated", what) from None
+        raise RejectedMessage("malformed", f"{what}: {exc}") from None
+    except Exception as exc:  # msgpack raises assorted types (TypeError, UnicodeDecodeError, ...) on garbage
+        raise RejectedMessage("malformed", f"{what}: {type(exc).__name__}") from None
+
+
+def _open_envelope(data: bytes, max_bytes: int) -> tuple[dict[str, Any], bytes]:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise RejectedMessage("malformed", "not bytes")
+    if len(data) > max_bytes:
+        raise RejectedMessage("oversized", f"{len(data)} > {max_bytes} bytes")
+    env = _unpack(bytes(data), "envelope")
+    if not isinstance(env, dict) or set(env) != ENVELOPE_KEYS:
+        raise RejectedMessage("bad_envelope", "expected {publisher_id, sequence, published_at, topic, payload}")
+    payload = env["payload"]
+    for key in ("publisher_id", "sequence", "published_at"):
+        value = env[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _U64:
+            raise RejectedMessage("bad_envelope", f"{key} is not a u64")
+    if not isinstance(env["topic"], str) or not isinstance(payload, bytes):
+        raise RejectedMessage("bad_envelope", "topic must be a string and payload bytes")
+    return env, payload
+
+
+@overload
+def decode(data: bytes, expected: type[M], *, max_bytes: int, deployment: str | None = None) -> M: ...
+@overload
+def decode(
+    data: bytes, expected: tuple[type[SemblendEvent], ...], *, max_bytes: int, deployment: str | None = None
+) -> SemblendEvent: ...
+def decode(
+    data: bytes,
+    expected: type[SemblendEvent] | tuple[type[SemblendEvent], ...],
+    *,
+    max_bytes: int,
+    deployment: str | None = None,
+) -> SemblendEvent:
+    """Decode one enveloped SemBlend message of one of the ``expected`` models.
+
+    ``deployment`` (see :func:`~semblend_dynamo.events.schemas.deployment_digest`), when given, must equal
+    the message's ``deployment`` field; messages without one (hints) are checked by their consumer.
+    """
+    wanted = expected if isinstance(expected, tuple) else (expected,)
+    env, payload_bytes = _open_envelope(data, max_bytes)
+    if env["topic"] not in {topic_of(m) for m in wanted}:
+        raise RejectedMessage("wrong_topic", repr(env["topic"])[:80])
+    payload = _unpack(payload_bytes, "payload")
+    if not isinstance(payload, dict):
+        raise RejectedMessage("malformed", "payload is not a map")
+    schema = payload.get("schema")
+    if not isinstance(schema, str):
+        raise RejectedMessage("unknown_schema", "no schema field")
+    model = MODEL_BY_SCHEMA.get(schema)
+    if model is None:
+        prefix = schema.rsplit("/", 1)[0] + "/"
+        reason = "wrong_version" if prefix in KIND_BY_PREFIX else "unknown_schema"
+        raise RejectedMessage(reason, schema[:80])
+    if model not in wanted:
+        raise RejectedMessage("unexpected_schema", schema)
+    try:
+        event = model.model_validate(payload)
+    except ValidationError as exc:
+        raise RejectedMessage("invalid_fields", f"{schema}: {exc.error_count()} error(s)") from None
+    if deployment is not None and getattr(event, "deployment", deployment) != deployment:
+        raise RejectedMessage("wrong_namespace", f"{schema} from deployment {getattr(event, 'deployment', '')}")
+    return event
+
+
+# --- Dynamo kv-events ----------------------------------------------------------------------------
+
+
+def _u64(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _U64:
+        raise RejectedMessage("invalid_fields", f"{what} is not a u64")
+    return value
+
+
+def _kv_data(data: Any) -> KvStored | KvRemoved | KvCleared:
+    if data == "cleared":
+        return KvCleared()
+    if not isinstance(data, dict) or len(data) != 1:
+        raise RejectedMessage("invalid_fields", "event data is not stored/removed/cleared")
+    ((kind, body),) = data.items()
+    if not isinstance(body, dict):
+        raise RejectedMessage("invalid_fields", f"{kind} body is not a map")
+    if kind == "stored":
+        blocks = body.get("blocks")
+        if not isinstance(blocks, list) or not blocks:
+            raise RejectedMessage("invalid_fields", "stored without blocks")
+        try:
+            block_hashes = [_u64(b["block_hash"], "block_hash") for b in blocks]
+            tokens_hashes = [_u64(b["tokens_hash"], "tokens_hash") for b in blocks]
+        except (TypeError, KeyError):
+            raise RejectedMessage("invalid_fields", "stored block lacks block_hash/tokens_hash") from None
+        parent = body.get("parent_hash")
+        return KvStored.model_construct(
+            parent_hash=None if parent is None else _u64(parent, "parent_hash"),
+            block_hashes=block_hashes,
+            tokens_hashes=tokens_hashes,
+        )
+    if kind == "removed":
+        hashes = body.get("block_hashes")
+        if not isinstance(hashes, list):
+            raise RejectedMessage("invalid_fields", "removed without block_hashes")
+        return KvRemoved.model_construct(block_hashes=[_u64(h, "block_hash") for h in hashes])
+    raise RejectedMessage("invalid_fields", f"unknown event kind {str(kind)[:40]!r}")
+
+
+def decode_kv_events(data: bytes, *, max_bytes: int) -> KvEventBatch:
+    """Decode one Dynamo ``kv-events`` NATS message (envelope + msgpack array of RouterEvent maps).
+
+    Hand-checked rather than validated field by field through pydantic: this is the router's hot
+    ingest path (hundreds of thousands of blocks per second). Every field is still range-checked.
+    """
+    env, payload_bytes = _open_envelope(data, max_bytes)
+    if env["topic"] != KV_EVENTS_TOPIC:
+        raise RejectedMessage("wrong_topic", repr(env["topic"])[:80])
+    payload = _unpack(payload_bytes, "payload")
+    if not isinstance(payload, list):
+        raise RejectedMessage("malformed", "kv-events payload is not an array")
+    events = []
+    for rev in payload:
+        if not isinstance(rev, dict) or not isinstance(rev.get("event"), dict):
+            raise RejectedMessage("invalid_fields", "RouterEvent without event")
+        inner = rev["event"]
+        tier = rev.get("storage_tier", "device")
+        if not isinstance(tier, str):
+            raise RejectedMessage("invalid_fields", "storage_tier is not a string")
+        dp_rank = inner.get("dp_rank", 0)
+        if not isinstance(dp_rank, int) or isinstance(dp_rank, bool) or not 0 <= dp_rank < 1 << 32:
+            raise RejectedMessage("invalid_fields", "dp_rank is not a u32")
+        events.append(
+            KvEvent.model_construct(
+                worker_id=_u64(rev.get("worker_id"), "worker_id"),
+                dp_rank=dp_rank,
+                event_id=_u64(inner.get("event_id"), "event_id"),
+                storage_tier=tier,
+                data=_kv_data(inner.get("data")),
+            )
+        )
+    return KvEventBatch.model_construct(
+        publisher_id=env["publisher_id"], sequence=env["sequence"], published_at=env["published_at"], events=events
+    )

@@ -1,0 +1,256 @@
+"""Versioned SemBlend event models (DESIGN.md §3.4) and Dynamo's own KV-event shapes.
+
+Every SemBlend message is a pydantic model whose wire key ``schema`` names kind and version
+(``semblend.<kind>/v1``). Models are text-free: prompts travel as hashes, embeddings as float16
+bytes. :mod:`semblend_dynamo.events.codec` puts them in a Dynamo-style msgpack envelope.
+
+The ``Kv*`` models are the typed form of Dynamo 1.6's ``kv-events`` payload
+(``RouterEvent``; reference/dynamo.md §1.1-1.2). They are only ever decoded, never published.
+"""
+
+from __future__ import annotations
+
+import array
+import sys
+import time
+from collections.abc import Sequence
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+import xxhash
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..namespace import NamespaceKey
+from ..outcomes import DeclineReason, Outcome
+
+U64 = Annotated[int, Field(ge=0, lt=1 << 64)]
+U32 = Annotated[int, Field(ge=0, lt=1 << 32)]
+NonNeg = Annotated[int, Field(ge=0)]
+Digest = Annotated[str, Field(min_length=1, max_length=64)]
+Identifier = Annotated[str, Field(min_length=1, max_length=256)]
+SpanTriple = tuple[NonNeg, NonNeg, Annotated[int, Field(gt=0)]]
+"""``(donor_start, target_start, length)`` in tokens."""
+
+assert array.array("I").itemsize == 4, "request_key needs a 4-byte unsigned int array type"
+
+MAX_EMBEDDING_DIM = 4096
+MAX_BLOCK_HASHES = 1 << 17
+
+
+def request_key(tokens: Sequence[int]) -> str:
+    """The key that ties a hint to a request: hex xxh3_64 of the prompt's little-endian u32 token bytes.
+
+    Router and connector both compute it from the full prompt token ids alone. Raises ValueError for
+    token ids outside ``[0, 2**32)``.
+    """
+    try:
+        buf = array.array("I", tokens)
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"token ids must be integers in [0, 2**32): {exc}") from None
+    if sys.byteorder == "big":  # pragma: no cover - the wire form is little-endian
+        buf.byteswap()
+    return xxhash.xxh3_64_hexdigest(buf.tobytes())
+
+
+def deployment_digest(key: NamespaceKey) -> str:
+    """Digest of a namespace with tenant and adapter removed: what every message of one deployment shares.
+
+    Decoders use it to reject messages from another model/tokenizer/layout without the tenant's salt
+    ever travelling on the wire.
+    """
+    return key.model_copy(update={"cache_salt": "", "lora": ""}).digest()
+
+
+class SemblendEvent(BaseModel):
+    """Base of every SemBlend message: strict fields, immutable, enum values on the wire."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        use_enum_values=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+    KIND: ClassVar[str]
+    """The ``<kind>`` of ``semblend.<kind>/v1``; also the envelope topic suffix."""
+
+
+class DonorHint(SemblendEvent):
+    """What the router tells the chosen worker about a donor (``extra_args["semblend"]`` and the hints subject).
+
+    Advisory: the connector re-validates everything (namespace, residency, spans) before promising tokens.
+    """
+
+    KIND: ClassVar[str] = "hint"
+    schema_: Literal["semblend.hint/v1"] = Field("semblend.hint/v1", alias="schema")
+    request_key: Digest
+    request_id: str | None = Field(None, max_length=256)
+    donor_id: Identifier
+    worker_id: U64
+    dp_rank: U32 = 0
+    namespace: Digest
+    similarity: float | None = Field(None, ge=-1.0, le=1.0)
+    spans: list[SpanTriple] = Field(default_factory=list, max_length=4096)
+    decision: Outcome
+    issued_at: float = Field(default_factory=time.time)
+
+
+class RouteEvidence(SemblendEvent):
+    """One routing decision, published after the router forwarded the request."""
+
+    KIND: ClassVar[str] = "evidence"
+    schema_: Literal["semblend.evidence/v1"] = Field("semblend.evidence/v1", alias="schema")
+    request_id: Identifier
+    request_key: Digest
+    router_id: str = Field("", max_length=256)
+    deployment: Digest
+    namespace: Digest
+    outcome: Outcome
+    decline_reason: DeclineReason | None = None
+    worker_id: U64 | None = None
+    dp_rank: U32 = 0
+    prompt_tokens: NonNeg
+    exact_overlap_blocks: NonNeg = 0
+    hint: DonorHint | None = None
+    stage_latency_us: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    ts: float = Field(default_factory=time.time)
+
+
+class DonorRegistration(SemblendEvent):
+    """A finished request became a donor on a worker. Replicas index it from this message alone.
+
+    ``block_hashes`` are Dynamo's per-block ``tokens_hash`` (LocalBlockHash, seeded with LoRA and cache
+    salt as ``compute_block_hash_for_seq`` does), so residency can be followed through ``kv-events``.
+    """
+
+    KIND: ClassVar[str] = "donor"
+    schema_: Literal["semblend.donor/v1"] = Field("semblend.donor/v1", alias="schema")
+    donor_id: Identifier
+    router_id: str = Field("", max_length=256)
+    worker_id: U64
+    dp_rank: U32 = 0
+    deployment: Digest
+    namespace: Digest
+    num_tokens: NonNeg
+    block_size: Annotated[int, Field(ge=1, le=1024)]
+    block_hashes: list[U64] = Field(max_length=MAX_BLOCK_HASHES)
+    embedding: bytes = Field(max_length=2 * MAX_EMBEDDING_DIM)
+    embedding_dim: Annotated[int, Field(ge=0, le=MAX_EMBEDDING_DIM)]
+    registered_at: float = Field(default_factory=time.time)
+
+    @model_validator(mode="after")
+    def _check_embedding(self) -> DonorRegistration:
+        if len(self.embedding) != 2 * self.embedding_dim:
+            raise ValueError(
+                f"embedding has {len(self.embedding)} bytes, expected 2*embedding_dim={2 * self.embedding_dim}"
+            )
+        if self.num_tokens < len(self.block_hashes) * self.block_size:
+            raise ValueError("num_tokens is smaller than the blocks it claims")
+        return self
+
+    @classmethod
+    def pack_embedding(cls, vector: np.ndarray) -> tuple[bytes, int]:
+        """float16 little-endian bytes and dimension for a 1-D embedding."""
+        flat = np.asarray(vector, dtype="<f2").reshape(-1)
+        return flat.tobytes(), int(flat.shape[0])
+
+    def vector(self) -> np.ndarray:
+        """The embedding as float32 (empty when the registration carries none)."""
+        return np.frombuffer(self.embedding, dtype="<f2").astype(np.float32)
+
+
+class DonorLifecycle(SemblendEvent):
+    """A connector pinned, released or evicted a donor's blocks on a worker."""
+
+    KIND: ClassVar[str] = "lifecycle"
+    schema_: Literal["semblend.lifecycle/v1"] = Field("semblend.lifecycle/v1", alias="schema")
+    donor_id: Identifier
+    worker_id: U64
+    dp_rank: U32 = 0
+    deployment: Digest
+    namespace: Digest
+    event: Literal["pinned", "released", "evicted"]
+    generation: NonNeg = 0
+    ts: float = Field(default_factory=time.time)
+
+
+class OutcomeReport(SemblendEvent):
+    """What the backend did with a request (connector -> routers)."""
+
+    KIND: ClassVar[str] = "outcome"
+    schema_: Literal["semblend.outcome/v1"] = Field("semblend.outcome/v1", alias="schema")
+    request_id: Identifier
+    request_key: Digest
+    worker_id: U64
+    dp_rank: U32 = 0
+    deployment: Digest
+    namespace: Digest
+    outcome: Outcome
+    materialized_tokens: NonNeg = 0
+    rejection_reason: DeclineReason | None = None
+    donor_id: str | None = Field(None, max_length=256)
+    ts: float = Field(default_factory=time.time)
+
+
+EVENT_MODELS: tuple[type[SemblendEvent], ...] = (
+    DonorHint,
+    RouteEvidence,
+    DonorRegistration,
+    DonorLifecycle,
+    OutcomeReport,
+)
+MODEL_BY_SCHEMA: dict[str, type[SemblendEvent]] = {f"semblend.{m.KIND}/v1": m for m in EVENT_MODELS}
+KIND_BY_PREFIX: dict[str, type[SemblendEvent]] = {f"semblend.{m.KIND}/": m for m in EVENT_MODELS}
+
+
+# --- Dynamo's kv-events (decoded only) ----------------------------------------------------------
+
+
+class _KvModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KvStored(_KvModel):
+    """Blocks stored on a worker: engine ids (``block_hashes``) with Dynamo content hashes (``tokens_hashes``)."""
+
+    kind: Literal["stored"] = "stored"
+    parent_hash: U64 | None = None
+    block_hashes: list[U64]
+    tokens_hashes: list[U64]
+
+
+class KvRemoved(_KvModel):
+    """Blocks (engine ids) removed from a worker."""
+
+    kind: Literal["removed"] = "removed"
+    block_hashes: list[U64]
+
+
+class KvCleared(_KvModel):
+    """Every block of the emitting ``(worker_id, dp_rank)`` is gone."""
+
+    kind: Literal["cleared"] = "cleared"
+
+
+class KvEvent(_KvModel):
+    """One Dynamo ``RouterEvent``."""
+
+    worker_id: U64
+    dp_rank: U32 = 0
+    event_id: U64
+    storage_tier: str = "device"
+    data: KvStored | KvRemoved | KvCleared = Field(discriminator="kind")
+
+    @property
+    def num_blocks(self) -> int:
+        return 0 if isinstance(self.data, KvCleared) else len(self.data.block_hashes)
+
+
+class KvEventBatch(_KvModel):
+    """One ``kv-events`` NATS message: the envelope header plus its RouterEvents."""
+
+    publisher_id: U64
+    sequence: U64
+    published_at: U64
+    events: list[KvEvent]

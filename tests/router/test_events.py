@@ -1,0 +1,268 @@
+"""Event schemas, codec and subjects: round trips, rejections with reasons, Dynamo kv-events decoding."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.events.codec import REJECT_REASONS, RejectedMessage, decode, decode_kv_events, encode
+from semblend_dynamo.events.schemas import (
+    DonorHint,
+    DonorLifecycle,
+    DonorRegistration,
+    KvCleared,
+    KvRemoved,
+    KvStored,
+    OutcomeReport,
+    RouteEvidence,
+    deployment_digest,
+    request_key,
+)
+from semblend_dynamo.events.subjects import Subjects
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.outcomes import DeclineReason, Outcome
+
+KEY = NamespaceKey(model_id="m", tokens_per_block=16, cache_salt="tenantA")
+DEPLOY = deployment_digest(KEY)
+MAX = 1 << 20
+
+
+def _hint() -> DonorHint:
+    return DonorHint(
+        request_key=request_key([1, 2, 3]),
+        donor_id="d1",
+        worker_id=(1 << 64) - 1,
+        dp_rank=1,
+        namespace=KEY.digest(),
+        similarity=0.875,
+        spans=[(0, 32, 64), (64, 0, 32)],
+        decision=Outcome.SEMANTIC_PLACEMENT,
+    )
+
+
+def _registration() -> DonorRegistration:
+    emb, dim = DonorRegistration.pack_embedding(np.linspace(-1, 1, 384, dtype=np.float32))
+    return DonorRegistration(
+        donor_id="d1",
+        worker_id=7,
+        deployment=DEPLOY,
+        namespace=KEY.digest(),
+        num_tokens=100,
+        block_size=16,
+        block_hashes=[1, (1 << 64) - 1, 3],
+        embedding=emb,
+        embedding_dim=dim,
+    )
+
+
+def _all_models() -> list:
+    return [
+        _hint(),
+        RouteEvidence(
+            request_id="r1",
+            request_key="ab",
+            deployment=DEPLOY,
+            namespace=KEY.digest(),
+            outcome=Outcome.SEMANTIC_PLACEMENT,
+            worker_id=3,
+            prompt_tokens=100,
+            exact_overlap_blocks=2,
+            hint=_hint(),
+            stage_latency_us={"exact": 12.5, "semantic": 300.0},
+        ),
+        _registration(),
+        DonorLifecycle(
+            donor_id="d1", worker_id=3, deployment=DEPLOY, namespace=KEY.digest(), event="evicted", generation=2
+        ),
+        OutcomeReport(
+            request_id="r1",
+            request_key="ab",
+            worker_id=3,
+            deployment=DEPLOY,
+            namespace=KEY.digest(),
+            outcome=Outcome.BACKEND_DECLINED,
+            rejection_reason=DeclineReason.DONOR_EVICTED,
+            donor_id="d1",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("model", _all_models(), ids=lambda m: type(m).__name__)
+def test_every_model_round_trips_through_the_envelope(model) -> None:
+    data = encode(model, publisher_id=9, sequence=4)
+    env = msgpack.unpackb(data)
+    assert set(env) == {"publisher_id", "sequence", "published_at", "topic", "payload"}
+    assert (env["publisher_id"], env["sequence"]) == (9, 4)
+    assert msgpack.unpackb(env["payload"])["schema"] == f"semblend.{model.KIND}/v1"
+    assert decode(data, type(model), max_bytes=MAX) == model
+
+
+def test_embedding_travels_as_float16_bytes() -> None:
+    reg = _registration()
+    assert len(reg.embedding) == 2 * 384
+    back = decode(encode(reg), DonorRegistration, max_bytes=MAX).vector()
+    np.testing.assert_allclose(back, np.linspace(-1, 1, 384), atol=1e-3)
+
+
+def test_request_key_is_xxh3_of_little_endian_u32_tokens() -> None:
+    tokens = [0, 1, 65535, (1 << 32) - 1]
+    raw = b"".join(t.to_bytes(4, "little") for t in tokens)
+    assert request_key(tokens) == xxhash.xxh3_64_hexdigest(raw)
+    assert request_key(tokens) != request_key(tokens[::-1])
+    with pytest.raises(ValueError):
+        request_key([-1])
+    with pytest.raises(ValueError):
+        request_key([1 << 32])
+
+
+def test_union_decode_dispatches_on_schema() -> None:
+    lifecycle = _all_models()[3]
+    registration = _registration()
+    both = (DonorRegistration, DonorLifecycle)
+    assert decode(encode(lifecycle), both, max_bytes=MAX) == lifecycle
+    assert decode(encode(registration), both, max_bytes=MAX) == registration
+
+
+def _reason(data: bytes, expected=DonorRegistration, **kw) -> str:
+    with pytest.raises(RejectedMessage) as info:
+        decode(data, expected, max_bytes=kw.pop("max_bytes", MAX), **kw)
+    assert info.value.reason in REJECT_REASONS
+    return info.value.reason
+
+
+def _with_payload(payload: dict, topic: str = "semblend.donors") -> bytes:
+    env = {"publisher_id": 1, "sequence": 0, "published_at": 0, "topic": topic, "payload": msgpack.packb(payload)}
+    return msgpack.packb(env)
+
+
+def test_rejections_name_their_reason() -> None:
+    registration = _registration()
+    good = encode(registration)
+    payload = registration.model_dump(by_alias=True)
+    assert _reason(good, max_bytes=len(good) - 1) == "oversized"
+    assert _reason(good[:-5]) == "truncated"
+    assert _reason(good + b"\x00") == "malformed"
+    assert _reason(b"\xc1") == "malformed"
+    assert _reason(msgpack.packb([1, 2])) == "bad_envelope"
+    assert _reason(encode(_hint())) == "wrong_topic"
+    assert _reason(_with_payload(dict(payload, schema="semblend.donor/v2"))) == "wrong_version"
+    assert _reason(_with_payload(dict(payload, schema="other/v1"))) == "unknown_schema"
+    assert _reason(_with_payload(dict(payload, block_hashes=[-1]))) == "invalid_fields"
+    assert _reason(_with_payload(dict(payload, extra=1))) == "invalid_fields"
+    assert _reason(_with_payload(dict(payload, embedding_dim=3))) == "invalid_fields"
+    assert _reason(_with_payload(dict(payload, schema="semblend.lifecycle/v1"))) == "unexpected_schema"
+    other = deployment_digest(KEY.model_copy(update={"model_id": "other"}))
+    assert _reason(good, deployment=other) == "wrong_namespace"
+    assert decode(good, DonorRegistration, max_bytes=MAX, deployment=DEPLOY) == registration
+
+
+def test_tenant_salt_does_not_change_the_deployment_digest() -> None:
+    assert deployment_digest(KEY) == deployment_digest(KEY.with_salt("tenantB"))
+    assert KEY.digest() != KEY.with_salt("tenantB").digest()
+
+
+def _kv_message(events: list[dict], topic: str = "kv-events") -> bytes:
+    env = {
+        "publisher_id": 7604982147631473,
+        "sequence": 0,
+        "published_at": 1795282782115,
+        "topic": topic,
+        "payload": msgpack.packb(events, use_bin_type=True),
+    }
+    return msgpack.packb(env, use_bin_type=True)
+
+
+WID = 8348771209726923741
+
+
+def _router_event(event_id: int, data: object, dp_rank: int = 0) -> dict:
+    return {
+        "worker_id": WID,
+        "storage_tier": "device",
+        "residency_domain": "worker",
+        "event": {"event_id": event_id, "data": data, "dp_rank": dp_rank},
+    }
+
+
+def test_dynamo_kv_events_decode_to_typed_events() -> None:
+    """The three shapes of reference/dynamo.md §1.2, in one message."""
+    stored = {
+        "stored": {
+            "parent_hash": None,
+            "start_position": None,
+            "blocks": [
+                {"block_hash": 15310707395900538725, "tokens_hash": 15310707395893867146, "mm_extra_info": None},
+                {"block_hash": 2, "tokens_hash": 15292316782987903195, "mm_extra_info": None},
+            ],
+        }
+    }
+    data = _kv_message(
+        [
+            _router_event(1, stored),
+            _router_event(2, {"removed": {"block_hashes": [14928757266175748973]}}, dp_rank=1),
+            _router_event(3, "cleared"),
+        ]
+    )
+    batch = decode_kv_events(data, max_bytes=MAX)
+    assert batch.publisher_id == 7604982147631473
+    first, second, third = batch.events
+    assert isinstance(first.data, KvStored)
+    assert first.data.block_hashes == [15310707395900538725, 2]
+    assert first.data.tokens_hashes == [15310707395893867146, 15292316782987903195]
+    assert (first.worker_id, first.event_id, first.num_blocks) == (WID, 1, 2)
+    assert isinstance(second.data, KvRemoved) and second.dp_rank == 1
+    assert second.data.block_hashes == [14928757266175748973]
+    assert isinstance(third.data, KvCleared) and third.num_blocks == 0
+
+
+@pytest.mark.parametrize(
+    ("events", "reason"),
+    [
+        ([_router_event(1, {"stored": {"blocks": []}})], "invalid_fields"),
+        ([_router_event(1, {"stored": {"blocks": [{"block_hash": -4, "tokens_hash": 1}]}})], "invalid_fields"),
+        ([_router_event(1, {"flushed": {}})], "invalid_fields"),
+        ([_router_event(1, "cleared", dp_rank=-1)], "invalid_fields"),
+        ([{"worker_id": 1}], "invalid_fields"),
+    ],
+)
+def test_bad_kv_events_are_rejected(events: list[dict], reason: str) -> None:
+    with pytest.raises(RejectedMessage) as info:
+        decode_kv_events(_kv_message(events), max_bytes=MAX)
+    assert info.value.reason == reason
+
+
+def test_kv_events_on_wrong_topic_rejected() -> None:
+    with pytest.raises(RejectedMessage) as info:
+        decode_kv_events(_kv_message([], topic="kv_metrics"), max_bytes=MAX)
+    assert info.value.reason == "wrong_topic"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=512))
+def test_decoders_reject_arbitrary_bytes_without_other_exceptions(data: bytes) -> None:
+    for call in (
+        lambda: decode(data, (DonorRegistration, DonorLifecycle), max_bytes=MAX),
+        lambda: decode_kv_events(data, max_bytes=MAX),
+    ):
+        try:
+            call()
+        except RejectedMessage as exc:
+            assert exc.reason in REJECT_REASONS
+
+
+def test_subjects_sit_beside_dynamo_kv_events() -> None:
+    cfg = SemblendConfig(dynamo_namespace="demo", worker_component="worker", worker_endpoint="generate")
+    s = Subjects.for_config(cfg)
+    assert s.kv_events == "namespace.demo.component.worker.endpoint.generate.kv-events"
+    assert s.evidence == "namespace.demo.component.worker.endpoint.generate.semblend.evidence"
+    assert s.donors.endswith(".semblend.donors") and s.outcomes.endswith(".semblend.outcomes")
+    assert s.hints(255) == "namespace.demo.component.worker.endpoint.generate.semblend.hints.00000000000000ff"
+    with pytest.raises(ValueError):
+        Subjects.for_endpoint("a.b", "c", "d")
+    with pytest.raises(ValueError):
+        Subjects.for_endpoint("a", "*", "d")
