@@ -95,6 +95,14 @@ class SemblendConfig(BaseModel):
         "none", description="how approximate KV is kept out of the exact cache (shifted mode requires one)"
     )
     audit_path: str | None = Field(None, description="audit JSON lines file (none: audit kept in memory)")
+    rope_config: str | None = Field(
+        None,
+        description="model config.json path or inline JSON giving RoPE and KV geometry (default: <model dir>/config.json)",
+    )
+    worker_id: int = Field(0, ge=0, lt=1 << 64, description="this worker's id in hints, donor ids and outcomes")
+    connector_nats: bool = Field(
+        False, description="connector receives hints and publishes outcomes/donor lifecycle on NATS (nats_url)"
+    )
 
     # --- Dynamo / NATS --------------------------------------------------------------------------
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL")
