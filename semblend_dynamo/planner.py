@@ -1,0 +1,274 @@
+"""Quality gates that turn aligned spans into a materialization plan or a decline reason.
+
+The planner is pure: it sees the target length, the spans the aligner found, the embedding similarity (if
+any was computed) and how many prompt tokens the device already holds (exact prefix cache). Every failure
+is a :class:`~semblend_dynamo.outcomes.DeclineReason`; it never raises on its input.
+
+Span kinds:
+
+* *exact-equivalent*: delta 0 and starting at target position 0 (or continuing such a span of the same
+  donor): same tokens, same positions, same preceding context, so the donor KV equals a fresh prefill.
+* *shifted*: anything else. The tokens match but sit at new positions (RoPE delta) after a different
+  preceding context, so the KV is an approximation; allowed only with ``exact_materialization_only=0``,
+  and gated by the similarity, the deviation estimate and isolation.
+
+The deviation estimate (:func:`estimate_deviation`) is a heuristic, not a measurement: see docs/pipeline.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import SemblendConfig
+from .outcomes import DeclineReason
+from .span_aligner import Span
+
+__all__ = [
+    "BOUNDARY_DECAY_TOKENS",
+    "CONTEXT_FLOOR",
+    "MaterializationPlan",
+    "PlanDecision",
+    "Planner",
+    "estimate_deviation",
+    "span_deviation",
+]
+
+BOUNDARY_DECAY_TOKENS = 16.0
+"""Tokens over which the deviation after a changed-context boundary decays by 1/e (EPIC recomputes ~16)."""
+CONTEXT_FLOOR = 0.05
+"""Deviation that remains deep inside a shifted span: its long-range context still differs."""
+ROPE_NUMERIC = 0.01
+"""Deviation added per log2(1 + |delta|) / 17 for the fp32 rotation error (about 2x the bf16 floor at 1e5)."""
+
+
+class MaterializationPlan(BaseModel):
+    """Which donor spans to load for a target, all block-aligned on the target side."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spans: list[Span]
+    prompt_tokens: int = Field(ge=0)
+    reused_tokens: int = Field(ge=0, description="tokens loaded from donors (beyond the device prefix)")
+    reuse_ratio: float = Field(ge=0.0, le=1.0, description="reused_tokens / prompt_tokens")
+    requires_rope_correction: bool
+    estimated_deviation: float = Field(ge=0.0, description="bathtub estimate, 0 for exact-equivalent plans")
+    mode: str = Field(description='"exact" (every span exact-equivalent) or "shifted"')
+
+    @property
+    def donor_ids(self) -> list[str]:
+        """Donors used, in target order, without repeats."""
+        return list(dict.fromkeys(s.donor_id for s in self.spans))
+
+
+class PlanDecision(BaseModel):
+    """The planner's verdict: accepted when ``reason`` is None.
+
+    On a ``discovery_only`` decline ``plan`` still holds the plan that passed every other gate (telemetry:
+    what would have been materialized); on any other decline it is None.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan: MaterializationPlan | None
+    reason: DeclineReason | None
+    detail: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None and self.plan is not None
+
+
+def span_deviation(length: int, delta: int) -> float:
+    """Estimated mean deviation of a shifted span's KV from a fresh prefill, in [0, 1].
+
+    Per token at distance k after the span start: ``floor + (1 - floor) * exp(-k / tau)``, averaged over the
+    span (closed form), plus a small RoPE-numerics term growing with log |delta|.
+    """
+    if length <= 0:
+        return 0.0
+    tau = BOUNDARY_DECAY_TOKENS
+    boundary = tau / length * (1.0 - math.exp(-length / tau))
+    rope = ROPE_NUMERIC * math.log2(1 + abs(delta)) / 17.0
+    return min(1.0, CONTEXT_FLOOR + (1.0 - CONTEXT_FLOOR) * boundary + rope)
+
+
+def estimate_deviation(spans: Sequence[Span], exact_equivalent: Sequence[bool]) -> float:
+    """Token-weighted mean deviation over the reused tokens (exact-equivalent spans count 0)."""
+    total = sum(s.length for s in spans)
+    if total == 0:
+        return 0.0
+    weighted = sum(
+        0.0 if exact else s.length * span_deviation(s.length, s.delta)
+        for s, exact in zip(spans, exact_equivalent, strict=True)
+    )
+    return weighted / total
+
+
+class Planner:
+    """Applies the configured gates; one instance per config, stateless between calls."""
+
+    def __init__(self, cfg: SemblendConfig) -> None:
+        self.cfg = cfg
+
+    def plan(
+        self,
+        target_len: int,
+        spans: Sequence[Span],
+        *,
+        similarity: float | None = None,
+        device_prefix_tokens: int = 0,
+    ) -> PlanDecision:
+        """Decide for one target of ``target_len`` tokens whose first ``device_prefix_tokens`` are on device.
+
+        ``spans`` come from :meth:`SpanAligner.align` (any order; overlapping spans are an error decline).
+        ``similarity`` is the embedding similarity of the target to the donors, None when not computed.
+        """
+        cfg = self.cfg
+        bs = cfg.block_size
+        if target_len <= 0:
+            return _decline(DeclineReason.EMPTY_PROMPT, "prompt has no tokens")
+        if not cfg.enabled:
+            return _decline(DeclineReason.SEMANTIC_DISABLED, "SEMBLEND_ENABLED=0")
+        if target_len <= bs:
+            return _decline(DeclineReason.PROMPT_TOO_SHORT, f"{target_len} tokens: need more than one block ({bs})")
+        if device_prefix_tokens < 0 or device_prefix_tokens % bs:
+            return _decline(
+                DeclineReason.ALIGNMENT_NOT_BLOCK_ALIGNED, f"device prefix {device_prefix_tokens} is not whole blocks"
+            )
+        # Whole blocks only, and at least one prompt token left to compute.
+        limit = (target_len - 1) // bs * bs
+        if device_prefix_tokens >= limit:
+            return _decline(DeclineReason.EXACT_PREFIX_WINS, f"device already holds {device_prefix_tokens} tokens")
+        if not spans:
+            return _decline(DeclineReason.NO_CANDIDATE, "no token-exact span")
+
+        ordered = sorted(spans, key=lambda s: s.target_start)
+        for prev, cur in itertools.pairwise(ordered):
+            if cur.target_start < prev.target_end:
+                return _decline(DeclineReason.INTERNAL_ERROR, "spans overlap on the target")
+        if ordered[-1].target_end > target_len:
+            return _decline(DeclineReason.INTERNAL_ERROR, "a span ends past the prompt")
+        exact = _exact_equivalence(ordered)
+
+        # Trim inward to target blocks, clip to [device prefix, limit).
+        kept: list[tuple[Span, bool]] = []
+        vanished = past_prefix = 0
+        for span, is_exact in zip(ordered, exact, strict=True):
+            start = max(-(-span.target_start // bs) * bs, device_prefix_tokens)
+            end = min(span.target_end // bs * bs, limit)
+            if span.target_end <= device_prefix_tokens:
+                past_prefix += 1
+                continue
+            if end <= start:
+                vanished += 1
+                continue
+            kept.append((_clip(span, start, end), is_exact))
+        if not kept:
+            if past_prefix and not vanished:
+                return _decline(DeclineReason.EXACT_PREFIX_WINS, "every span lies inside the device prefix")
+            return _decline(DeclineReason.ALIGNMENT_NOT_BLOCK_ALIGNED, "no span covers a whole target block")
+        long_enough = [(s, e) for s, e in kept if s.length >= cfg.min_span_tokens]
+        if not long_enough:
+            longest = max(s.length for s, _ in kept)
+            return _decline(
+                DeclineReason.BELOW_MIN_SPAN, f"longest usable span {longest} < min_span_tokens {cfg.min_span_tokens}"
+            )
+
+        chosen = long_enough
+        if cfg.exact_materialization_only:
+            lead = 0
+            while lead < len(chosen) and chosen[lead][1]:
+                lead += 1
+            if lead == 0:
+                return _decline(
+                    DeclineReason.EXACT_ONLY_MODE,
+                    "no exact-equivalent span (delta 0 from position 0); shifted spans off",
+                )
+            chosen = chosen[:lead]
+        if cfg.strict_prefix_boundary:
+            if chosen[0][0].target_start != device_prefix_tokens:
+                return _decline(
+                    DeclineReason.NOT_PREFIX_CONTIGUOUS,
+                    f"first span starts at {chosen[0][0].target_start}, the device prefix ends at {device_prefix_tokens}",
+                )
+            tiled = 1
+            while tiled < len(chosen) and chosen[tiled][0].target_start == chosen[tiled - 1][0].target_end:
+                tiled += 1
+            chosen = chosen[:tiled]
+        if len(chosen) > cfg.max_spans:
+            return _decline(DeclineReason.TOO_MANY_SPANS, f"{len(chosen)} spans > max_spans {cfg.max_spans}")
+
+        plan_spans = [s for s, _ in chosen]
+        plan_exact = [e for _, e in chosen]
+        reused = sum(s.length for s in plan_spans)
+        ratio = reused / target_len
+        if ratio < cfg.min_reuse_ratio:
+            return _decline(
+                DeclineReason.BELOW_REUSE_RATIO,
+                f"reuse {reused}/{target_len} = {ratio:.3f} < min_reuse_ratio {cfg.min_reuse_ratio}",
+            )
+        deviation = estimate_deviation(plan_spans, plan_exact)
+        shifted = not all(plan_exact)
+        if shifted:
+            if similarity is not None and not similarity >= cfg.min_similarity:
+                return _decline(
+                    DeclineReason.BELOW_SIMILARITY,
+                    f"similarity {similarity:.3f} < min_similarity {cfg.min_similarity} for shifted spans",
+                )
+            if deviation > cfg.max_deviation:
+                return _decline(
+                    DeclineReason.DEVIATION_TOO_HIGH,
+                    f"estimated deviation {deviation:.3f} > max_deviation {cfg.max_deviation}",
+                )
+            if cfg.isolation == "none":
+                return _decline(
+                    DeclineReason.ISOLATION_REQUIRED,
+                    "shifted spans need SEMBLEND_ISOLATION (cache_salt/no_block_reuse)",
+                )
+        plan = MaterializationPlan(
+            spans=plan_spans,
+            prompt_tokens=target_len,
+            reused_tokens=reused,
+            reuse_ratio=ratio,
+            requires_rope_correction=any(s.delta != 0 for s in plan_spans),
+            estimated_deviation=deviation,
+            mode="shifted" if shifted else "exact",
+        )
+        if cfg.discovery_only:
+            return PlanDecision(plan=plan, reason=DeclineReason.DISCOVERY_ONLY, detail="SEMBLEND_DISCOVERY_ONLY=1")
+        return PlanDecision(plan=plan, reason=None)
+
+
+def _decline(reason: DeclineReason, detail: str) -> PlanDecision:
+    return PlanDecision(plan=None, reason=reason, detail=detail)
+
+
+def _clip(span: Span, start: int, end: int) -> Span:
+    if start == span.target_start and end == span.target_end:
+        return span
+    return Span(
+        donor_id=span.donor_id,
+        donor_start=span.donor_start + (start - span.target_start),
+        target_start=start,
+        length=end - start,
+    )
+
+
+def _exact_equivalence(ordered: Sequence[Span]) -> list[bool]:
+    """Exact-equivalent: delta 0 from position 0, or directly continuing such a span of the same donor."""
+    out: list[bool] = []
+    for i, span in enumerate(ordered):
+        if span.delta != 0:
+            out.append(False)
+        elif span.target_start == 0:
+            out.append(True)
+        else:
+            prev = ordered[i - 1] if i else None
+            out.append(
+                prev is not None and out[-1] and prev.donor_id == span.donor_id and prev.target_end == span.target_start
+            )
+    return out
