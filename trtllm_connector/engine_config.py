@@ -23,6 +23,7 @@ CONNECTOR_WORKER_CLASS = "SemBlendConnectorWorker"
 
 Mode = Literal["exact", "shifted", "discovery_only"]
 Isolation = Literal["none", "cache_salt", "no_block_reuse"]
+CacheTransceiverBackend = Literal["DEFAULT", "UCX", "NIXL", "MPI"]
 
 
 class EngineConfigSettings(BaseModel):
@@ -43,6 +44,9 @@ class EngineConfigSettings(BaseModel):
     )
     enable_partial_reuse: bool = Field(
         False, description="TensorRT-LLM partial block reuse; the connector only promises whole blocks"
+    )
+    cache_transceiver_backend: CacheTransceiverBackend | None = Field(
+        None, description="KV transfer backend of disaggregated prefill/decode workers (None: aggregated)"
     )
 
     @field_validator("free_gpu_memory_fraction")
@@ -96,7 +100,7 @@ def _bool(value: bool) -> str:
 def render_engine_yaml(settings: EngineConfigSettings) -> str:
     """The engine YAML text for ``settings`` (fixed format; see the module docstring)."""
     s = settings
-    return (
+    text = (
         f"# SemBlend TensorRT-LLM engine config: mode={s.mode} isolation={s.isolation}\n"
         "backend: pytorch\n"
         "kv_cache_config:\n"
@@ -110,6 +114,9 @@ def render_engine_yaml(settings: EngineConfigSettings) -> str:
         f"  connector_scheduler_class: {CONNECTOR_SCHEDULER_CLASS}\n"
         f"  connector_worker_class: {CONNECTOR_WORKER_CLASS}\n"
     )
+    if s.cache_transceiver_backend is not None:
+        text += f"cache_transceiver_config:\n  backend: {s.cache_transceiver_backend}\n"
+    return text
 
 
 def engine_env(settings: EngineConfigSettings) -> dict[str, str]:

@@ -113,3 +113,10 @@ def test_from_config_refuses_unisolated_shifted_mode() -> None:
     cfg = SemblendConfig(exact_materialization_only=False)
     with pytest.raises(ValidationError, match="requires isolation"):
         EngineConfigSettings.from_config(cfg)
+
+
+def test_disaggregated_workers_get_a_cache_transceiver() -> None:
+    aggregated = render_engine_yaml(EngineConfigSettings())
+    disaggregated = render_engine_yaml(EngineConfigSettings(cache_transceiver_backend="UCX"))
+    assert disaggregated == aggregated + "cache_transceiver_config:\n  backend: UCX\n"
+    assert yaml.safe_load(disaggregated)["cache_transceiver_config"] == {"backend": "UCX"}
