@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -412,3 +413,17 @@ def test_integral_settings_render_without_exponent(chart: helm.Chart) -> None:
     dgd = one(objects(render(chart, values)), "DynamoGraphDeployment")
     cfg = SemblendConfig.load(env=plain_env(main_container(components(dgd)["SemblendRouter"])))
     assert (cfg.max_message_bytes, cfg.index_capacity) == (1 << 20, 2_000_000)
+
+
+def test_values_yaml_is_documented_line_by_line() -> None:
+    undocumented = []
+    previous = ""
+    for number, line in enumerate((CHART_DIR / "values.yaml").read_text().splitlines(), 1):
+        text = line.strip()
+        if not text:
+            continue
+        defines = re.match(r"^(- )?[A-Za-z0-9_./\"-]+:", text) is not None
+        if defines and "#" not in text and not previous.startswith("#"):
+            undocumented.append(f"{number}: {line}")
+        previous = text
+    assert undocumented == []
