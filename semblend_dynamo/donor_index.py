@@ -1,0 +1,321 @@
+"""The donor index: top-k cosine search over resident donors' embeddings, partitioned by namespace.
+
+Every namespace digest (:meth:`~semblend_dynamo.namespace.NamespaceKey.digest`) gets its own sub-index, so a
+search can never return a donor from another model, tokenizer, LoRA, cache salt or tenant (DESIGN.md §3.3). The
+whole index holds at most ``capacity`` donors; inserting beyond that evicts the least-recently-used donor (inserted
+or returned by a search least recently) and reports its id, so the caller can emit a lifecycle event.
+
+Backends (chosen from docs/benchmarks.md "Donor search"): exact numpy brute force for small indexes; usearch HNSW
+with f16 storage and native deletions for large ones. ``IndexBackend.AUTO`` picks by ``capacity``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from .config import IndexBackend
+
+log = logging.getLogger(__name__)
+
+# AUTO uses exact numpy search up to this capacity and usearch HNSW beyond (measured: docs/benchmarks.md).
+AUTO_NUMPY_MAX_CAPACITY = 50_000
+
+
+class DonorIndexError(ValueError):
+    """Invalid input to the index (bad vector, empty id). Callers decline with ``INVALID_EMBEDDING``."""
+
+
+class DonorHit(BaseModel):
+    """One search result; ``similarity`` is the cosine between query and donor embedding."""
+
+    model_config = ConfigDict(frozen=True)
+
+    donor_id: str
+    similarity: float
+
+
+class _Partition(Protocol):
+    """The vectors of one namespace, addressed by integer keys unique within the whole index."""
+
+    def add(self, keys: np.ndarray, vectors: np.ndarray) -> None: ...
+
+    def remove(self, key: int) -> None: ...
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, similarities), best first, at most k."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
+class _NumpyPartition:
+    """Exact inner-product search over a dense array; deletion swaps the last row into the hole."""
+
+    def __init__(self, dim: int) -> None:
+        self._vectors = np.empty((16, dim), dtype=np.float32)
+        self._keys = np.empty(16, dtype=np.int64)
+        self._slot: dict[int, int] = {}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+        need = self._n + len(keys)
+        if need > len(self._keys):
+            size = max(need, 2 * len(self._keys))
+            self._vectors = np.resize(self._vectors, (size, self._vectors.shape[1]))
+            self._keys = np.resize(self._keys, size)
+        self._vectors[self._n : need] = vectors
+        self._keys[self._n : need] = keys
+        for i, key in enumerate(keys.tolist()):
+            self._slot[key] = self._n + i
+        self._n = need
+
+    def remove(self, key: int) -> None:
+        slot = self._slot.pop(key)
+        last = self._n - 1
+        if slot != last:
+            self._vectors[slot] = self._vectors[last]
+            moved = int(self._keys[last])
+            self._keys[slot] = moved
+            self._slot[moved] = slot
+        self._n = last
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        sims = self._vectors[: self._n] @ query
+        k = min(k, self._n)
+        top = np.argpartition(-sims, k - 1)[:k] if k < self._n else np.arange(self._n)
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return self._keys[top], sims[top]
+
+
+class _UsearchPartition:
+    """usearch HNSW (M=16) with f16 storage; deletions are native (``Index.remove``)."""
+
+    def __init__(self, dim: int, expansion_search: int) -> None:
+        from usearch.index import Index
+
+        self._index = Index(
+            ndim=dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128, expansion_search=expansion_search
+        )
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+        self._index.add(keys.astype(np.uint64), vectors, threads=0 if len(keys) > 1 else 1)
+
+    def remove(self, key: int) -> None:
+        self._index.remove(np.uint64(key))
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        matches = self._index.search(query, k, threads=1)
+        return np.asarray(matches.keys, dtype=np.int64), 1.0 - np.asarray(matches.distances, dtype=np.float32)
+
+
+def usearch_available() -> bool:
+    """True when usearch can be imported.
+
+    onnxruntime is imported first when it is installed: importing usearch's native module before onnxruntime's
+    crashes the process (SIGSEGV) with usearch 2.26 + onnxruntime 1.31 wheels, whatever the caller does later.
+    """
+    with contextlib.suppress(ImportError):
+        import onnxruntime  # noqa: F401
+    try:
+        import usearch.index  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend(backend: IndexBackend, capacity: int) -> IndexBackend:
+    """The concrete backend for ``backend`` (AUTO: numpy up to AUTO_NUMPY_MAX_CAPACITY, usearch beyond)."""
+    if backend is IndexBackend.NUMPY:
+        return backend
+    if backend is IndexBackend.USEARCH:
+        if not usearch_available():
+            raise DonorIndexError("SEMBLEND_INDEX_BACKEND=usearch needs usearch: pip install 'semblend-dynamo[ann]'")
+        return backend
+    if capacity <= AUTO_NUMPY_MAX_CAPACITY:
+        return IndexBackend.NUMPY
+    if usearch_available():
+        return IndexBackend.USEARCH
+    log.warning(
+        "index capacity %d would use usearch HNSW but usearch is not installed; using exact numpy search "
+        "(slower at this size). Install it with: pip install 'semblend-dynamo[ann]'",
+        capacity,
+    )
+    return IndexBackend.NUMPY
+
+
+class DonorIndex:
+    """Namespace-partitioned, capacity-bounded (LRU) donor embedding index. All methods are thread-safe."""
+
+    def __init__(
+        self, dim: int, capacity: int, backend: IndexBackend = IndexBackend.AUTO, *, expansion_search: int = 64
+    ) -> None:
+        if dim < 1 or capacity < 1:
+            raise ValueError(f"dim and capacity must be >= 1, got dim={dim} capacity={capacity}")
+        self.dim = dim
+        self.capacity = capacity
+        self.backend = resolve_backend(backend, capacity)
+        self._expansion_search = expansion_search
+        self._lock = threading.Lock()
+        self._partitions: dict[str, _Partition] = {}
+        # donor id -> (namespace, key), least recently used first
+        self._lru: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._ids: dict[int, str] = {}
+        self._next_key = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any, dim: int) -> DonorIndex:
+        """From a :class:`~semblend_dynamo.config.SemblendConfig` and the embedder's dimension."""
+        return cls(dim, cfg.index_capacity, cfg.index_backend)
+
+    # --- input checks ----------------------------------------------------------------------------
+    def _unit(self, vector: Any) -> np.ndarray:
+        """One query/donor vector, validated and L2-normalised."""
+        arr = np.asarray(vector, dtype=np.float32)
+        if arr.ndim == 2 and arr.shape[0] == 1:
+            arr = arr[0]
+        if arr.shape != (self.dim,):
+            raise DonorIndexError(f"vector has shape {arr.shape}, expected ({self.dim},)")
+        return self._unit_rows(arr.reshape(1, -1))[0]
+
+    def _unit_rows(self, rows: np.ndarray) -> np.ndarray:
+        if rows.ndim != 2 or rows.shape[1] != self.dim:
+            raise DonorIndexError(f"vectors have shape {rows.shape}, expected (n, {self.dim})")
+        if not np.isfinite(rows).all():
+            raise DonorIndexError("vector contains NaN or inf")
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        if (norms <= 1e-12).any():
+            raise DonorIndexError("vector has zero norm")
+        return np.ascontiguousarray(rows / norms, dtype=np.float32)
+
+    @staticmethod
+    def _check_name(kind: str, value: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise DonorIndexError(f"{kind} must be a non-empty string, got {value!r}")
+
+    # --- mutation --------------------------------------------------------------------------------
+    def insert(self, donor_id: str, namespace: str, vector: Any) -> list[str]:
+        """Add or replace ``donor_id`` (a known id moves to ``namespace`` with the new vector).
+
+        Returns the ids evicted to stay within capacity (never ``donor_id`` itself).
+        """
+        return self.insert_batch([donor_id], namespace, np.asarray(vector, dtype=np.float32).reshape(1, -1))
+
+    def insert_batch(self, donor_ids: Sequence[str], namespace: str, vectors: Any) -> list[str]:
+        """:meth:`insert` for many donors of one namespace at once (bulk registration; HNSW adds in parallel)."""
+        self._check_name("namespace", namespace)
+        ids = list(donor_ids)
+        for donor_id in ids:
+            self._check_name("donor_id", donor_id)
+        if len(set(ids)) != len(ids):
+            raise DonorIndexError("donor_ids in one batch must be distinct")
+        rows = np.asarray(vectors, dtype=np.float32)
+        if rows.ndim != 2 or rows.shape[0] != len(ids):
+            raise DonorIndexError(f"vectors have shape {rows.shape}, expected ({len(ids)}, {self.dim})")
+        if not ids:
+            return []
+        unit = self._unit_rows(rows)
+        dropped: list[str] = []
+        if len(ids) > self.capacity:  # only the last `capacity` can stay; the rest count as evicted at once
+            dropped, ids, unit = ids[: -self.capacity], ids[-self.capacity :], unit[-self.capacity :]
+        with self._lock:
+            for donor_id in ids:
+                self._remove_locked(donor_id)
+            keys = np.arange(self._next_key, self._next_key + len(ids), dtype=np.int64)
+            self._next_key += len(ids)
+            part = self._partitions.get(namespace)
+            if part is None:
+                part = self._partitions[namespace] = self._new_partition()
+            part.add(keys, unit)
+            for donor_id, key in zip(ids, keys.tolist(), strict=True):
+                self._lru[donor_id] = (namespace, key)
+                self._ids[key] = donor_id
+            evicted = dropped
+            while len(self._lru) > self.capacity:
+                old_id = next(iter(self._lru))
+                self._remove_locked(old_id)
+                evicted.append(old_id)
+        return list(dict.fromkeys(evicted))
+
+    def delete(self, donor_id: str) -> bool:
+        """Remove a donor (evicted from KV, lease expired, ...); False if it was not indexed."""
+        with self._lock:
+            return self._remove_locked(donor_id)
+
+    def _remove_locked(self, donor_id: str) -> bool:
+        entry = self._lru.pop(donor_id, None)
+        if entry is None:
+            return False
+        namespace, key = entry
+        del self._ids[key]
+        part = self._partitions[namespace]
+        part.remove(key)
+        if len(part) == 0:
+            del self._partitions[namespace]
+        return True
+
+    def _new_partition(self) -> _Partition:
+        if self.backend is IndexBackend.USEARCH:
+            return _UsearchPartition(self.dim, self._expansion_search)
+        return _NumpyPartition(self.dim)
+
+    # --- queries ---------------------------------------------------------------------------------
+    def search(self, namespace: str, vector: Any, k: int) -> list[DonorHit]:
+        """Top-``k`` donors of ``namespace`` by cosine, best first; [] for an unknown namespace.
+
+        Called on the routing path. Hits count as uses for LRU eviction.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        query = self._unit(vector)
+        with self._lock:
+            part = self._partitions.get(namespace)
+            if part is None:
+                return []
+            keys, sims = part.search(query, k)
+            hits = []
+            for key, sim in zip(keys.tolist(), sims.tolist(), strict=True):
+                donor_id = self._ids.get(key)
+                if donor_id is None:  # defensive: an ANN backend returning a removed key
+                    continue
+                self._lru.move_to_end(donor_id)
+                hits.append(DonorHit(donor_id=donor_id, similarity=min(1.0, max(-1.0, sim))))
+        return hits
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._lru)
+
+    def __contains__(self, donor_id: object) -> bool:
+        with self._lock:
+            return donor_id in self._lru
+
+    def size(self, namespace: str) -> int:
+        """Donors indexed in ``namespace`` (0 if unknown)."""
+        with self._lock:
+            part = self._partitions.get(namespace)
+            return len(part) if part is not None else 0
+
+    def namespaces(self) -> list[str]:
+        """Namespaces with at least one donor, sorted."""
+        with self._lock:
+            return sorted(self._partitions)
+
+    def namespace_of(self, donor_id: str) -> str | None:
+        """The namespace a donor is indexed under, or None."""
+        with self._lock:
+            entry = self._lru.get(donor_id)
+            return entry[0] if entry else None

@@ -1,0 +1,208 @@
+"""DonorIndex on both backends: exact results against a brute-force oracle, namespaces, LRU capacity, bad input."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from semblend_dynamo.config import IndexBackend, SemblendConfig
+from semblend_dynamo.donor_index import (
+    AUTO_NUMPY_MAX_CAPACITY,
+    DonorHit,
+    DonorIndex,
+    DonorIndexError,
+    resolve_backend,
+    usearch_available,
+)
+from semblend_dynamo.namespace import NamespaceKey
+
+DIM = 32
+NS_A = NamespaceKey(model_id="m", tokens_per_block=32).digest()
+NS_B = NamespaceKey(model_id="m", tokens_per_block=32, cache_salt="tenant-b").digest()
+BACKENDS = [IndexBackend.NUMPY, IndexBackend.USEARCH]
+
+
+def unit_rows(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def brute_force(vectors: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[str]:
+    """The oracle: exact cosine ranking over a plain dict."""
+    q = query / np.linalg.norm(query)
+    return sorted(vectors, key=lambda d: -float(vectors[d] @ q))[:k]
+
+
+@pytest.fixture(params=BACKENDS, ids=lambda b: b.value)
+def backend(request: pytest.FixtureRequest) -> IndexBackend:
+    if request.param is IndexBackend.USEARCH and not usearch_available():
+        pytest.skip("usearch not installed")
+    return request.param
+
+
+def test_search_matches_brute_force_oracle(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=1000, backend=backend)
+    vectors = unit_rows(300)
+    stored = {f"d{i}": v for i, v in enumerate(vectors)}
+    for donor_id, v in stored.items():
+        assert index.insert(donor_id, NS_A, v) == []
+    queries = unit_rows(20, seed=1)
+    agree = 0
+    for q in queries:
+        hits = index.search(NS_A, q, 5)
+        assert [h.similarity for h in hits] == sorted((h.similarity for h in hits), reverse=True)
+        agree += len({h.donor_id for h in hits} & set(brute_force(stored, q, 5)))
+        for h in hits:
+            assert h.similarity == pytest.approx(float(stored[h.donor_id] @ q), abs=2e-3)  # f16 storage in usearch
+    assert agree / (20 * 5) >= (1.0 if backend is IndexBackend.NUMPY else 0.95)
+
+
+def test_nearest_neighbour_of_a_stored_vector_is_itself(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=100, backend=backend)
+    vectors = unit_rows(50)
+    index.insert_batch([f"d{i}" for i in range(50)], NS_A, vectors)
+    for i in (0, 17, 49):
+        top = index.search(NS_A, vectors[i] * 3.0, 1)[0]  # queries are normalised
+        assert top.donor_id == f"d{i}" and top.similarity == pytest.approx(1.0, abs=1e-3)
+
+
+def test_namespaces_never_cross(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=100, backend=backend)
+    v = unit_rows(2)
+    index.insert("tenant-a-donor", NS_A, v[0])
+    index.insert("tenant-b-donor", NS_B, v[1])
+    assert [h.donor_id for h in index.search(NS_A, v[1], 8)] == ["tenant-a-donor"]
+    assert [h.donor_id for h in index.search(NS_B, v[0], 8)] == ["tenant-b-donor"]
+    assert index.namespaces() == sorted([NS_A, NS_B])
+    assert index.size(NS_A) == index.size(NS_B) == 1
+
+
+def test_unknown_namespace_is_an_empty_result_not_an_error(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=10, backend=backend)
+    assert index.search("no-such-namespace", unit_rows(1)[0], 8) == []
+    assert index.size("no-such-namespace") == 0
+    index.insert("d", NS_A, unit_rows(1)[0])
+    assert index.search(NS_B, unit_rows(1)[0], 8) == []
+
+
+def test_capacity_overflow_evicts_least_recently_used(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=3, backend=backend)
+    v = unit_rows(5)
+    for i in range(3):
+        assert index.insert(f"d{i}", NS_A if i % 2 else NS_B, v[i]) == []
+    # a search hit on d0 makes d1 the least recently used
+    assert index.search(NS_B, v[0], 1)[0].donor_id == "d0"
+    assert index.insert("d3", NS_A, v[3]) == ["d1"]
+    assert index.insert("d4", NS_A, v[4]) == ["d2"]
+    assert len(index) == 3 and "d1" not in index and "d0" in index
+    assert {h.donor_id for h in index.search(NS_A, v[1], 8)} == {"d3", "d4"}
+
+
+def test_batch_larger_than_capacity_keeps_the_newest(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=4, backend=backend)
+    index.insert("old", NS_A, unit_rows(1, seed=9)[0])
+    evicted = index.insert_batch([f"d{i}" for i in range(6)], NS_A, unit_rows(6))
+    assert sorted(evicted) == ["d0", "d1", "old"]
+    assert len(index) == 4 and all(f"d{i}" in index for i in range(2, 6))
+
+
+def test_duplicate_id_replaces_vector_even_across_namespaces(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=10, backend=backend)
+    v = unit_rows(2)
+    index.insert("d", NS_A, v[0])
+    assert index.insert("d", NS_A, v[1]) == []
+    assert len(index) == 1
+    assert index.search(NS_A, v[1], 1)[0].similarity == pytest.approx(1.0, abs=1e-3)
+    index.insert("d", NS_B, v[1])
+    assert index.namespace_of("d") == NS_B and index.namespaces() == [NS_B]
+    assert index.search(NS_A, v[1], 8) == []
+
+
+def test_delete(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=100, backend=backend)
+    vectors = unit_rows(40)
+    index.insert_batch([f"d{i}" for i in range(40)], NS_A, vectors)
+    for i in range(0, 40, 2):
+        assert index.delete(f"d{i}")
+    assert not index.delete("d0") and not index.delete("never-indexed")
+    assert len(index) == index.size(NS_A) == 20
+    for i in range(0, 40, 2):  # a deleted donor never comes back, even for its own vector
+        assert all(int(h.donor_id[1:]) % 2 == 1 for h in index.search(NS_A, vectors[i], 10))
+    for i in range(1, 40, 2):
+        index.delete(f"d{i}")
+    assert len(index) == 0 and index.namespaces() == []
+
+
+@pytest.mark.parametrize(
+    ("vector", "message"),
+    [
+        (np.full(DIM, np.nan), "NaN or inf"),
+        (np.r_[np.ones(DIM - 1), np.inf], "NaN or inf"),
+        (np.zeros(DIM), "zero norm"),
+        (np.ones(DIM + 1), "shape"),
+        (np.ones((2, DIM)), "shape"),
+    ],
+)
+def test_invalid_vectors_are_rejected(backend: IndexBackend, vector: np.ndarray, message: str) -> None:
+    index = DonorIndex(DIM, capacity=10, backend=backend)
+    with pytest.raises(DonorIndexError, match=message):
+        index.insert("d", NS_A, vector)
+    with pytest.raises(DonorIndexError, match=message):
+        index.search(NS_A, vector, 1)
+    assert len(index) == 0
+
+
+def test_invalid_ids_and_k_are_rejected() -> None:
+    index = DonorIndex(DIM, capacity=10, backend=IndexBackend.NUMPY)
+    v = unit_rows(2)
+    with pytest.raises(DonorIndexError, match="donor_id"):
+        index.insert("", NS_A, v[0])
+    with pytest.raises(DonorIndexError, match="namespace"):
+        index.insert("d", "", v[0])
+    with pytest.raises(DonorIndexError, match="distinct"):
+        index.insert_batch(["d", "d"], NS_A, v)
+    with pytest.raises(ValueError, match="k must be"):
+        index.search(NS_A, v[0], 0)
+    assert index.insert_batch([], NS_A, np.zeros((0, DIM))) == []
+
+
+def test_auto_backend_follows_capacity() -> None:
+    assert resolve_backend(IndexBackend.AUTO, AUTO_NUMPY_MAX_CAPACITY) is IndexBackend.NUMPY
+    big = resolve_backend(IndexBackend.AUTO, AUTO_NUMPY_MAX_CAPACITY + 1)
+    assert big is (IndexBackend.USEARCH if usearch_available() else IndexBackend.NUMPY)
+    cfg = SemblendConfig(index_capacity=1000)
+    assert DonorIndex.from_config(cfg, DIM).backend is IndexBackend.NUMPY
+
+
+def test_concurrent_inserts_searches_and_deletes_stay_consistent(backend: IndexBackend) -> None:
+    index = DonorIndex(DIM, capacity=200, backend=backend)
+    vectors = unit_rows(400)
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        try:
+            for i in range(offset, 400, 4):
+                index.insert(f"d{i}", NS_A, vectors[i])
+                if i % 3 == 0:
+                    index.delete(f"d{i}")
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for q in vectors[:200]:
+                for hit in index.search(NS_A, q, 8):
+                    assert isinstance(hit, DonorHit)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(o,)) for o in range(4)] + [threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(index) <= 200 and len(index) == index.size(NS_A)
+    assert all(f"d{i}" not in index for i in range(0, 400, 3))
