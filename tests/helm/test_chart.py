@@ -254,6 +254,7 @@ def test_router_and_workers_agree_on_subjects_and_mode(chart: helm.Chart, case: 
         uri = args[args.index("--endpoint") + 1]
         namespace, component, endpoint = uri.removeprefix("dyn://").split(".")
         published = Subjects.for_endpoint(namespace, component, endpoint)
+        assert plain_env(container)["DYN_NAMESPACE"] == namespace
         worker_cfg = SemblendConfig.load(env=plain_env(container))
         # The router listens where the workers publish kv-events, and both use one set of semblend.* subjects.
         assert Subjects.for_config(router_cfg) == Subjects.for_config(worker_cfg) == published

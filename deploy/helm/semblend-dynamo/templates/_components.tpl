@@ -84,6 +84,9 @@ One TensorRT-LLM worker component (aggregated, prefill or decode):
                 {{- toYaml . | nindent 16 }}
                 {{- end }}
               env:
+                # Everything the worker registers or publishes lives in the workers' Dynamo namespace.
+                - name: DYN_NAMESPACE
+                  value: {{ include "semblend-dynamo.workerNamespace" $root | quote }}
                 {{- include "semblend-dynamo.semblendEnv" $root | nindent 16 }}
                 - name: SEMBLEND_CONNECTOR_NATS
                   value: "1"
