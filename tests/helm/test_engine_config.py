@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import itertools
 
 import pytest
@@ -120,3 +122,11 @@ def test_disaggregated_workers_get_a_cache_transceiver() -> None:
     disaggregated = render_engine_yaml(EngineConfigSettings(cache_transceiver_backend="UCX"))
     assert disaggregated == aggregated + "cache_transceiver_config:\n  backend: UCX\n"
     assert yaml.safe_load(disaggregated)["cache_transceiver_config"] == {"backend": "UCX"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec(CONNECTOR_MODULE) is None, reason=f"{CONNECTOR_MODULE} has not landed yet")
+def test_engine_yaml_names_classes_the_connector_module_defines() -> None:
+    # TensorRT-LLM imports connector_module and looks the two classes up by name at engine start-up.
+    module = importlib.import_module(CONNECTOR_MODULE)
+    for name in (CONNECTOR_SCHEDULER_CLASS, CONNECTOR_WORKER_CLASS):
+        assert isinstance(getattr(module, name), type), name
