@@ -234,7 +234,7 @@ class SpanAligner:
     def align(
         self,
         namespace: str,
-        target: Sequence[int],
+        target: Sequence[int] | np.ndarray,
         *,
         candidates: Collection[str] | None = None,
         max_spans: int = 8,

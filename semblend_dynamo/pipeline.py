@@ -1,0 +1,446 @@
+"""Donor discovery: exact check -> token-exact spans -> (bounded) embedding search -> plan.
+
+:class:`DonorDiscovery` owns the per-process view of resident donors: the :class:`SpanAligner` (token-exact
+evidence) and the :class:`DonorIndex` (embedding evidence), both partitioned by the namespace digest.
+
+Routing-path rules (docs/pipeline.md):
+
+* exact prefix reuse wins first: when the exact overlap covers ``exact_route_threshold`` of the prompt,
+  discovery stops with ``exact_prefix_wins``;
+* token-exact spans are the fast path and never wait for an embedding; an accepted exact-equivalent plan skips
+  the embedding entirely;
+* the embedding only adds candidates and similarity, from at most ``max_embed_windows`` windows of the prompt;
+* donors are embedded at registration, off the request path (a background thread by default);
+* nothing here raises on user input: bad prompts and failed embeddings are counted declines.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import SemblendConfig
+from .donor_index import DonorIndex, DonorIndexError
+from .embedder import Embedder, EmbeddingError, embed_token_windows
+from .namespace import NamespaceKey
+from .outcomes import DeclineReason
+from .planner import PlanDecision, Planner
+from .segmenter import WindowSegmenter
+from .span_aligner import Span, SpanAligner
+from .tokenizer import TokenizerAdapter, TokenizerError
+
+__all__ = ["CandidateDonor", "DiscoveryResult", "DonorDiscovery", "StageTimings"]
+
+log = logging.getLogger(__name__)
+
+
+class CandidateDonor(BaseModel):
+    """A donor with evidence for one target: token-exact coverage and/or embedding similarity."""
+
+    model_config = ConfigDict(frozen=True)
+
+    donor_id: str
+    similarity: float | None = Field(None, description="cosine similarity, None when not searched or not a hit")
+    span_tokens: int = Field(0, ge=0, description="target tokens covered by this donor's spans")
+
+
+class StageTimings(BaseModel):
+    """Microseconds spent per stage of one :meth:`DonorDiscovery.discover` call (0 when skipped)."""
+
+    exact_check: float = 0.0
+    embed: float = 0.0
+    search: float = 0.0
+    align: float = 0.0
+    plan: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.exact_check + self.embed + self.search + self.align + self.plan
+
+
+class DiscoveryResult(BaseModel):
+    """Everything discovery found for one request; ``decision`` is the planner's (or the exact check's) verdict."""
+
+    request_id: str
+    namespace: str = Field(description="namespace digest")
+    prompt_tokens: int
+    exact_prefix_tokens: int
+    exact_wins: bool
+    candidates: list[CandidateDonor]
+    spans: list[Span]
+    decision: PlanDecision
+    primary_donor: str | None
+    best_similarity: float | None
+    embedded: bool = Field(description="whether the prompt was embedded and searched")
+    timings_us: StageTimings
+
+    @property
+    def has_evidence(self) -> bool:
+        """Spans, or a candidate at or above the similarity threshold (set by discover)."""
+        return bool(self.spans) or self.primary_donor is not None
+
+
+class DonorDiscovery:
+    """The in-process discovery pipeline. Thread-safe; one instance per router replica / connector.
+
+    ``embedder`` may be None (spans only). ``tokenizer`` turns token windows into text for the embedder; without
+    it, donors registered with ``text`` are embedded from that text and prompts are not embedded.
+    ``background=False`` embeds donors inline (deterministic tests and replay); otherwise call :meth:`drain`
+    to wait for pending donor embeddings.
+    """
+
+    def __init__(
+        self,
+        cfg: SemblendConfig,
+        *,
+        embedder: Embedder | None,
+        index: DonorIndex | None,
+        aligner: SpanAligner,
+        tokenizer: TokenizerAdapter | None = None,
+        background: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.embedder = embedder if index is not None else None
+        self.index = index
+        self.aligner = aligner
+        self.tokenizer = tokenizer
+        self.planner = Planner(cfg)
+        self.segmenter = WindowSegmenter(cfg.window_tokens, cfg.window_overlap)
+        self.counters: Counter[str] = Counter()
+        self._lock = threading.RLock()
+        self._donors: OrderedDict[str, int] = OrderedDict()  # donor id -> generation, oldest first
+        self._generation = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-embed") if background else None
+        self._pending: set[Future[None]] = set()
+
+    # --- donors -----------------------------------------------------------------------------------
+    def register_donor(
+        self, donor_id: str, namespace: NamespaceKey, tokens: Sequence[int], text: str | None = None
+    ) -> None:
+        """Make a finished request a donor: span-indexed now, embedded off the request path.
+
+        Called when a request's KV becomes resident. A known id is replaced. Invalid tokens are counted
+        (``invalid_donor``) and the donor is skipped; beyond ``index_capacity`` the oldest donor is evicted.
+        """
+        digest = namespace.digest()
+        with self._lock:
+            try:
+                self.aligner.add_donor(donor_id, digest, tokens)
+            except (ValueError, TypeError, OverflowError) as exc:
+                self.counters["invalid_donor"] += 1
+                log.debug("donor %s rejected: %s", donor_id, exc)
+                return
+            self._generation += 1
+            generation = self._generation
+            self._donors.pop(donor_id, None)
+            if self.index is not None:
+                self.index.delete(donor_id)
+            self._donors[donor_id] = generation
+            self.counters["donors_registered"] += 1
+            while len(self._donors) > self.cfg.index_capacity:
+                oldest, _ = self._donors.popitem(last=False)
+                self._forget(oldest)
+                self.counters["donors_evicted"] += 1
+        if self.embedder is None:
+            return
+        token_list = list(tokens)
+        if self._executor is None:
+            self._embed_donor(donor_id, generation, digest, token_list, text)
+        else:
+            future = self._executor.submit(self._embed_donor, donor_id, generation, digest, token_list, text)
+            with self._lock:
+                self._pending.add(future)
+            future.add_done_callback(self._pending_done)
+
+    def remove_donor(self, donor_id: str) -> bool:
+        """Forget a donor (evicted or released on its worker). False if unknown."""
+        with self._lock:
+            if self._donors.pop(donor_id, None) is None:
+                return False
+            self._forget(donor_id)
+            return True
+
+    def __contains__(self, donor_id: object) -> bool:
+        with self._lock:
+            return donor_id in self._donors
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._donors)
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait until every donor embedding submitted so far is in the index."""
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            future.result(timeout=timeout)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _pending_done(self, future: Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def _forget(self, donor_id: str) -> None:
+        self.aligner.remove_donor(donor_id)
+        if self.index is not None:
+            self.index.delete(donor_id)
+
+    def _embed_donor(self, donor_id: str, generation: int, digest: str, tokens: list[int], text: str | None) -> None:
+        try:
+            vector = self._embed(tokens, text)
+        except (EmbeddingError, TokenizerError) as exc:
+            self.counters["donor_embedding_errors"] += 1
+            log.debug("donor %s not embedded: %s", donor_id, exc)
+            return
+        if vector is None:
+            return
+        assert self.index is not None
+        with self._lock:
+            if self._donors.get(donor_id) != generation:
+                return  # replaced or removed while it was being embedded
+            try:
+                evicted_ids = self.index.insert(donor_id, digest, vector)
+            except DonorIndexError as exc:
+                self.counters["donor_embedding_errors"] += 1
+                log.debug("donor %s not indexed: %s", donor_id, exc)
+                return
+            for evicted in evicted_ids:
+                if self._donors.pop(evicted, None) is not None:
+                    self.aligner.remove_donor(evicted)
+                    self.counters["donors_evicted"] += 1
+
+    def _embed(self, tokens: Sequence[int], text: str | None) -> np.ndarray | None:
+        """One unit vector for a prompt: the normalized mean of a bounded sample of its windows."""
+        assert self.embedder is not None
+        if self.tokenizer is not None and len(tokens) > 0:
+            windows = self.segmenter.sample(self.segmenter.windows(len(tokens)), self.cfg.max_embed_windows)
+            vectors = embed_token_windows(self.embedder, self.tokenizer, tokens, windows)
+        elif text:
+            vectors = self.embedder.embed([text])
+        else:
+            return None
+        mean = vectors.mean(axis=0)
+        norm = float(np.linalg.norm(mean))
+        if not np.isfinite(norm) or norm <= 1e-12:
+            raise EmbeddingError("mean embedding is not a finite non-zero vector")
+        return (mean / norm).astype(np.float32)
+
+    # --- requests ---------------------------------------------------------------------------------
+    def discover(
+        self,
+        request_id: str,
+        namespace: NamespaceKey,
+        tokens: Sequence[int],
+        *,
+        exact_prefix_tokens: int = 0,
+        device_prefix_tokens: int = 0,
+        resident: Collection[str] | None = None,
+        embed: bool = True,
+    ) -> DiscoveryResult:
+        """Find donors for one request; never raises on the request's content.
+
+        ``exact_prefix_tokens``: the exact-prefix overlap the exact router found (it wins at or above
+        ``exact_route_threshold`` of the prompt). ``device_prefix_tokens``: prompt tokens the chosen worker
+        already holds (the plan extends them). ``resident``: restrict to these donor ids (None: all of the
+        namespace). ``embed=False`` keeps to token-exact evidence.
+        """
+        timings = StageTimings()
+        digest = namespace.digest()
+        t0 = time.perf_counter()
+        try:
+            target = np.ascontiguousarray(tokens, dtype=np.int64)
+            if target.ndim != 1:
+                raise ValueError("tokens must be a flat sequence")
+        except (ValueError, TypeError, OverflowError) as exc:
+            return self._finish(
+                request_id,
+                digest,
+                0,
+                exact_prefix_tokens,
+                timings,
+                reason=DeclineReason.INTERNAL_ERROR,
+                detail=str(exc),
+            )
+        n = int(target.size)
+        exact_wins = n > 0 and exact_prefix_tokens / n >= self.cfg.exact_route_threshold
+        timings.exact_check = _us(t0)
+        if n == 0:
+            return self._finish(
+                request_id,
+                digest,
+                0,
+                exact_prefix_tokens,
+                timings,
+                reason=DeclineReason.EMPTY_PROMPT,
+                detail="no tokens",
+            )
+        if exact_wins:
+            detail = f"exact prefix {exact_prefix_tokens}/{n} >= {self.cfg.exact_route_threshold}"
+            return self._finish(
+                request_id,
+                digest,
+                n,
+                exact_prefix_tokens,
+                timings,
+                reason=DeclineReason.EXACT_PREFIX_WINS,
+                detail=detail,
+            )
+        if not self.cfg.enabled:
+            return self._finish(
+                request_id, digest, n, exact_prefix_tokens, timings, reason=DeclineReason.SEMANTIC_DISABLED, detail=""
+            )
+
+        t0 = time.perf_counter()
+        with self._lock:
+            spans = self.aligner.align(digest, target, candidates=resident, max_spans=min(2 * self.cfg.max_spans, 64))
+        timings.align = _us(t0)
+
+        t0 = time.perf_counter()
+        decision = self.planner.plan(n, spans, device_prefix_tokens=device_prefix_tokens)
+        timings.plan = _us(t0)
+
+        hits: dict[str, float] = {}
+        embedded = False
+        exact_plan = decision.plan is not None and decision.plan.mode == "exact"
+        if embed and self.embedder is not None and n > self.cfg.block_size and not exact_plan:
+            embedded, hits, kth = self._search(digest, target, resident, timings)
+            similarity = _span_similarity(spans, hits, kth, self.cfg.min_similarity)
+            if spans and similarity is not None:
+                t0 = time.perf_counter()
+                decision = self.planner.plan(n, spans, similarity=similarity, device_prefix_tokens=device_prefix_tokens)
+                timings.plan += _us(t0)
+        return self._result(request_id, digest, n, exact_prefix_tokens, spans, hits, embedded, decision, timings)
+
+    def _search(
+        self, digest: str, target: np.ndarray, resident: Collection[str] | None, timings: StageTimings
+    ) -> tuple[bool, dict[str, float], float | None]:
+        """Embed a bounded sample of the prompt's windows and search the namespace; counted on failure.
+
+        Returns (searched, similarity per hit, the k-th similarity when the search returned a full top-k).
+        """
+        assert self.index is not None
+        t0 = time.perf_counter()
+        try:
+            vector = self._embed(target.tolist(), None)
+        except (EmbeddingError, TokenizerError) as exc:
+            self.counters["prompt_embedding_errors"] += 1
+            log.debug("prompt not embedded: %s", exc)
+            return False, {}, None
+        finally:
+            timings.embed = _us(t0)
+        if vector is None:
+            return False, {}, None
+        t0 = time.perf_counter()
+        try:
+            with self._lock:
+                found = self.index.search(digest, vector, self.cfg.top_k)
+        except DonorIndexError as exc:
+            self.counters["prompt_embedding_errors"] += 1
+            log.debug("search rejected the prompt vector: %s", exc)
+            return False, {}, None
+        finally:
+            timings.search = _us(t0)
+        allowed = None if resident is None else set(resident)
+        hits = {h.donor_id: float(h.similarity) for h in found if allowed is None or h.donor_id in allowed}
+        kth = found[-1].similarity if len(found) >= self.cfg.top_k else None
+        return True, hits, kth
+
+    def _result(
+        self,
+        request_id: str,
+        digest: str,
+        n: int,
+        exact_prefix_tokens: int,
+        spans: list[Span],
+        hits: dict[str, float],
+        embedded: bool,
+        decision: PlanDecision,
+        timings: StageTimings,
+    ) -> DiscoveryResult:
+        covered: Counter[str] = Counter()
+        for s in spans:
+            covered[s.donor_id] += s.length
+        ids = list(dict.fromkeys([*covered, *hits]))
+        candidates = sorted(
+            (CandidateDonor(donor_id=i, similarity=hits.get(i), span_tokens=covered[i]) for i in ids),
+            key=lambda c: (-c.span_tokens, -(c.similarity or 0.0), c.donor_id),
+        )
+        if decision.plan is not None:
+            used: Counter[str] = Counter()
+            for s in decision.plan.spans:
+                used[s.donor_id] += s.length
+            primary: str | None = used.most_common(1)[0][0]
+        elif covered:
+            primary = candidates[0].donor_id
+        else:
+            above = [c for c in candidates if (c.similarity or 0.0) >= self.cfg.min_similarity]
+            primary = above[0].donor_id if above else None
+        if decision.reason is not None:
+            self.counters[f"decline:{decision.reason.value}"] += 1
+        return DiscoveryResult(
+            request_id=request_id,
+            namespace=digest,
+            prompt_tokens=n,
+            exact_prefix_tokens=exact_prefix_tokens,
+            exact_wins=False,
+            candidates=candidates,
+            spans=spans,
+            decision=decision,
+            primary_donor=primary,
+            best_similarity=max(hits.values()) if hits else None,
+            embedded=embedded,
+            timings_us=timings,
+        )
+
+    def _finish(
+        self,
+        request_id: str,
+        digest: str,
+        n: int,
+        exact_prefix_tokens: int,
+        timings: StageTimings,
+        *,
+        reason: DeclineReason,
+        detail: str,
+    ) -> DiscoveryResult:
+        """A result decided before any discovery ran (exact win, bad or empty prompt, disabled)."""
+        self.counters[f"decline:{reason.value}"] += 1
+        return DiscoveryResult(
+            request_id=request_id,
+            namespace=digest,
+            prompt_tokens=n,
+            exact_prefix_tokens=exact_prefix_tokens,
+            exact_wins=reason is DeclineReason.EXACT_PREFIX_WINS,
+            candidates=[],
+            spans=[],
+            decision=PlanDecision(plan=None, reason=reason, detail=detail),
+            primary_donor=None,
+            best_similarity=None,
+            embedded=False,
+            timings_us=timings,
+        )
+
+
+def _span_similarity(spans: list[Span], hits: dict[str, float], kth: float | None, threshold: float) -> float | None:
+    """Similarity evidence for the span donors: the best hit among them; else, when a full top-k left them all
+    out, the k-th similarity (an upper bound for theirs) if it is already below ``threshold``; else None."""
+    sims = [hits[s.donor_id] for s in spans if s.donor_id in hits]
+    if sims:
+        return max(sims)
+    if kth is not None and kth < threshold:
+        return kth
+    return None
+
+
+def _us(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1e6

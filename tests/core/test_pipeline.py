@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.donor_index import DonorIndex
+from semblend_dynamo.embedder import EmbeddingError, HashEmbedder
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.outcomes import DeclineReason
+from semblend_dynamo.pipeline import DonorDiscovery
+from semblend_dynamo.span_aligner import SpanAligner
+from semblend_dynamo.tokenizer import TokenizerAdapter
+from semblend_dynamo.workload import load_corpus
+
+BS = 32
+NS = NamespaceKey(model_id="test-model", tokens_per_block=BS, cache_salt="tenant-a")
+OTHER_NS = NS.with_salt("tenant-b")
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> TokenizerAdapter:
+    return TokenizerAdapter.bundled()
+
+
+@pytest.fixture(scope="module")
+def docs(tokenizer: TokenizerAdapter) -> list[list[int]]:
+    return [tokenizer.encode(d.text) for d in load_corpus()[:6]]
+
+
+def make(tokenizer: TokenizerAdapter | None, embedder: Any = None, **overrides: Any) -> DonorDiscovery:
+    values: dict[str, Any] = {"embedder": "hash", "block_size": BS, "min_span_tokens": 64, "max_embed_windows": 4}
+    values.update(overrides)
+    cfg = SemblendConfig(**values)
+    emb = embedder if embedder is not None else HashEmbedder()
+    return DonorDiscovery(
+        cfg,
+        embedder=emb,
+        index=DonorIndex(emb.dim, cfg.index_capacity),
+        aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
+        tokenizer=tokenizer,
+        background=False,
+    )
+
+
+class FailingEmbedder:
+    """Test double: every embedding call fails like a broken model would."""
+
+    name = "failing"
+    dim = 384
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise EmbeddingError("model unavailable")
+
+
+class BlockingEmbedder(HashEmbedder):
+    """Test double: a hash embedder that waits for a gate, to hold a donor embedding in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.gate.wait(timeout=10)
+        return super().embed(texts)
+
+
+def test_exact_prefix_wins_first(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("d", NS, docs[0][:600])
+    result = discovery.discover("r", NS, docs[0][:600], exact_prefix_tokens=320)
+    assert result.exact_wins and result.decision.reason is DeclineReason.EXACT_PREFIX_WINS
+    assert result.spans == [] and result.embedded is False
+
+
+def test_span_fast_path_accepts_exact_equivalent_prefix_without_embedding(
+    tokenizer: TokenizerAdapter, docs: list[list[int]]
+) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("d", NS, docs[0][:640])
+    target = docs[0][:400] + docs[1][:300]
+    result = discovery.discover("r", NS, target, exact_prefix_tokens=0)
+    assert result.decision.accepted and result.decision.plan is not None
+    assert result.decision.plan.spans[0].donor_id == "d" and result.decision.plan.reused_tokens == 384
+    assert result.primary_donor == "d"
+    assert result.embedded is False  # an exact-equivalent plan needs no embedding evidence
+    assert result.timings_us.embed == 0.0
+
+
+def test_shifted_reorder_uses_spans_and_similarity(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer, exact_materialization_only=False, isolation="cache_salt")
+    chunks = [docs[i][:128] for i in range(4)]
+    discovery.register_donor("d", NS, [t for c in chunks for t in c] + docs[5][:40])
+    target = chunks[2] + chunks[0] + chunks[3] + chunks[1] + docs[4][:40]
+    result = discovery.discover("r", NS, target)
+    plan = result.decision.plan
+    assert result.decision.accepted and plan is not None, result.decision.detail
+    assert [(s.target_start, s.delta) for s in plan.spans] == [(0, -256), (128, 128), (256, -128), (384, 256)]
+    assert plan.mode == "shifted" and plan.requires_rope_correction
+    assert result.embedded and result.candidates[0].donor_id == "d"
+    assert result.candidates[0].similarity is not None and result.candidates[0].similarity > 0.5
+
+
+def test_cross_namespace_donors_are_never_candidates(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("tenant-a-donor", NS, docs[0][:600])
+    result = discovery.discover("r", OTHER_NS, docs[0][:600])
+    assert result.decision.reason is DeclineReason.NO_CANDIDATE
+    assert result.candidates == [] and result.primary_donor is None
+    assert result.embedded  # it searched, in its own (empty) namespace
+
+
+def test_similarity_only_evidence_names_a_primary_donor(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("d", NS, docs[2][:600])
+    edited = list(docs[2][:600])
+    for p in range(5, 600, 24):  # no exact run of 64 tokens survives
+        edited[p] = (edited[p] + 7) % tokenizer.vocab_size
+    result = discovery.discover("r", NS, edited)
+    assert result.spans == [] and result.decision.reason is DeclineReason.NO_CANDIDATE
+    assert result.primary_donor == "d" and result.best_similarity is not None
+    assert result.best_similarity >= discovery.cfg.min_similarity
+
+
+def test_low_similarity_declines_shifted_spans(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(
+        tokenizer, exact_materialization_only=False, isolation="cache_salt", min_reuse_ratio=0.05, min_similarity=0.95
+    )
+    discovery.register_donor("d", NS, docs[5][:7] + docs[0][:256])
+    result = discovery.discover("r", NS, docs[0][:160] + docs[3][:1200])
+    assert result.spans and result.decision.reason is DeclineReason.BELOW_SIMILARITY, result.decision.detail
+
+
+@pytest.mark.parametrize(
+    ("tokens", "reason"),
+    [
+        ([], DeclineReason.EMPTY_PROMPT),
+        ([1, 2, 3], DeclineReason.PROMPT_TOO_SHORT),
+        (["not", "token", "ids"], DeclineReason.INTERNAL_ERROR),
+        ([[1, 2], [3, 4]], DeclineReason.INTERNAL_ERROR),
+    ],
+)
+def test_bad_prompts_are_counted_declines(tokenizer: TokenizerAdapter, tokens: Any, reason: DeclineReason) -> None:
+    discovery = make(tokenizer)
+    result = discovery.discover("r", NS, tokens)
+    assert result.decision.reason is reason
+    assert discovery.counters[f"decline:{reason.value}"] == 1
+
+
+def test_out_of_vocabulary_prompt_is_searched_safely(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("d", NS, docs[0][:600])
+    result = discovery.discover("r", NS, [10**9] * 200)  # ids the tokenizer cannot decode
+    assert result.decision.reason is DeclineReason.NO_CANDIDATE and not result.embedded
+    assert discovery.counters["prompt_embedding_errors"] == 1
+
+
+def test_embedding_failure_keeps_the_donor_span_indexed(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer, embedder=FailingEmbedder())
+    discovery.register_donor("d", NS, docs[0][:640])
+    assert discovery.counters["donor_embedding_errors"] == 1 and "d" in discovery
+    result = discovery.discover("r", NS, docs[0][:400] + docs[1][:300])
+    assert result.decision.accepted and result.primary_donor == "d"
+
+
+def test_invalid_donor_tokens_are_counted_not_raised(tokenizer: TokenizerAdapter) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("bad", NS, [1, -2, 3] * 50)
+    assert "bad" not in discovery and discovery.counters["invalid_donor"] == 1
+
+
+def test_capacity_evicts_the_oldest_donor_everywhere(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer, index_capacity=2)
+    for i in range(3):
+        discovery.register_donor(f"d{i}", NS, docs[i][:300])
+    assert "d0" not in discovery and "d0" not in discovery.aligner and discovery.index is not None
+    assert "d0" not in discovery.index and len(discovery.index) == 2
+    assert discovery.counters["donors_evicted"] == 1
+    assert discovery.discover("r", NS, docs[0][:300] + docs[4][:100]).decision.reason is DeclineReason.NO_CANDIDATE
+
+
+def test_resident_set_restricts_candidates(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("d", NS, docs[0][:640])
+    result = discovery.discover("r", NS, docs[0][:400] + docs[1][:300], resident=[])
+    assert result.spans == [] and result.candidates == []
+
+
+def test_background_embedding_and_removal_while_in_flight(docs: list[list[int]], tokenizer: TokenizerAdapter) -> None:
+    embedder = BlockingEmbedder()
+    cfg = SemblendConfig(embedder="hash", block_size=BS, min_span_tokens=64)
+    discovery = DonorDiscovery(
+        cfg,
+        embedder=embedder,
+        index=DonorIndex(embedder.dim, cfg.index_capacity),
+        aligner=SpanAligner(BS, 64),
+        tokenizer=tokenizer,
+    )
+    try:
+        discovery.register_donor("kept", NS, docs[0][:300])
+        discovery.register_donor("removed", NS, docs[1][:300])
+        assert "kept" in discovery.aligner  # span-indexed before its embedding finished
+        assert discovery.remove_donor("removed")
+        embedder.gate.set()
+        discovery.drain(timeout=30)
+        assert discovery.index is not None
+        assert "kept" in discovery.index and "removed" not in discovery.index
+    finally:
+        discovery.close()
