@@ -1,0 +1,610 @@
+"""SemBlend's TensorRT-LLM KV-cache connector: :class:`SemBlendConnectorScheduler` and :class:`SemBlendConnectorWorker`.
+
+Named in the engine YAML's ``kv_connector_config`` (``connector_module: trtllm_connector.connector``). Settings come
+from ``SEMBLEND_*`` environment / the ``SEMBLEND_CONFIG`` file, because TensorRT-LLM's ``KvCacheConnectorConfig``
+rejects unknown keys.
+
+Per request, in PyExecutor's order (reference/trtllm-connector.md §1.5):
+
+1. ``get_num_new_matched_tokens`` (rank 0): take the router's hint for this prompt, or look up the pinned donors;
+   re-align locally, run the planner's gates and :func:`~trtllm_connector.validation.validate_load`. Only a load
+   that passed everything is promised (whole blocks, at least one token left); anything else returns 0 and is
+   audited with its :class:`~semblend_dynamo.outcomes.DeclineReason`. Any exception becomes ``internal_error``.
+2. ``update_state_after_alloc``: remember the target's block ids; blocks newly handed to any request invalidate the
+   donors that claimed them (generation bump).
+3. ``build_connector_meta``: revalidate each promised donor (same generation, still pinned) and emit the plan rows
+   plus the donor releases due this iteration.
+4. Worker ``start_load_kv(stream)``: copy donor K/V into the target's *new* blocks on that stream, rotating K by the
+   position delta; ``wait_for_save`` confirms completion (CUDA event) before auditing ``materialized``.
+5. ``request_finished``: finished prompts of at least ``min_donor_tokens`` become donors (return True = pinned) within
+   the pin budget; ``get_finished`` reports releases, each only after its id was passed in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from semblend_kernels.layout import PagedKVLayout
+from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
+
+from semblend_dynamo.audit import AuditEvent, AuditWriter
+from semblend_dynamo.config import ConfigError, SemblendConfig
+from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
+from semblend_dynamo.outcomes import DeclineReason, Outcome
+from semblend_dynamo.planner import Planner
+from semblend_dynamo.span_aligner import SpanAligner
+
+from . import metrics, process
+from .base import KvCacheConnectorScheduler, KvCacheConnectorWorker
+from .donors import Donor, DonorRegistry
+from .hints import HintInbox
+from .metadata import ConnectorMetadata, LoadPlan
+from .model_info import ModelInfo, has_isolating_salt, tenant_of
+from .outcome_link import OutcomeLink
+from .process import PoolState
+from .validation import Declined, ValidatedLoad, validate_load
+
+logger = logging.getLogger(__name__)
+
+CACHE_SALT_ATTRS = ("cache_salt", "py_cache_salt")
+LORA_ATTRS = ("lora_task_id", "py_lora_task_id")
+
+
+def read_prompt(request: Any) -> list[int]:
+    """The prompt token ids of an ``LlmRequest`` (beam 0, without generated tokens)."""
+    tokens = list(request.get_tokens(0))
+    prompt_len = getattr(request, "prompt_len", None)
+    return tokens[:prompt_len] if isinstance(prompt_len, int) else tokens
+
+
+def read_cache_salt(request: Any) -> str | None:
+    """The request's cache salt if this TensorRT-LLM version exposes it on the request, else None."""
+    for name in CACHE_SALT_ATTRS:
+        value = getattr(request, name, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def read_lora(request: Any) -> str:
+    for name in LORA_ATTRS:
+        value = getattr(request, name, None)
+        if value is not None:
+            return str(value)
+    return ""
+
+
+@dataclass
+class _Promise:
+    """A load promised in ``get_num_new_matched_tokens``, waiting for its blocks and the metadata."""
+
+    load: ValidatedLoad
+    request_key: str
+    namespace: str
+    promised_at: float
+    block_ids: list[int] | None = None
+    donor_ids: tuple[str, ...] = field(default=())
+
+
+class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
+    """The leader half (rank 0): donor lookup, validation, promises, pins and the plan."""
+
+    def __init__(
+        self,
+        llm_args: Any,
+        *,
+        config: SemblendConfig | None = None,
+        audit: AuditWriter | None = None,
+        hints: HintInbox | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Built by TensorRT-LLM with ``llm_args`` only; the keyword arguments are for the harness and tests.
+
+        Raises :class:`ConfigError` for a configuration that must not run (shifted mode without isolation, a block
+        size that disagrees with the engine).
+        """
+        super().__init__(llm_args)
+        cfg = config if config is not None else SemblendConfig.load()
+        if cfg.mode == "shifted" and cfg.isolation == "none":
+            raise ConfigError(
+                "SEMBLEND_EXACT_MATERIALIZATION_ONLY=0 (shifted spans) requires SEMBLEND_ISOLATION=cache_salt or "
+                "no_block_reuse: approximate KV must never become exact reusable cache state"
+            )
+        self.cfg = cfg
+        self.model = ModelInfo.load(cfg, llm_args)
+        self.tokens_per_block = self.model.tokens_per_block
+        self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
+        self.hints = hints if hints is not None else process.shared_hints()
+        self.registry = DonorRegistry(0, cfg.pin_ttl_s, worker_id=cfg.worker_id, clock=clock)
+        self.aligner = SpanAligner(self.tokens_per_block, min(cfg.min_span_tokens, self.tokens_per_block))
+        self.planner = Planner(cfg.model_copy(update={"block_size": self.tokens_per_block}))
+        deployment = deployment_digest(self.model.namespace())
+        self.link = OutcomeLink.start(cfg, self.hints, deployment) if cfg.connector_nats else None
+        self._device_matched: dict[int, int] = {}
+        self._promises: dict[int, _Promise] = {}
+        self._worker_id = str(cfg.worker_id)
+
+    # --- TensorRT-LLM API ------------------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+        """Called once per request, on its first context chunk, after the device prefix match.
+
+        Returns ``(tokens, False)``: tokens promised beyond ``num_computed_tokens`` (0 = run without donor KV).
+        Loads are synchronous (done in this iteration's ``start_load_kv``).
+        """
+        started = time.perf_counter()
+        request_id = _request_id(request)
+        try:
+            tokens = self._decide(request, num_computed_tokens, started)
+        except Exception as exc:  # fail closed: the request runs cold
+            logger.exception("semblend connector: decision failed for request %s", request_id)
+            tokens = 0
+            promise = self._promises.pop(request_id, None)
+            for donor_id in promise.donor_ids if promise else ():
+                self.registry.unlease(donor_id)
+            try:
+                self._decline(request_id, DeclineReason.INTERNAL_ERROR, started, detail=f"{type(exc).__name__}: {exc}")
+            except Exception:
+                logger.exception("semblend connector: could not audit the decline of request %s", request_id)
+        metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
+        return tokens, False
+
+    def update_state_after_alloc(self, request: Any, block_ids: list[int]) -> None:
+        """Called right after the request's blocks were allocated (``block_ids``: all its prompt blocks)."""
+        request_id = _request_id(request)
+        try:
+            device_blocks = self._device_matched.pop(request_id, 0) // self.tokens_per_block
+            for donor in self.registry.note_allocation(block_ids[device_blocks:]):
+                self._released(donor, DeclineReason.GENERATION_MISMATCH)
+            promise = self._promises.get(request_id)
+            if promise is not None:
+                promise.block_ids = list(block_ids)
+        except Exception as exc:
+            logger.exception("semblend connector: update_state_after_alloc failed for request %s", request_id)
+            self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def build_connector_meta(self, scheduler_output: Any) -> object:
+        """Called once per iteration after allocation: the plans for this iteration's promises, and releases."""
+        loads: list[LoadPlan] = []
+        try:
+            new_blocks = {
+                int(rd.request_id): list(rd.new_block_ids) for rd in getattr(scheduler_output, "new_requests", [])
+            }
+            for request_id in [r for r, p in self._promises.items() if p.block_ids is not None]:
+                promise = self._promises.pop(request_id)
+                for donor_id in promise.donor_ids:
+                    self.registry.unlease(donor_id)
+                try:
+                    loads.append(self._plan(request_id, promise, new_blocks.get(request_id)))
+                except Exception as exc:
+                    reason = exc.reason if isinstance(exc, Declined) else DeclineReason.INTERNAL_ERROR
+                    self._decline(
+                        request_id, reason, promise.promised_at, key=promise.request_key, detail=f"after promise: {exc}"
+                    )
+            for donor in self.registry.tick():
+                self._released(donor, DeclineReason.DONOR_LEASE_EXPIRED)
+        except Exception as exc:
+            logger.exception("semblend connector: build_connector_meta failed")
+            self._decline(
+                None, DeclineReason.INTERNAL_ERROR, time.perf_counter(), detail=f"build_connector_meta: {exc}"
+            )
+            loads = []
+        releases = tuple(self.registry.take_releases())
+        metrics.PINNED_BLOCKS.set(self.registry.held_blocks)
+        return ConnectorMetadata(loads=tuple(loads), releases=releases)
+
+    def request_finished(self, request: Any, cache_block_ids: list[int]) -> bool:
+        """Called when a request finishes. True pins its blocks as a donor until a worker reports it saved."""
+        request_id = _request_id(request)
+        try:
+            self._device_matched.pop(request_id, None)
+            if request_id in self._promises:
+                self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, "request finished before its load")
+            return self._admit_donor(request, request_id, list(cache_block_ids))
+        except Exception:
+            logger.exception("semblend connector: request_finished failed for request %s", request_id)
+            return False
+
+    # --- decisions -------------------------------------------------------------------------------
+    def _decide(self, request: Any, num_computed: int, started: float) -> int:
+        request_id = _request_id(request)
+        self._device_matched[request_id] = num_computed
+        prompt = read_prompt(request)
+        key = request_key(prompt)
+        hint = self.hints.take(key)
+        salt = read_cache_salt(request)
+        namespace = self.model.namespace(lora=read_lora(request), tenant=tenant_of(salt)).digest()
+        if not self.cfg.enabled:
+            return self._decline(request_id, DeclineReason.SEMANTIC_DISABLED, started, namespace=namespace, key=key)
+        candidates = self._hint_candidates(hint, namespace)
+        if isinstance(candidates, DeclineReason):
+            self._lookup(request_id, found=False, namespace=namespace, donor_id=hint.donor_id if hint else None)
+            return self._decline(request_id, candidates, started, namespace=namespace, key=key)
+        spans = self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
+        self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=spans[0].donor_id if spans else None)
+        decision = self.planner.plan(
+            len(prompt), spans, similarity=hint.similarity if hint else None, device_prefix_tokens=num_computed
+        )
+        if decision.plan is None or decision.reason is not None:
+            reason = decision.reason or DeclineReason.INTERNAL_ERROR
+            return self._decline(request_id, reason, started, namespace=namespace, key=key, detail=decision.detail)
+        try:
+            load = validate_load(
+                prompt,
+                num_computed,
+                decision.plan.spans,
+                self.registry,
+                namespace_digest=namespace,
+                tokens_per_block=self.tokens_per_block,
+                exact_only=self.cfg.exact_materialization_only,
+                shift_supported=self.model.shift_supported,
+            )
+            self._check_backend(load, salt)
+        except Declined as d:
+            return self._decline(request_id, d.reason, started, namespace=namespace, key=key, detail=d.detail)
+        donor_ids = tuple(dict.fromkeys(s.donor.donor_id for s in load.segments))
+        self._promises[request_id] = _Promise(load, key, namespace, started, donor_ids=donor_ids)
+        for seg in load.segments:
+            self.registry.lease(seg.donor)
+        metrics.DECISIONS.labels("promised", "").inc()
+        metrics.PROMISED_TOKENS.inc(load.tokens)
+        self.audit.write(
+            event=AuditEvent.PROMISED,
+            request_id=str(request_id),
+            donor_id=",".join(donor_ids),
+            worker_id=self._worker_id,
+            namespace=namespace,
+            tokens=load.tokens,
+            blocks=load.tokens // self.tokens_per_block,
+            delta=load.segments[0].delta,
+            requires_rope_correction=load.requires_rope_correction,
+            mode=self.cfg.mode,
+            latency_us=(time.perf_counter() - started) * 1e6,
+        )
+        return load.tokens
+
+    def _hint_candidates(self, hint: DonorHint | None, namespace: str) -> list[str] | DeclineReason | None:
+        """The donors a hint allows (None: no hint, search every pinned donor), or why the hint is unusable."""
+        if hint is None:
+            return None
+        if hint.namespace != namespace or hint.worker_id != self.cfg.worker_id:
+            return DeclineReason.NAMESPACE_MISMATCH
+        donor = self.registry.get(hint.donor_id)
+        if donor is None:
+            return self.registry.why_gone(hint.donor_id)
+        if donor.namespace_digest != namespace:
+            return DeclineReason.NAMESPACE_MISMATCH
+        return [hint.donor_id]
+
+    def _check_backend(self, load: ValidatedLoad, salt: str | None) -> None:
+        """What the worker and the cache need for this load, checked before the promise."""
+        pool = process.pool_state()
+        if pool is None:
+            raise Declined(DeclineReason.UNSUPPORTED_LAYOUT, "the worker has not registered the KV pool")
+        needs_geometry = any(
+            s.delta or s.donor_start % self.tokens_per_block or s.length % self.tokens_per_block for s in load.segments
+        )
+        if needs_geometry and not pool.geometry_ok:
+            raise Declined(DeclineReason.UNSUPPORTED_LAYOUT, "pool geometry unknown: only whole-block copies possible")
+        if load.approximate and self.cfg.isolation == "cache_salt" and not has_isolating_salt(salt):
+            raise Declined(DeclineReason.ISOLATION_REQUIRED, "shifted spans need a per-request cache salt tenant|nonce")
+
+    def _plan(self, request_id: int, promise: _Promise, new_block_ids: list[int] | None) -> LoadPlan:
+        """The plan rows for a promise, after revalidating every donor (raises :class:`Declined`)."""
+        tpb = self.tokens_per_block
+        target_blocks = promise.block_ids or []
+        load = promise.load
+        last_block = (load.start + load.tokens) // tpb
+        if len(target_blocks) < last_block:
+            raise Declined(DeclineReason.INTERNAL_ERROR, f"{len(target_blocks)} blocks allocated, {last_block} needed")
+        dst = target_blocks[load.start // tpb : last_block]
+        if new_block_ids is not None and not set(dst) <= set(new_block_ids):
+            raise Declined(DeclineReason.INTERNAL_ERROR, "scheduler output disagrees on the target's blocks")
+        rows: list[tuple[int, int, int, int, int, int]] = []
+        for seg in load.segments:
+            donor = self.registry.get(seg.donor.donor_id)
+            if donor is None:
+                raise Declined(self.registry.why_gone(seg.donor.donor_id), seg.donor.donor_id)
+            if donor.generation != seg.generation:
+                raise Declined(DeclineReason.GENERATION_MISMATCH, donor.donor_id)
+            if set(dst) & set(donor.block_ids):
+                raise Declined(DeclineReason.INTERNAL_ERROR, f"target blocks overlap donor {donor.donor_id}")
+            span = CopySpan(seg.donor_start, seg.target_start, seg.length)
+            rows.extend(
+                tuple(r) for r in split_spans_to_plan([span], list(donor.block_ids), target_blocks, tpb).tolist()
+            )
+            self.registry.touch(donor)
+        return LoadPlan(
+            request_id=request_id,
+            request_key=promise.request_key,
+            donor_ids=promise.donor_ids,
+            rows=tuple(rows),  # type: ignore[arg-type]
+            tokens=load.tokens,
+            blocks=load.tokens // tpb,
+            delta=load.segments[0].delta,
+            requires_rope_correction=load.requires_rope_correction,
+            namespace=promise.namespace,
+            mode=self.cfg.mode,
+            promised_at=promise.promised_at,
+        )
+
+    def _admit_donor(self, request: Any, request_id: int, block_ids: list[int]) -> bool:
+        prompt = read_prompt(request)
+        tpb = self.tokens_per_block
+        if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
+            return False
+        pool = process.pool_state()
+        self.registry.budget_blocks = int(pool.num_blocks * self.cfg.pin_budget_fraction) if pool else 0
+        namespace = self.model.namespace(lora=read_lora(request), tenant=tenant_of(read_cache_salt(request)))
+        result = self.registry.admit(request_id, namespace, prompt, block_ids)
+        for donor in result.released:
+            self._released(donor, self.registry.why_gone(donor.donor_id))
+        metrics.PINNED_BLOCKS.set(self.registry.held_blocks)
+        if result.donor is None:
+            metrics.DONORS.labels("refused").inc()
+            return False
+        donor = result.donor
+        self.aligner.add_donor(donor.donor_id, donor.namespace_digest, donor.tokens)
+        metrics.DONORS.labels("pinned").inc()
+        self.audit.write(
+            event=AuditEvent.DONOR_REGISTERED,
+            request_id=str(request_id),
+            donor_id=donor.donor_id,
+            worker_id=self._worker_id,
+            namespace=donor.namespace_digest,
+            tokens=len(donor.tokens),
+            blocks=donor.num_blocks,
+        )
+        if self.link is not None:
+            self.link.lifecycle(donor, "pinned")
+        return True
+
+    # --- bookkeeping -----------------------------------------------------------------------------
+    def _released(self, donor: Donor, reason: DeclineReason) -> None:
+        self.aligner.remove_donor(donor.donor_id)
+        metrics.DONORS.labels(reason.value).inc()
+        self.audit.write(
+            event=AuditEvent.DONOR_RELEASED,
+            request_id=str(donor.request_id),
+            donor_id=donor.donor_id,
+            worker_id=self._worker_id,
+            namespace=donor.namespace_digest,
+            blocks=donor.num_blocks,
+            detail=reason.value,
+        )
+        if self.link is not None:
+            self.link.lifecycle(donor, "released" if reason == DeclineReason.DONOR_LEASE_EXPIRED else "evicted")
+
+    def _drop_promise(self, request_id: int, reason: DeclineReason, detail: str) -> None:
+        promise = self._promises.pop(request_id, None)
+        if promise is None:
+            return
+        for donor_id in promise.donor_ids:
+            self.registry.unlease(donor_id)
+        self._decline(
+            request_id, reason, promise.promised_at, key=promise.request_key, detail=f"after promise: {detail}"
+        )
+
+    def _lookup(self, request_id: int, *, found: bool, namespace: str, donor_id: str | None) -> None:
+        self.audit.write(
+            event=AuditEvent.LOOKUP,
+            request_id=str(request_id),
+            worker_id=self._worker_id,
+            namespace=namespace,
+            found=found,
+            donor_id=donor_id,
+            mode=self.cfg.mode,
+        )
+
+    def _decline(
+        self,
+        request_id: int | None,
+        reason: DeclineReason,
+        started: float,
+        *,
+        namespace: str | None = None,
+        key: str | None = None,
+        detail: str = "",
+    ) -> int:
+        metrics.DECISIONS.labels("declined", reason.value).inc()
+        self.audit.write(
+            event=AuditEvent.DECLINED,
+            outcome=Outcome.BACKEND_DECLINED,
+            request_id=None if request_id is None else str(request_id),
+            worker_id=self._worker_id,
+            namespace=namespace,
+            rejection_reason=reason,
+            requires_rope_correction=False,
+            mode=self.cfg.mode,
+            latency_us=max(0.0, (time.perf_counter() - started) * 1e6),
+            detail=detail or None,
+        )
+        if self.link is not None and request_id is not None and key:
+            self.link.outcome(str(request_id), namespace or "", Outcome.BACKEND_DECLINED, reason=reason, key=key)
+        return 0
+
+
+class SemBlendConnectorWorker(KvCacheConnectorWorker):
+    """The worker half (every rank): copies donor KV into target blocks and reports donor releases."""
+
+    def __init__(
+        self,
+        llm_args: Any,
+        *,
+        config: SemblendConfig | None = None,
+        audit: AuditWriter | None = None,
+        rank: int | None = None,
+    ) -> None:
+        """Built by TensorRT-LLM with ``llm_args`` only; the keyword arguments are for the harness and tests."""
+        super().__init__(llm_args)
+        cfg = config if config is not None else SemblendConfig.load()
+        self.cfg = cfg
+        self.model = ModelInfo.load(cfg, llm_args)
+        self.rank = _mpi_rank() if rank is None else rank
+        self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
+        deployment = deployment_digest(self.model.namespace())
+        self.link = OutcomeLink.start(cfg, None, deployment) if cfg.connector_nats and self.rank == 0 else None
+        self.pool: torch.Tensor | None = None
+        self.layout: PagedKVLayout | None = None
+        self._inv_freq: torch.Tensor | None = None
+        self._saving: set[int] = set()  # ids passed in finished_gen_req_ids, not yet reported
+        self._releases_due: set[int] = set()
+        self._launched: list[tuple[LoadPlan, Any]] = []
+
+    def register_kv_caches(self, kv_cache_tensor: torch.Tensor) -> None:
+        """Called once with the primary pool ``[num_blocks, num_layers, 2, tokens_per_block*kv_heads*head_dim]``."""
+        self.pool = kv_cache_tensor
+        nb, nl = int(kv_cache_tensor.shape[0]), int(kv_cache_tensor.shape[1])
+        m = self.model
+        geometry_ok = False
+        if m.num_kv_heads and m.head_dim:
+            try:
+                layout = PagedKVLayout(nl, m.num_kv_heads, m.head_dim, m.tokens_per_block, m.layout_order)  # type: ignore[arg-type]
+                layout.check_pool(kv_cache_tensor)
+                self.layout = layout
+                geometry_ok = True
+            except ValueError as exc:
+                logger.warning(
+                    "semblend connector: KV pool does not match the model config (%s); exact block copies only", exc
+                )
+        if m.inv_freq is not None:
+            self._inv_freq = torch.tensor(m.inv_freq, dtype=torch.float32, device=kv_cache_tensor.device)
+        process.publish_pool(PoolState(num_blocks=nb, num_layers=nl, geometry_ok=geometry_ok))
+
+    def start_load_kv(self, stream: Any) -> None:
+        """Called before the forward pass with the forward stream: enqueue every planned copy on it."""
+        meta = self.get_connector_meta()
+        if not isinstance(meta, ConnectorMetadata):
+            return
+        self._releases_due.update(meta.releases)
+        for plan in meta.loads:
+            try:
+                event = self._copy(plan, stream)
+            except Exception as exc:
+                logger.exception("semblend connector: load for request %s failed", plan.request_id)
+                self._report_failure(plan, exc)
+                continue
+            self._launched.append((plan, event))
+
+    def wait_for_layer_load(self, layer_idx: int, stream: Any) -> None:
+        """Forward pre-hook per decoder layer: nothing to wait for (loads are enqueued before the forward)."""
+
+    def save_kv_layer(self, layer_idx: int, stream: Any) -> None:
+        """Forward post-hook per decoder layer: SemBlend saves nothing (donors stay in place, pinned)."""
+
+    def wait_for_save(self, stream: Any) -> None:
+        """Called after the forward pass: confirm the copies finished, then audit them as materialized."""
+        launched, self._launched = self._launched, []
+        for plan, event in launched:
+            try:
+                if event is not None:
+                    event.synchronize()
+            except Exception as exc:
+                self._report_failure(plan, exc)
+                continue
+            metrics.MATERIALIZED_TOKENS.inc(plan.tokens)
+            if self.rank == 0:
+                self.audit.write(
+                    event=AuditEvent.MATERIALIZED,
+                    outcome=Outcome.BACKEND_MATERIALIZED,
+                    request_id=str(plan.request_id),
+                    donor_id=",".join(plan.donor_ids),
+                    worker_id=str(self.cfg.worker_id),
+                    namespace=plan.namespace,
+                    materialized=plan.tokens,
+                    tokens=plan.tokens,
+                    blocks=plan.blocks,
+                    delta=plan.delta,
+                    requires_rope_correction=plan.requires_rope_correction,
+                    mode=plan.mode,
+                    latency_us=(time.perf_counter() - plan.promised_at) * 1e6,
+                )
+                if self.link is not None:
+                    self.link.outcome(
+                        str(plan.request_id),
+                        plan.namespace,
+                        Outcome.BACKEND_MATERIALIZED,
+                        tokens=plan.tokens,
+                        donor_id=plan.donor_ids[0],
+                        key=plan.request_key,
+                    )
+
+    def get_finished(
+        self, finished_gen_req_ids: list[int], started_loading_req_ids: list[int]
+    ) -> tuple[list[int], list[int]]:
+        """Called at the end of every iteration: donors whose release is due and whose id was already passed in."""
+        self._saving.update(finished_gen_req_ids)
+        done = sorted(self._releases_due & self._saving)
+        self._releases_due.difference_update(done)
+        self._saving.difference_update(done)
+        return done, []
+
+    # --- internals -------------------------------------------------------------------------------
+    def _copy(self, plan: LoadPlan, stream: Any) -> Any:
+        pool = self.pool
+        if pool is None:
+            raise RuntimeError("start_load_kv before register_kv_caches")
+        rows = torch.tensor(plan.rows, dtype=torch.int64)
+        on_cuda = pool.is_cuda and isinstance(stream, torch.cuda.Stream)
+        ctx = torch.cuda.stream(stream) if on_cuda else contextlib.nullcontext()
+        with ctx:
+            if plan.is_whole_block_copy(self.model.tokens_per_block):
+                src = rows[:, 0].to(pool.device)
+                dst = rows[:, 2].to(pool.device)
+                if bool(torch.isin(dst, src).any()):
+                    raise ValueError("copy source and target blocks overlap")
+                pool.index_copy_(0, dst, pool.index_select(0, src))
+            else:
+                if self.layout is None:
+                    raise RuntimeError("pool geometry unknown for a non-whole-block load")
+                inv_freq = self._inv_freq
+                if inv_freq is None or self.model.rotary_dim is None:
+                    if plan.requires_rope_correction:
+                        raise RuntimeError("RoPE config unknown for a shifted load")
+                    inv_freq = torch.ones(1, dtype=torch.float32)
+                rotary_dim = self.model.rotary_dim or 2
+                style = "gptj" if self.model.rope_style == "gptj" else "neox"
+                # Triton on the GPU; on CPU pools (the harness) the torch reference, which is the kernel's oracle.
+                copy = rope_delta_copy if pool.is_cuda else rope_delta_copy_reference
+                copy(pool, rows, inv_freq, self.layout, rotary_dim=rotary_dim, style=style)
+            if on_cuda:
+                event = torch.cuda.Event()
+                event.record(stream)
+                return event
+        return None
+
+    def _report_failure(self, plan: LoadPlan, exc: BaseException) -> None:
+        if self.rank != 0:
+            return
+        self.audit.write(
+            event=AuditEvent.DECLINED,
+            outcome=Outcome.BACKEND_DECLINED,
+            request_id=str(plan.request_id),
+            donor_id=",".join(plan.donor_ids),
+            worker_id=str(self.cfg.worker_id),
+            namespace=plan.namespace,
+            rejection_reason=DeclineReason.INTERNAL_ERROR,
+            requires_rope_correction=plan.requires_rope_correction,
+            mode=plan.mode,
+            detail=f"after promise: load failed: {type(exc).__name__}: {exc}",
+        )
+
+
+def _request_id(request: Any) -> int:
+    return int(request.request_id)
+
+
+def _mpi_rank() -> int:
+    try:
+        from tensorrt_llm._utils import mpi_rank  # type: ignore[import-not-found]
+    except ImportError:
+        return 0
+    return int(mpi_rank())
+
+
+__all__ = ["SemBlendConnectorScheduler", "SemBlendConnectorWorker", "read_cache_salt", "read_prompt"]

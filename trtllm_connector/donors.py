@@ -1,0 +1,212 @@
+"""Donor lifecycle on one worker: pins, leases, generations and the pin budget.
+
+A finished request becomes a *donor* when ``request_finished`` returns True for it, which keeps its blocks
+(ids and contents) until the worker reports it in ``finished_saving`` (reference §4.4: the only residency
+guarantee TensorRT-LLM offers). The registry decides which donors to keep:
+
+* **Budget.** Blocks held by donors (pinned, plus those whose release is on its way) never exceed
+  ``budget_blocks``. A donor that does not fit is refused (``capacity``) and least-recently-used donors are
+  released to make room for the next one, so the budget holds at every instant, not just on average.
+* **TTL / LRU.** A donor not used for ``ttl_s`` seconds is released at the next :meth:`DonorRegistry.tick`.
+* **Leases.** A donor named in a promise is leased until its copy is in the connector metadata; leased donors are
+  never released.
+* **Generations.** Every admission gets a new generation number. If any of a donor's blocks is reported as newly
+  allocated to another request, the donor is invalidated (``generation_mismatch``): its content can no longer be
+  trusted, whatever TensorRT-LLM promised.
+
+Releases leave the registry in two steps: :meth:`take_releases` hands the request ids to the scheduler, which
+puts them in the connector metadata; each worker reports them in ``get_finished`` that same iteration, so the
+blocks are free by the next :meth:`take_releases` call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.outcomes import DeclineReason
+
+TOMBSTONES = 4096
+"""Recently released donors remembered so a late hint is declined with the real reason."""
+
+
+@dataclass
+class Donor:
+    """One pinned donor: the prompt tokens whose KV is resident in ``block_ids``."""
+
+    donor_id: str
+    request_id: int
+    namespace: NamespaceKey
+    namespace_digest: str
+    tokens: tuple[int, ...]
+    block_ids: tuple[int, ...]
+    generation: int
+    pinned_at: float
+    last_used: float
+    leases: int = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_ids)
+
+
+@dataclass
+class AdmitResult:
+    """What :meth:`DonorRegistry.admit` decided: the donor (None when refused) and why not."""
+
+    donor: Donor | None
+    reason: DeclineReason | None = None
+    released: list[Donor] = field(default_factory=list)
+
+
+class DonorRegistry:
+    """The donors pinned on one worker. Not thread-safe: the scheduler calls it from one thread."""
+
+    def __init__(
+        self, budget_blocks: int, ttl_s: float, *, worker_id: int = 0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.budget_blocks = budget_blocks
+        self.ttl_s = ttl_s
+        self.worker_id = worker_id
+        self._clock = clock
+        self._live: OrderedDict[str, Donor] = OrderedDict()  # LRU order: oldest use first
+        self._by_block: dict[int, set[str]] = {}
+        self._pending_release: list[Donor] = []
+        self._in_flight_blocks = 0  # blocks of releases handed out but possibly not yet freed
+        self._tombstones: OrderedDict[str, DeclineReason] = OrderedDict()
+        self._generation = 0
+        self.pinned_blocks = 0
+
+    # --- queries -------------------------------------------------------------------------------
+    @property
+    def held_blocks(self) -> int:
+        """Blocks kept out of the pool by donors: pinned, waiting for release, and released this iteration."""
+        return self.pinned_blocks + sum(d.num_blocks for d in self._pending_release) + self._in_flight_blocks
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def donors(self) -> Iterable[Donor]:
+        return self._live.values()
+
+    def get(self, donor_id: str) -> Donor | None:
+        return self._live.get(donor_id)
+
+    def why_gone(self, donor_id: str) -> DeclineReason:
+        """The decline reason for a donor id that is not live (unknown ids: ``donor_not_resident``)."""
+        return self._tombstones.get(donor_id, DeclineReason.DONOR_NOT_RESIDENT)
+
+    def donor_id_for(self, request_id: int) -> str:
+        return f"{self.worker_id:x}:{request_id}"
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def admit(
+        self, request_id: int, namespace: NamespaceKey, tokens: Sequence[int], block_ids: Sequence[int]
+    ) -> AdmitResult:
+        """Called from ``request_finished``: pin the finished request as a donor if the budget allows."""
+        need = len(block_ids)
+        released = self.tick()
+        if need == 0 or need > self.budget_blocks:
+            return AdmitResult(None, DeclineReason.CAPACITY, released)
+        if self.held_blocks + need > self.budget_blocks:
+            released += self._release_lru(need)
+            return AdmitResult(None, DeclineReason.CAPACITY, released)
+        self._generation += 1
+        now = self._clock()
+        donor = Donor(
+            donor_id=self.donor_id_for(request_id),
+            request_id=request_id,
+            namespace=namespace,
+            namespace_digest=namespace.digest(),
+            tokens=tuple(tokens),
+            block_ids=tuple(block_ids),
+            generation=self._generation,
+            pinned_at=now,
+            last_used=now,
+        )
+        self._live[donor.donor_id] = donor
+        self._tombstones.pop(donor.donor_id, None)
+        for b in donor.block_ids:
+            self._by_block.setdefault(b, set()).add(donor.donor_id)
+        self.pinned_blocks += need
+        return AdmitResult(donor, None, released)
+
+    def touch(self, donor: Donor) -> None:
+        """A donor was used (or chosen): refresh its TTL and LRU position."""
+        donor.last_used = self._clock()
+        self._live.move_to_end(donor.donor_id)
+
+    def lease(self, donor: Donor) -> None:
+        donor.leases += 1
+        self.touch(donor)
+
+    def unlease(self, donor_id: str) -> None:
+        donor = self._live.get(donor_id)
+        if donor is not None and donor.leases > 0:
+            donor.leases -= 1
+
+    def tick(self) -> list[Donor]:
+        """Release donors whose TTL ran out (leased ones excepted). Returns the donors released."""
+        deadline = self._clock() - self.ttl_s
+        expired = [d for d in self._live.values() if d.last_used <= deadline and d.leases == 0]
+        return [self._release(d, DeclineReason.DONOR_LEASE_EXPIRED) for d in expired]
+
+    def note_allocation(self, block_ids: Iterable[int]) -> list[Donor]:
+        """Called with blocks newly allocated to a request: any live donor holding one is invalidated."""
+        hit: set[str] = set()
+        for b in block_ids:
+            owners = self._by_block.get(b)
+            if owners:
+                hit |= owners
+        out = []
+        for donor_id in hit:
+            donor = self._live[donor_id]
+            donor.generation = -donor.generation  # never equal to a promise's snapshot again
+            out.append(self._release(donor, DeclineReason.GENERATION_MISMATCH))
+        return out
+
+    def evict(self, donor_id: str) -> Donor | None:
+        """Release one donor now (pressure, operator or test); leased donors are kept."""
+        donor = self._live.get(donor_id)
+        if donor is None or donor.leases:
+            return None
+        return self._release(donor, DeclineReason.DONOR_EVICTED)
+
+    def take_releases(self) -> list[int]:
+        """Called once per iteration from ``build_connector_meta``: request ids the workers must now report.
+
+        Releases handed out by the previous call have been reported by every worker by now (``get_finished``
+        ends each iteration), so their blocks stop counting against the budget.
+        """
+        out = [d.request_id for d in self._pending_release]
+        self._in_flight_blocks = sum(d.num_blocks for d in self._pending_release)
+        self._pending_release = []
+        return out
+
+    # --- internals -----------------------------------------------------------------------------
+    def _release_lru(self, need: int) -> list[Donor]:
+        out: list[Donor] = []
+        for donor in list(self._live.values()):
+            if self.pinned_blocks + sum(d.num_blocks for d in self._pending_release) + need <= self.budget_blocks:
+                break
+            if donor.leases == 0:
+                out.append(self._release(donor, DeclineReason.DONOR_EVICTED))
+        return out
+
+    def _release(self, donor: Donor, reason: DeclineReason) -> Donor:
+        del self._live[donor.donor_id]
+        for b in donor.block_ids:
+            owners = self._by_block.get(b)
+            if owners is not None:
+                owners.discard(donor.donor_id)
+                if not owners:
+                    del self._by_block[b]
+        self.pinned_blocks -= donor.num_blocks
+        self._pending_release.append(donor)
+        self._tombstones[donor.donor_id] = reason
+        while len(self._tombstones) > TOMBSTONES:
+            self._tombstones.popitem(last=False)
+        return donor

@@ -1,0 +1,459 @@
+"""PyExecutor harness: drives a connector through TensorRT-LLM's documented call order without TensorRT-LLM.
+
+TensorRT-LLM cannot be installed without its GPU wheels, so tests, the replay command and benchmarks use this
+harness. It reproduces one PyExecutor iteration (reference/trtllm-connector.md §1.5) per step:
+
+1. allocation: device prefix match (optional block reuse) -> ``get_num_new_matched_tokens`` -> block allocation ->
+   ``update_state_after_alloc`` -> ``SchedulerOutput``;
+2. ``build_connector_meta`` -> pickle round trip (TensorRT-LLM's ``mpi_broadcast``) -> ``bind_connector_meta`` ->
+   ``start_load_kv(stream)``;
+3. the forward pass: per layer ``wait_for_layer_load`` / ``save_kv_layer`` around the "model" writing K and V for
+   the tokens still to compute, then ``wait_for_save``;
+4. ``request_finished`` for finished requests, then ``get_finished`` (blocks of pinned requests are released only
+   when the worker reports them, and the harness checks that every reported id was passed in first).
+
+The KV pool is a real tensor in TensorRT-LLM's layout ``[num_blocks, num_layers, 2, tokens_per_block*heads*dim]``.
+The "model" is pluggable (:class:`KvWriter`); the default :class:`ContextFreeStandInModel` makes K/V a function of
+(token id, position, layer, head) with RoPE applied at the position, so a test can compute what correct content is.
+
+Limits: one request per iteration, no chunked prefill, no tensor parallelism, no CUDA graphs, no async loads, and
+the stand-in model ignores context (so "shifted" KV is exactly right for it; a real model's is approximate).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from semblend_kernels.layout import PagedKVLayout
+from semblend_kernels.rope import RopeConfig
+from semblend_kernels.rope_delta import rotate_reference
+
+from semblend_dynamo.audit import AuditWriter
+from semblend_dynamo.config import SemblendConfig
+
+from .base import RequestData, SchedulerOutput
+from .connector import SemBlendConnectorScheduler, SemBlendConnectorWorker
+from .hints import HintInbox
+
+
+class HarnessViolation(AssertionError):
+    """The connector broke a rule TensorRT-LLM enforces (or relies on)."""
+
+
+class KvWriter(Protocol):
+    """The harness's model: writes post-RoPE K and V for a request's tokens into its blocks.
+
+    ``write_kv`` is called once per prefill with the request's ``block_ids`` (token ``i`` lives in block
+    ``block_ids[i // tokens_per_block]`` at offset ``i % tokens_per_block``) and must write positions
+    ``start_pos .. len(tokens) - 1`` for every layer; positions before ``start_pos`` are already in the pool
+    (device prefix or connector) and may be read as context.
+    """
+
+    def write_kv(
+        self, pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], tokens: Sequence[int], start_pos: int
+    ) -> None: ...
+
+
+class ContextFreeStandInModel:
+    """A deterministic stand-in model: K = R(position) k(token, layer, head), V = v(token, layer, head).
+
+    ``k`` and ``v`` come from seeded random tables. K/V never depend on other tokens, so a donor's K rotated by the
+    position delta equals the fresh K up to rounding: the exact oracle for the connector's copies.
+    """
+
+    def __init__(
+        self,
+        layout: PagedKVLayout,
+        inv_freq: torch.Tensor,
+        *,
+        rotary_dim: int,
+        style: str = "neox",
+        vocab: int = 4096,
+        seed: int = 0,
+    ) -> None:
+        self.layout = layout
+        self.inv_freq = inv_freq.to(torch.float32)
+        self.rotary_dim = rotary_dim
+        self.style = style
+        self.vocab = vocab
+        gen = torch.Generator().manual_seed(seed)
+        shape = (vocab, layout.num_layers, layout.num_kv_heads, layout.head_dim)
+        self._k = torch.randn(shape, generator=gen)
+        self._v = torch.randn(shape, generator=gen)
+
+    def kv_fp32(self, tokens: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
+        """Exact K/V ``[T, NL, 2, H, D]`` in fp32 for ``tokens`` at ``positions``."""
+        ids = torch.tensor(list(tokens), dtype=torch.int64) % self.vocab
+        pos = torch.tensor(list(positions), dtype=torch.int64)
+        k = rotate_reference(self._k[ids], pos, self.inv_freq, self.rotary_dim, self.style)
+        return torch.stack([k, self._v[ids]], dim=2)
+
+    def write_kv(
+        self, pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], tokens: Sequence[int], start_pos: int
+    ) -> None:
+        if start_pos >= len(tokens):
+            return
+        positions = list(range(start_pos, len(tokens)))
+        kv = self.kv_fp32([tokens[p] for p in positions], positions).to(pool.dtype)
+        scatter_tokens(pool, layout, block_ids, positions, kv)
+
+
+def gather_tokens(
+    pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], positions: Sequence[int]
+) -> torch.Tensor:
+    """K/V ``[T, NL, 2, H, D]`` of the given token positions of a request (a copy)."""
+    tpb = layout.tokens_per_block
+    blocks = torch.tensor([block_ids[p // tpb] for p in positions], dtype=torch.int64)
+    offsets = torch.tensor([p % tpb for p in positions], dtype=torch.int64)
+    return layout.token_view(pool)[blocks, offsets].clone()
+
+
+def scatter_tokens(
+    pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], positions: Sequence[int], kv: torch.Tensor
+) -> None:
+    """Write K/V ``[T, NL, 2, H, D]`` to the given token positions of a request."""
+    tpb = layout.tokens_per_block
+    blocks = torch.tensor([block_ids[p // tpb] for p in positions], dtype=torch.int64)
+    offsets = torch.tensor([p % tpb for p in positions], dtype=torch.int64)
+    layout.token_view(pool)[blocks, offsets] = kv.to(pool.dtype)
+
+
+class HarnessRequest:
+    """The part of ``LlmRequest`` the connector reads (bound attributes only)."""
+
+    def __init__(self, request_id: int, prompt: Sequence[int], cache_salt: str | None = None) -> None:
+        self.request_id = request_id
+        self.prompt_len = len(prompt)
+        self.cache_salt = cache_salt
+        self.lora_task_id = None
+        self._tokens = list(prompt)
+        self.context_current_position = 0
+
+    def get_tokens(self, beam: int) -> list[int]:
+        return list(self._tokens)
+
+    def append(self, token: int) -> None:
+        self._tokens.append(token)
+
+
+@dataclass
+class HarnessLlmArgs:
+    """The part of ``TorchLlmArgs`` the connector reads."""
+
+    tokens_per_block: int
+    model: str | None = None
+    attn_backend: str = "TRTLLM"
+    tensor_parallel_size: int = 1
+    kv_cache_config: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kv_cache_config is None:
+            self.kv_cache_config = _KvCacheConfig(self.tokens_per_block)
+
+
+@dataclass
+class _KvCacheConfig:
+    tokens_per_block: int
+    dtype: str = "auto"
+
+
+class BlockAllocator:
+    """Free list with reference counts and, optionally, TensorRT-LLM-style device prefix reuse.
+
+    Freed full blocks stay matchable by their token prefix (and cache salt) until they are handed out again;
+    allocation takes the least recently freed block first, like an LRU radix tree evicting a leaf.
+    """
+
+    def __init__(self, num_blocks: int, tokens_per_block: int, *, prefix_reuse: bool = False) -> None:
+        self.tokens_per_block = tokens_per_block
+        self.prefix_reuse = prefix_reuse
+        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self._refs: dict[int, int] = {}
+        self._tree: dict[tuple[Any, ...], int] = {}
+        self._key_of: dict[int, tuple[Any, ...]] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def match(self, tokens: Sequence[int], salt: str | None) -> list[int]:
+        """Blocks holding a prefix of ``tokens`` (whole blocks, at least one token left), now referenced."""
+        if not self.prefix_reuse:
+            return []
+        tpb = self.tokens_per_block
+        out: list[int] = []
+        for i in range((len(tokens) - 1) // tpb):
+            block = self._tree.get(self._key(tokens, i, salt))
+            if block is None:
+                break
+            out.append(block)
+        for b in out:
+            self._take(b)
+        return out
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise HarnessViolation(f"out of KV blocks: need {n}, {len(self._free)} free")
+        out = []
+        for _ in range(n):
+            block, _ = self._free.popitem(last=False)
+            key = self._key_of.pop(block, None)
+            if key is not None:
+                del self._tree[key]
+            self._refs[block] = 1
+            out.append(block)
+        return out
+
+    def store_for_reuse(self, blocks: Sequence[int], tokens: Sequence[int], salt: str | None) -> None:
+        """Make a finished request's full blocks matchable by later requests (with prefix reuse)."""
+        if not self.prefix_reuse:
+            return
+        for i, block in enumerate(blocks):
+            if (i + 1) * self.tokens_per_block <= len(tokens) and block not in self._key_of:
+                key = self._key(tokens, i, salt)
+                if key not in self._tree:
+                    self._tree[key] = block
+                    self._key_of[block] = key
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Drop one reference to each block; unreferenced blocks go back to the free list (still matchable)."""
+        for block in blocks:
+            self._refs[block] -= 1
+            if self._refs[block] == 0:
+                del self._refs[block]
+                self._free[block] = None
+
+    def _take(self, block: int) -> None:
+        if block in self._free:
+            del self._free[block]
+            self._refs[block] = 1
+        else:
+            self._refs[block] += 1
+
+    def _key(self, tokens: Sequence[int], i: int, salt: str | None) -> tuple[Any, ...]:
+        return (salt or "", *tokens[: (i + 1) * self.tokens_per_block])
+
+
+@dataclass
+class RequestResult:
+    """What happened to one request in the harness."""
+
+    request_id: int
+    prompt_tokens: int
+    device_matched: int
+    promised: int
+    block_ids: list[int]
+    connector_written_blocks: list[int]
+    kv: torch.Tensor | None = None
+    """K/V ``[prompt_tokens, NL, 2, H, D]`` as the request's blocks held them after its prefill."""
+    pinned: bool = False
+    released_donors: list[int] = field(default_factory=list)
+
+
+class PyExecutorHarness:
+    """Runs requests one per iteration through a scheduler/worker pair over a real paged KV pool."""
+
+    def __init__(
+        self,
+        scheduler: Any,
+        worker: Any,
+        layout: PagedKVLayout,
+        num_blocks: int,
+        model: KvWriter,
+        *,
+        dtype: torch.dtype = torch.bfloat16,
+        device: str | torch.device = "cpu",
+        prefix_reuse: bool = False,
+    ) -> None:
+        self.scheduler = scheduler
+        self.worker = worker
+        self.layout = layout
+        self.model = model
+        self.pool = torch.zeros(num_blocks, layout.num_layers, 2, layout.block_elems, dtype=dtype, device=device)
+        self.allocator = BlockAllocator(num_blocks, layout.tokens_per_block, prefix_reuse=prefix_reuse)
+        self.stream = torch.cuda.current_stream() if self.pool.is_cuda else None
+        self._next_id = 1
+        self._pinned: dict[int, list[int]] = {}
+        self._passed_in: set[int] = set()
+        self.max_pinned_blocks = 0
+        worker.register_kv_caches(self.pool)
+        scheduler.wait_for_initialization()
+
+    @classmethod
+    def with_stand_in(
+        cls,
+        cfg: SemblendConfig,
+        *,
+        num_layers: int = 2,
+        num_kv_heads: int = 2,
+        head_dim: int = 16,
+        num_blocks: int = 256,
+        rope_theta: float = 10000.0,
+        dtype: torch.dtype = torch.bfloat16,
+        prefix_reuse: bool = False,
+        audit: AuditWriter | None = None,
+        hints: HintInbox | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        seed: int = 0,
+    ) -> PyExecutorHarness:
+        """SemBlend's scheduler and worker over a pool of this geometry, with the context-free stand-in model.
+
+        Unless ``cfg.rope_config`` is set, a Llama-style model config of this geometry is used. The scheduler gets
+        its own hint inbox and (unless given) an in-memory audit writer, so harnesses do not share state.
+        """
+        hf = {
+            "model_type": "llama",
+            "num_hidden_layers": num_layers,
+            "num_attention_heads": num_kv_heads,
+            "num_key_value_heads": num_kv_heads,
+            "hidden_size": num_kv_heads * head_dim,
+            "head_dim": head_dim,
+            "rope_theta": rope_theta,
+        }
+        if cfg.rope_config is None:
+            cfg = cfg.model_copy(update={"rope_config": json.dumps(hf)})
+        else:
+            hf = json.loads(cfg.rope_config) if cfg.rope_config.strip().startswith("{") else hf
+        llm_args = HarnessLlmArgs(cfg.block_size)
+        audit = audit if audit is not None else AuditWriter(None)
+        scheduler = SemBlendConnectorScheduler(
+            llm_args, config=cfg, audit=audit, hints=hints if hints is not None else HintInbox(), clock=clock
+        )
+        worker = SemBlendConnectorWorker(llm_args, config=cfg, audit=audit, rank=0)
+        layout = PagedKVLayout(num_layers, num_kv_heads, head_dim, cfg.block_size)
+        rope = RopeConfig.from_hf_config(hf)
+        model = ContextFreeStandInModel(
+            layout, rope.inv_freq(), rotary_dim=rope.rotary_dim, style=rope.style, seed=seed
+        )
+        return cls(scheduler, worker, layout, num_blocks, model, dtype=dtype, prefix_reuse=prefix_reuse)
+
+    @property
+    def pinned_blocks(self) -> int:
+        """Blocks the engine keeps for pinned (finished, not yet released) requests."""
+        return sum(len(blocks) for blocks in self._pinned.values())
+
+    def run_request(
+        self, prompt: Sequence[int], *, cache_salt: str | None = None, output_tokens: int = 0, capture_kv: bool = True
+    ) -> RequestResult:
+        """One request end to end: a prefill iteration, ``output_tokens`` decode iterations, then finish."""
+        request = HarnessRequest(self._next_id, prompt, cache_salt)
+        self._next_id += 1
+        tpb = self.layout.tokens_per_block
+        device = self.allocator.match(prompt, cache_salt)
+        num_computed = len(device) * tpb
+        promised, is_async = self.scheduler.get_num_new_matched_tokens(request, num_computed)
+        if is_async and promised == 0:
+            raise HarnessViolation("load_kv_async must be False when num_tokens is 0!")
+        if promised % tpb or promised < 0:
+            raise HarnessViolation(f"promised {promised} tokens: not whole blocks")
+        if num_computed + promised >= len(prompt):
+            raise HarnessViolation("There must be at least one uncomputed token in the prompt!")
+        block_ids = device + self.allocator.allocate(-(-len(prompt) // tpb) - len(device))
+        self.scheduler.update_state_after_alloc(request, list(block_ids))
+        new_request = RequestData(
+            request_id=request.request_id,
+            new_tokens=list(prompt),
+            new_block_ids=list(block_ids),
+            computed_position=num_computed,
+            num_scheduled_tokens=len(prompt) - num_computed - promised,
+        )
+        fresh = block_ids[len(device) :]
+        before = self.pool[fresh].clone()
+        self._start_batch(SchedulerOutput(new_requests=[new_request], cached_requests=[]))
+        changed = (self.pool[fresh] != before).flatten(1).any(dim=1).tolist()
+        written = [b for b, c in zip(fresh, changed, strict=True) if c]
+        self._forward(block_ids, request.get_tokens(0), num_computed + promised)
+        kv = gather_tokens(self.pool, self.layout, block_ids, range(len(prompt))) if capture_kv else None
+        for _ in range(output_tokens):
+            request.append(int(request.get_tokens(0)[-1]) + 1)
+            tokens = request.get_tokens(0)
+            if len(tokens) > len(block_ids) * tpb:
+                block_ids += self.allocator.allocate(1)
+            cached = RequestData(
+                request_id=request.request_id,
+                new_tokens=tokens[-1:],
+                new_block_ids=block_ids[-1:],
+                computed_position=len(tokens) - 1,
+                num_scheduled_tokens=1,
+            )
+            self._start_batch(SchedulerOutput(new_requests=[], cached_requests=[cached]))
+            self._forward(block_ids, tokens, len(tokens) - 1)
+        pinned = bool(self.scheduler.request_finished(request, list(block_ids)))
+        self.allocator.store_for_reuse(block_ids, request.get_tokens(0)[: len(prompt)], cache_salt)
+        if pinned:  # like store_blocks_for_reuse(pin_on_release=True): matchable, but kept until reported
+            self._pinned[request.request_id] = list(block_ids)
+            self.max_pinned_blocks = max(self.max_pinned_blocks, self.pinned_blocks)
+        else:
+            self.allocator.release(block_ids)
+        released = self._end_iteration([request.request_id] if pinned else [])
+        return RequestResult(
+            request_id=request.request_id,
+            prompt_tokens=len(prompt),
+            device_matched=num_computed,
+            promised=promised,
+            block_ids=list(block_ids),
+            connector_written_blocks=written,
+            kv=kv,
+            pinned=pinned,
+            released_donors=released,
+        )
+
+    def idle_iteration(self) -> list[int]:
+        """An iteration without requests (the connector still builds metadata and reports releases)."""
+        self._start_batch(SchedulerOutput(new_requests=[], cached_requests=[]))
+        self.worker.wait_for_save(self.stream)
+        self.worker._clear_connector_meta()
+        return self._end_iteration([])
+
+    def fresh_kv(self, prompt: Sequence[int]) -> torch.Tensor:
+        """K/V ``[T, NL, 2, H, D]`` of a cold prefill of ``prompt``, computed by the model into a scratch pool."""
+        tpb = self.layout.tokens_per_block
+        blocks = list(range(-(-len(prompt) // tpb)))
+        scratch = torch.zeros((len(blocks), *self.pool.shape[1:]), dtype=self.pool.dtype, device=self.pool.device)
+        self.model.write_kv(scratch, self.layout, blocks, prompt, 0)
+        return gather_tokens(scratch, self.layout, blocks, range(len(prompt)))
+
+    def reallocate(self, block_ids: Sequence[int]) -> None:
+        """Fault injection: the engine hands ``block_ids`` (e.g. a pinned donor's) to a new request.
+
+        TensorRT-LLM does not do this to pinned blocks; the harness does it to check that the connector notices
+        (generation change) instead of trusting the pin.
+        """
+        request = HarnessRequest(self._next_id, [0] * (len(block_ids) * self.layout.tokens_per_block))
+        self._next_id += 1
+        self.scheduler.update_state_after_alloc(request, list(block_ids))
+
+    # --- one iteration's connector calls ---------------------------------------------------------------
+    def _start_batch(self, scheduler_output: Any) -> None:
+        metadata = pickle.loads(pickle.dumps(self.scheduler.build_connector_meta(scheduler_output)))
+        self.worker.bind_connector_meta(metadata)
+        self.worker.start_load_kv(self.stream)
+
+    def _forward(self, block_ids: Sequence[int], tokens: Sequence[int], start_pos: int) -> None:
+        for layer in range(self.layout.num_layers):
+            self.worker.wait_for_layer_load(layer, self.stream)
+            if layer == 0:  # the model writes every layer at once; the hooks still fire per layer, in order
+                self.model.write_kv(self.pool, self.layout, block_ids, tokens, start_pos)
+            self.worker.save_kv_layer(layer, self.stream)
+        self.worker.wait_for_save(self.stream)
+        self.worker._clear_connector_meta()
+
+    def _end_iteration(self, finished_gen_req_ids: list[int]) -> list[int]:
+        self._passed_in.update(finished_gen_req_ids)
+        saving, loading = self.worker.get_finished(finished_gen_req_ids, [])
+        if loading:
+            raise HarnessViolation(f"finished_loading {loading} but no async load was started")
+        for request_id in saving:
+            if request_id not in self._passed_in:
+                raise HarnessViolation(f"request {request_id} reported saved before it was passed in")
+            self.allocator.release(self._pinned.pop(request_id))
+            self._passed_in.discard(request_id)
+        self.max_pinned_blocks = max(self.max_pinned_blocks, self.pinned_blocks)
+        return list(saving)

@@ -1,0 +1,107 @@
+"""Router hints waiting for their request: a bounded, thread-safe inbox keyed by ``request_key``.
+
+Hints reach a worker two ways: in the request's ``extra_args["semblend"]`` (a Dynamo TensorRT-LLM handler shim
+calls :meth:`HintInbox.submit_extra_args` before handing the request to the engine) or on this worker's NATS
+hint subject (:class:`trtllm_connector.nats_link.NatsLink` calls :meth:`HintInbox.submit`). The scheduler takes
+the hint in ``get_num_new_matched_tokens`` by the key it computes from the prompt tokens. A hint is advisory:
+the scheduler re-validates everything it says.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from semblend_dynamo.events.codec import RejectedMessage, decode
+from semblend_dynamo.events.schemas import DonorHint
+
+EXTRA_ARGS_KEY = "semblend"
+
+
+class HintInbox:
+    """Hints by request key; the oldest are dropped beyond ``capacity`` and after ``ttl_s`` (both counted)."""
+
+    def __init__(
+        self,
+        *,
+        capacity: int = 4096,
+        ttl_s: float = 60.0,
+        max_message_bytes: int = 1 << 20,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.capacity = capacity
+        self.ttl_s = ttl_s
+        self.max_message_bytes = max_message_bytes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._hints: OrderedDict[str, tuple[float, DonorHint]] = OrderedDict()
+        self.rejected: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+
+    def submit(self, hint: DonorHint) -> None:
+        """Store a validated hint (a later hint for the same request replaces the earlier one)."""
+        with self._lock:
+            self._hints.pop(hint.request_key, None)
+            self._hints[hint.request_key] = (self._clock(), hint)
+            while len(self._hints) > self.capacity:
+                self._hints.popitem(last=False)
+                self.dropped["capacity"] += 1
+
+    def submit_bytes(self, data: bytes) -> bool:
+        """Decode one enveloped hint message (NATS); malformed ones are counted by reason and dropped."""
+        try:
+            hint = decode(data, DonorHint, max_bytes=self.max_message_bytes)
+        except RejectedMessage as exc:
+            with self._lock:
+                self.rejected[exc.reason] += 1
+            return False
+        self.submit(hint)
+        return True
+
+    def submit_extra_args(self, extra_args: Mapping[str, Any] | None) -> bool:
+        """Take the hint from a request's ``extra_args["semblend"]`` (a dict in the DonorHint schema), if any."""
+        raw = (extra_args or {}).get(EXTRA_ARGS_KEY)
+        if raw is None:
+            return False
+        if isinstance(raw, (bytes, bytearray)):
+            return self.submit_bytes(bytes(raw))
+        try:
+            hint = DonorHint.model_validate(raw)
+        except ValidationError:
+            with self._lock:
+                self.rejected["invalid_fields"] += 1
+            return False
+        self.submit(hint)
+        return True
+
+    def take(self, request_key: str) -> DonorHint | None:
+        """Called from ``get_num_new_matched_tokens``: the hint for this prompt, removed from the inbox."""
+        with self._lock:
+            entry = self._hints.pop(request_key, None)
+            self._expire()
+        if entry is None:
+            return None
+        received, hint = entry
+        if self._clock() - received > self.ttl_s:
+            with self._lock:
+                self.dropped["expired"] += 1
+            return None
+        return hint
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._hints)
+
+    def _expire(self) -> None:
+        deadline = self._clock() - self.ttl_s
+        while self._hints:
+            received, _ = next(iter(self._hints.values()))
+            if received > deadline:
+                break
+            self._hints.popitem(last=False)
+            self.dropped["expired"] += 1

@@ -1,0 +1,157 @@
+"""What the connector must know about the engine and the model, read once at start-up.
+
+From TensorRT-LLM's ``llm_args`` (read with ``getattr``: fields differ across versions): tokens per block,
+the attention backend (head-major blocks for ``TRTLLM``, token-major otherwise), the KV dtype and the
+tensor-parallel size. From the model's Hugging Face ``config.json`` (``SEMBLEND_ROPE_CONFIG``, a path or inline
+JSON, else ``<model dir>/config.json``): the RoPE configuration and the KV head geometry. Anything missing or
+unsupported is recorded as a reason, so the scheduler declines the requests that would need it instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from semblend_dynamo.config import ConfigError, SemblendConfig
+from semblend_dynamo.namespace import NamespaceKey, fingerprint_file
+
+TENANT_SEPARATOR = "|"
+"""A cache salt ``<tenant>|<nonce>`` names the tenant before the separator (see :func:`tenant_of`)."""
+
+
+class ModelInfo(BaseModel):
+    """Engine and model facts the connector's decisions depend on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_id: str
+    tokens_per_block: int
+    kv_dtype: str
+    layout_order: str  # "head_major" | "token_major"
+    tp_size: int = 1
+    num_kv_heads: int | None = None  # local to one tensor-parallel rank
+    head_dim: int | None = None
+    tokenizer_fingerprint: str = ""
+    rope_fingerprint: str = ""
+    rotary_dim: int | None = None
+    rope_style: str | None = None
+    inv_freq: tuple[float, ...] | None = None
+    rope_unsupported: str | None = None
+    """Why shifted spans cannot be corrected (None when they can)."""
+
+    @property
+    def shift_supported(self) -> bool:
+        return self.rope_unsupported is None
+
+    def namespace(self, *, lora: str = "", tenant: str = "") -> NamespaceKey:
+        """The namespace key of a request (DESIGN.md §3.3); routers build the same key from the same settings."""
+        return NamespaceKey(
+            model_id=self.model_id,
+            tokenizer_fingerprint=self.tokenizer_fingerprint,
+            tokens_per_block=self.tokens_per_block,
+            kv_dtype=self.kv_dtype,
+            kv_layout=f"trtllm_{self.layout_order}",
+            lora=lora,
+            cache_salt=tenant,
+            rope_fingerprint=self.rope_fingerprint,
+        )
+
+    @classmethod
+    def load(cls, cfg: SemblendConfig, llm_args: Any = None) -> ModelInfo:
+        """Read ``llm_args`` and the model config. Raises :class:`ConfigError` when the block size disagrees."""
+        kv_cfg = getattr(llm_args, "kv_cache_config", None)
+        tpb = int(getattr(kv_cfg, "tokens_per_block", None) or cfg.block_size)
+        if tpb != cfg.block_size:
+            raise ConfigError(
+                f"SEMBLEND_BLOCK_SIZE={cfg.block_size} but the engine's kv_cache_config.tokens_per_block is {tpb}; "
+                "they must agree so router hints and donors use the same blocks"
+            )
+        engine_dtype = str(getattr(kv_cfg, "dtype", "auto") or "auto")
+        kv_dtype = cfg.kv_dtype if engine_dtype == "auto" else engine_dtype
+        backend = str(getattr(llm_args, "attn_backend", "TRTLLM") or "TRTLLM")
+        order = "head_major" if backend.upper() == "TRTLLM" else "token_major"
+        tp = _tp_size(llm_args)
+        hf, source_error = _hf_config(cfg, llm_args)
+        values: dict[str, Any] = {
+            "model_id": cfg.model_id,
+            "tokens_per_block": tpb,
+            "kv_dtype": kv_dtype,
+            "layout_order": order,
+            "tp_size": tp,
+            "tokenizer_fingerprint": fingerprint_file(cfg.tokenizer) if cfg.tokenizer else "",
+        }
+        if hf is None:
+            values["rope_unsupported"] = source_error
+            return cls(**values)
+        heads = hf.get("num_key_value_heads") or hf.get("num_attention_heads")
+        if heads:
+            values["num_kv_heads"] = max(1, int(heads) // tp)
+        values.update(_rope_values(hf))
+        if values.get("head_dim") is None and hf.get("hidden_size") and hf.get("num_attention_heads"):
+            values["head_dim"] = int(hf["hidden_size"]) // int(hf["num_attention_heads"])
+        if kv_dtype == "fp8" and values.get("rope_unsupported") is None:
+            values["rope_unsupported"] = "fp8 KV needs per-layer scales to rotate"
+        return cls(**values)
+
+
+def tenant_of(cache_salt: str | None) -> str:
+    """The tenant part of a cache salt: donors are shared within a tenant, never across.
+
+    With ``isolation=cache_salt`` each SemBlend-eligible request carries ``<tenant>|<unique nonce>``: the nonce keeps
+    its (possibly approximate) blocks out of everyone's exact prefix cache, the tenant keeps donor search in bounds.
+    """
+    return (cache_salt or "").split(TENANT_SEPARATOR, 1)[0]
+
+
+def has_isolating_salt(cache_salt: str | None) -> bool:
+    """True when the salt carries a per-request nonce after the tenant."""
+    return bool(cache_salt) and TENANT_SEPARATOR in str(cache_salt) and bool(str(cache_salt).split("|", 1)[1])
+
+
+def _tp_size(llm_args: Any) -> int:
+    for owner in (llm_args, getattr(llm_args, "parallel_config", None)):
+        for name in ("tensor_parallel_size", "tp_size"):
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    return 1
+
+
+def _hf_config(cfg: SemblendConfig, llm_args: Any) -> tuple[dict[str, Any] | None, str]:
+    """The model's config.json as a dict, or None and why."""
+    source = cfg.rope_config
+    if source is None:
+        model = getattr(llm_args, "model", None)
+        candidate = Path(str(model)) / "config.json" if model else None
+        if candidate is None or not candidate.is_file():
+            return None, "no model config (set SEMBLEND_ROPE_CONFIG to the model's config.json)"
+        source = str(candidate)
+    text = source.strip()
+    try:
+        data = json.loads(text) if text.startswith("{") else json.loads(Path(text).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: not a readable JSON model config: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: expected a JSON object")
+    return data, ""
+
+
+def _rope_values(hf: dict[str, Any]) -> dict[str, Any]:
+    try:
+        from semblend_kernels.rope import RopeConfig, UnsupportedRope
+    except ImportError as exc:  # pragma: no cover - semblend_kernels ships with this package
+        return {"rope_unsupported": f"semblend_kernels missing: {exc}"}
+    try:
+        rope = RopeConfig.from_hf_config(hf)
+    except UnsupportedRope as exc:
+        return {"rope_unsupported": str(exc)}
+    return {
+        "head_dim": rope.head_dim,
+        "rope_fingerprint": rope.fingerprint(),
+        "rotary_dim": rope.rotary_dim,
+        "rope_style": rope.style,
+        "inv_freq": tuple(float(x) for x in rope.inv_freq().tolist()),
+    }

@@ -1,0 +1,63 @@
+"""State the scheduler and the worker of one process share.
+
+On rank 0 TensorRT-LLM builds the scheduler and the worker in the same process (concurrently, in two threads),
+and only the worker sees the KV pool. The worker publishes the pool's size and whether its shape matches the
+model geometry here; the scheduler reads it to size the pin budget and to decline loads the worker could not
+perform. Both write to one :class:`~semblend_dynamo.audit.AuditWriter` per audit path, and a Dynamo handler shim
+submits hints to the same :class:`~trtllm_connector.hints.HintInbox` the scheduler reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from semblend_dynamo.audit import AuditWriter
+
+from .hints import HintInbox
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """The KV pool as the local worker registered it."""
+
+    num_blocks: int
+    num_layers: int
+    geometry_ok: bool
+    """The pool's block size matches tokens_per_block * kv_heads * head_dim from the model config."""
+
+
+_lock = threading.Lock()
+_pool: PoolState | None = None
+_audits: dict[str | None, AuditWriter] = {}
+_hints: HintInbox | None = None
+
+
+def publish_pool(state: PoolState) -> None:
+    """Called by the worker from ``register_kv_caches``."""
+    global _pool
+    with _lock:
+        _pool = state
+
+
+def pool_state() -> PoolState | None:
+    with _lock:
+        return _pool
+
+
+def shared_audit(path: str | None) -> AuditWriter:
+    """The process's audit writer for ``path`` (None: one in-memory writer)."""
+    with _lock:
+        writer = _audits.get(path)
+        if writer is None:
+            writer = _audits[path] = AuditWriter(path)
+        return writer
+
+
+def shared_hints() -> HintInbox:
+    """The process's hint inbox: handler shims and the NATS link submit, the scheduler takes."""
+    global _hints
+    with _lock:
+        if _hints is None:
+            _hints = HintInbox()
+        return _hints

@@ -1,0 +1,122 @@
+"""The checks that stand between candidate spans and a promise to TensorRT-LLM.
+
+``get_num_new_matched_tokens`` is a promise with no failure channel, so everything that could make the copy
+wrong is checked here first, against the donor registry's current state (never against what a hint says):
+donor still pinned, namespace equal, tokens equal (rechecked token by token), target side contiguous from the
+device-matched prefix and cut to whole blocks, at least one prompt token left to compute, exact mode only with
+the same tokens at the same positions after the same context, and RoPE support for shifted spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from semblend_dynamo.outcomes import DeclineReason
+from semblend_dynamo.span_aligner import Span
+
+from .donors import Donor, DonorRegistry
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens ``target[target_start : target_start + length]`` come from ``donor`` at ``donor_start``."""
+
+    donor: Donor
+    generation: int
+    donor_start: int
+    target_start: int
+    length: int
+    exact_equivalent: bool
+    """Same tokens at the same positions after the same context: the KV equals a fresh prefill."""
+
+    @property
+    def delta(self) -> int:
+        return self.target_start - self.donor_start
+
+
+@dataclass(frozen=True)
+class ValidatedLoad:
+    """A load that passed every check: ``tokens`` (whole blocks) starting at ``start``."""
+
+    start: int
+    tokens: int
+    segments: tuple[Segment, ...]
+
+    @property
+    def requires_rope_correction(self) -> bool:
+        return any(s.delta != 0 for s in self.segments)
+
+    @property
+    def approximate(self) -> bool:
+        """Some KV comes from another context: it must stay out of the exact prefix cache (isolation)."""
+        return not all(s.exact_equivalent for s in self.segments)
+
+
+class Declined(Exception):
+    """A check failed; ``reason`` is audited and the request runs without donor KV."""
+
+    def __init__(self, reason: DeclineReason, detail: str = "") -> None:
+        super().__init__(f"{reason.value}: {detail}" if detail else reason.value)
+        self.reason = reason
+        self.detail = detail
+
+
+def validate_load(
+    target: Sequence[int],
+    num_computed: int,
+    spans: Sequence[Span],
+    registry: DonorRegistry,
+    *,
+    namespace_digest: str,
+    tokens_per_block: int,
+    exact_only: bool,
+    shift_supported: bool,
+) -> ValidatedLoad:
+    """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`."""
+    tpb = tokens_per_block
+    if num_computed % tpb:
+        raise Declined(DeclineReason.ALIGNMENT_NOT_BLOCK_ALIGNED, f"device prefix {num_computed} tokens")
+    limit = (len(target) - 1) // tpb * tpb  # at least one prompt token must stay uncomputed
+    if limit <= num_computed:
+        raise Declined(DeclineReason.PROMPT_TOO_SHORT, f"{len(target)} tokens, {num_computed} already on device")
+
+    pieces: list[tuple[Span, int, int]] = []  # span, first target position used, end
+    pos = num_computed
+    for span in sorted(spans, key=lambda s: s.target_start):
+        if span.target_end <= pos:
+            continue
+        if span.target_start > pos or pos >= limit:
+            break
+        end = min(span.target_end, limit)
+        pieces.append((span, pos, end))
+        pos = end
+    end = pos // tpb * tpb
+    if end <= num_computed:
+        raise Declined(DeclineReason.NOT_PREFIX_CONTIGUOUS, f"no span continues the prefix at token {num_computed}")
+
+    segments: list[Segment] = []
+    for span, start, stop in pieces:
+        stop = min(stop, end)
+        if stop <= start:
+            break
+        donor = registry.get(span.donor_id)
+        if donor is None:
+            raise Declined(registry.why_gone(span.donor_id), span.donor_id)
+        if donor.namespace_digest != namespace_digest:
+            raise Declined(DeclineReason.NAMESPACE_MISMATCH, span.donor_id)
+        d0 = span.donor_start + (start - span.target_start)
+        n = stop - start
+        if d0 + n > len(donor.tokens) or -(-(d0 + n) // tpb) > len(donor.block_ids):
+            raise Declined(DeclineReason.DONOR_NOT_RESIDENT, f"{span.donor_id} has no KV for tokens {d0}..{d0 + n}")
+        if tuple(target[start:stop]) != donor.tokens[d0 : d0 + n]:
+            raise Declined(DeclineReason.NO_CANDIDATE, f"{span.donor_id}: span tokens differ")
+        exact = d0 == start and tuple(target[:start]) == donor.tokens[:d0]
+        if exact_only and not exact:
+            raise Declined(DeclineReason.EXACT_ONLY_MODE, f"{span.donor_id}: delta {start - d0} or other context")
+        segment = Segment(donor, donor.generation, d0, start, n, exact)
+        segments.append(segment)
+    load = ValidatedLoad(num_computed, end - num_computed, tuple(segments))
+    if load.requires_rope_correction and not shift_supported:
+        raise Declined(DeclineReason.UNSUPPORTED_ROPE)
+    return load
