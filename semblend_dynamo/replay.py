@@ -1,0 +1,505 @@
+"""``semblend-dynamo replay``: the bundled workload through exact check -> discovery -> alignment -> plan.
+
+Runs entirely in-process (no services). Donors are registered first (their KV is taken as resident), then every
+target request goes through :func:`replay_request`, which classifies it into one :class:`ReplayClass`. Prints
+a table (or one JSON object with ``--json``) and writes the audit JSONL.
+
+The chain ends at the plan unless a :class:`ReplayBackend` is given: a backend (e.g. the TensorRT-LLM connector
+harness) receives every donor and every accepted plan and reports what it materialized, which turns
+``would_materialize`` into ``materialized`` / ``backend_declined``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import xxhash
+from pydantic import BaseModel, Field
+from tqdm import tqdm
+
+from .audit import AuditEvent, AuditWriter
+from .config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
+from .donor_index import DonorIndex
+from .embedder import Embedder, HashEmbedder, build_embedder
+from .namespace import NamespaceKey
+from .outcomes import DeclineReason, Outcome
+from .pipeline import DiscoveryResult, DonorDiscovery, StageTimings
+from .span_aligner import SpanAligner
+from .tokenizer import TokenizerAdapter, TokenizerError
+from .workload import RequestKind, Workload, WorkloadDonor, WorkloadRequest, build_workload
+
+__all__ = [
+    "BackendOutcome",
+    "ExactPrefixIndex",
+    "ReplayBackend",
+    "ReplayClass",
+    "ReplayReport",
+    "RequestReport",
+    "add_arguments",
+    "replay_request",
+    "run",
+    "run_replay",
+]
+
+DEFAULT_AUDIT_PATH = "./semblend-audit.jsonl"
+_STAGES = ("exact_check", "align", "plan", "embed", "search")
+
+
+class ReplayClass(str, Enum):
+    """How one replayed request ended (the columns of the replay table)."""
+
+    EXACT = "exact"  # exact prefix overlap won: routed on exact evidence
+    DISCOVERY_ONLY = "discovery_only"  # evidence found, reported only (SEMBLEND_DISCOVERY_ONLY=1)
+    PLACEMENT = "placement"  # similarity evidence only: placed on the donor's worker, nothing to load
+    WOULD_MATERIALIZE = "would_materialize"  # the plan passed every gate (no backend in the chain)
+    MATERIALIZED = "materialized"  # a backend confirmed loading donor KV
+    BACKEND_DECLINED = "backend_declined"  # a backend refused an accepted plan
+    DECLINED = "declined"  # evidence or bad input, declined by a gate (see the reason)
+    COLD = "cold"  # no evidence at all
+
+
+class BackendOutcome(BaseModel):
+    """What a backend did with an accepted plan."""
+
+    materialized_tokens: int = Field(ge=0)
+    reason: DeclineReason | None = None
+    detail: str = ""
+
+
+class ReplayBackend(Protocol):
+    """Extension point: the backend that receives donors and accepted plans (e.g. the TRT-LLM connector harness).
+
+    ``register_donor`` is called once per donor before any request; ``execute`` once per request whose plan
+    was accepted, and must audit its own ``materialized`` / ``declined`` records.
+    """
+
+    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None: ...
+
+    def execute(self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult) -> BackendOutcome: ...
+
+
+class RequestReport(BaseModel):
+    """One replayed request."""
+
+    request_id: str
+    kind: RequestKind
+    variant: str
+    replay_class: ReplayClass
+    outcome: Outcome
+    reason: DeclineReason | None
+    prompt_tokens: int
+    exact_prefix_tokens: int
+    reused_tokens: int = Field(description="tokens the plan would load (or the backend loaded)")
+    primary_donor: str | None
+    primary_is_related: bool = Field(description="the primary donor is one the request was derived from")
+    timings_us: StageTimings
+
+
+class ExactPrefixIndex:
+    """Replay's stand-in for Dynamo's exact KV router: chained block hashes of resident donors, per namespace.
+
+    ``overlap`` is the longest block-aligned prefix of a prompt that some donor of the namespace shares.
+    """
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._blocks: dict[str, set[int]] = {}
+
+    def _chain(self, tokens: Sequence[int]) -> list[int]:
+        arr = np.asarray(tokens, dtype=np.int64)
+        out: list[int] = []
+        parent = 0
+        for start in range(0, arr.size - self.block_size + 1, self.block_size):
+            parent = xxhash.xxh3_64_intdigest(arr[start : start + self.block_size].tobytes(), seed=parent)
+            out.append(parent)
+        return out
+
+    def add(self, namespace: str, tokens: Sequence[int]) -> None:
+        self._blocks.setdefault(namespace, set()).update(self._chain(tokens))
+
+    def overlap(self, namespace: str, tokens: Sequence[int]) -> int:
+        blocks = self._blocks.get(namespace)
+        if not blocks:
+            return 0
+        matched = 0
+        for h in self._chain(tokens):
+            if h not in blocks:
+                break
+            matched += 1
+        return matched * self.block_size
+
+
+class ReplayReport(BaseModel):
+    """The machine-readable replay result (``--json``)."""
+
+    config: dict[str, Any]
+    workload: dict[str, Any]
+    outcomes: dict[str, int]
+    declined_by_reason: dict[str, int]
+    by_kind: dict[str, dict[str, int]]
+    expected_classes: list[str]
+    missing_classes: list[str]
+    prompt_tokens: int
+    reused_tokens: int
+    negative_controls: dict[str, int]
+    latency_us: dict[str, dict[str, float]]
+    donor_registration_s: float
+    counters: dict[str, int]
+    audit_path: str
+    notices: list[str]
+    requests: list[RequestReport] = Field(default_factory=list, exclude=True)
+
+
+def namespace_for(cfg: SemblendConfig, tokenizer: TokenizerAdapter, tenant: str) -> NamespaceKey:
+    """The namespace key of a replayed tenant (its cache salt is the tenant)."""
+    return NamespaceKey(
+        model_id=cfg.model_id,
+        tokenizer_fingerprint=tokenizer.fingerprint,
+        tokens_per_block=cfg.block_size,
+        kv_dtype=cfg.kv_dtype,
+        cache_salt=tenant,
+    )
+
+
+def replay_request(
+    request: WorkloadRequest,
+    namespace: NamespaceKey,
+    *,
+    discovery: DonorDiscovery,
+    exact_index: ExactPrefixIndex,
+    audit: AuditWriter,
+    backend: ReplayBackend | None = None,
+) -> RequestReport:
+    """One request through exact check -> discovery -> alignment -> plan (-> backend), audited."""
+    digest = namespace.digest()
+    t0 = time.perf_counter()
+    exact = exact_index.overlap(digest, request.tokens)
+    exact_us = (time.perf_counter() - t0) * 1e6
+    result = discovery.discover(request.request_id, namespace, request.tokens, exact_prefix_tokens=exact)
+    result.timings_us.exact_check += exact_us
+    decision = result.decision
+    reason = decision.reason
+    plan = decision.plan
+    reused = 0
+    if result.exact_wins:
+        cls, outcome = ReplayClass.EXACT, Outcome.EXACT_PREFIX_ROUTE
+    elif discovery.cfg.discovery_only and result.has_evidence:
+        cls, outcome = ReplayClass.DISCOVERY_ONLY, Outcome.SEMANTIC_DISCOVERY_ONLY
+        reused = plan.reused_tokens if plan is not None else 0
+    elif decision.accepted and plan is not None:
+        reused = plan.reused_tokens
+        cls, outcome = ReplayClass.WOULD_MATERIALIZE, Outcome.SEMANTIC_PLACEMENT
+        if backend is not None:
+            done = backend.execute(request, namespace, result)
+            reused, reason = done.materialized_tokens, done.reason
+            if done.materialized_tokens > 0:
+                cls, outcome = ReplayClass.MATERIALIZED, Outcome.BACKEND_MATERIALIZED
+            else:
+                cls, outcome = ReplayClass.BACKEND_DECLINED, Outcome.BACKEND_DECLINED
+    elif result.spans or reason not in (DeclineReason.NO_CANDIDATE, None):
+        cls, outcome = ReplayClass.DECLINED, Outcome.COLD_FALLBACK
+    elif result.primary_donor is not None:
+        cls, outcome = ReplayClass.PLACEMENT, Outcome.SEMANTIC_PLACEMENT
+    else:
+        cls, outcome = ReplayClass.COLD, Outcome.COLD_FALLBACK
+
+    audit.write(
+        event=AuditEvent.LOOKUP,
+        request_id=request.request_id,
+        namespace=digest,
+        component="replay",
+        found=result.has_evidence,
+        donor_id=result.primary_donor,
+        tokens=result.prompt_tokens,
+        latency_us=result.timings_us.total,
+    )
+    routed: dict[str, Any] = {
+        "request_id": request.request_id,
+        "namespace": digest,
+        "component": "replay",
+        "outcome": outcome,
+        "donor_id": result.primary_donor,
+        "mode": discovery.cfg.mode,
+    }
+    if cls is ReplayClass.EXACT:
+        routed["tokens"] = exact
+    elif plan is not None and cls in (ReplayClass.WOULD_MATERIALIZE, ReplayClass.DISCOVERY_ONLY):
+        shifts = [s.delta for s in plan.spans if s.delta]
+        routed.update(
+            tokens=plan.reused_tokens,
+            blocks=plan.reused_tokens // discovery.cfg.block_size,
+            requires_rope_correction=plan.requires_rope_correction,
+            delta=shifts[0] if shifts else 0,
+            detail=f"plan mode={plan.mode} spans={len(plan.spans)} deviation={plan.estimated_deviation:.3f}",
+        )
+    if cls in (ReplayClass.DECLINED, ReplayClass.COLD) and reason is not None:
+        audit.write(event=AuditEvent.DECLINED, rejection_reason=reason, detail=decision.detail or None, **routed)
+    else:
+        audit.write(event=AuditEvent.ROUTED, **routed)
+
+    return RequestReport(
+        request_id=request.request_id,
+        kind=request.kind,
+        variant=request.variant,
+        replay_class=cls,
+        outcome=outcome,
+        reason=reason,
+        prompt_tokens=result.prompt_tokens,
+        exact_prefix_tokens=exact,
+        reused_tokens=reused,
+        primary_donor=result.primary_donor,
+        primary_is_related=result.primary_donor in request.related_donors,
+        timings_us=result.timings_us,
+    )
+
+
+def load_embedder(cfg: SemblendConfig, notices: list[str]) -> Embedder:
+    """The configured embedder; MiniLM that cannot load falls back to the hash embedder with a notice."""
+    if cfg.embedder == "hash":
+        return HashEmbedder()
+    try:
+        embedder = build_embedder(cfg)
+    except Exception as exc:  # any MiniLM start-up failure: replay must still run
+        notices.append(f"MiniLM embedder unavailable ({type(exc).__name__}: {exc}); using the hash embedder")
+        return HashEmbedder()
+    if isinstance(embedder, HashEmbedder):
+        notices.append(
+            "MiniLM embedder not installed (pip install 'semblend-dynamo[embedder]'); using the hash embedder"
+        )
+    return embedder
+
+
+def run_replay(
+    cfg: SemblendConfig,
+    *,
+    units: int = 4,
+    seed: int = 0,
+    backend: ReplayBackend | None = None,
+    progress: bool = False,
+    embedder: Embedder | None = None,
+) -> ReplayReport:
+    """Build the workload, register its donors and replay every request. Raises ConfigError on unusable settings."""
+    notices: list[str] = []
+    try:
+        tokenizer = TokenizerAdapter.from_config(cfg.tokenizer)
+    except TokenizerError as exc:
+        raise ConfigError(f"SEMBLEND_TOKENIZER={cfg.tokenizer!r}: {exc}") from None
+    try:
+        workload = build_workload(tokenizer, block_size=cfg.block_size, units=units, seed=seed)
+    except ValueError as exc:
+        raise ConfigError(f"SEMBLEND_BLOCK_SIZE={cfg.block_size!r}: {exc}") from None
+    emb = embedder if embedder is not None else load_embedder(cfg, notices)
+    discovery = DonorDiscovery(
+        cfg,
+        embedder=emb,
+        index=DonorIndex.from_config(cfg, emb.dim),
+        aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
+        tokenizer=tokenizer,
+        background=False,
+    )
+    exact_index = ExactPrefixIndex(cfg.block_size)
+    audit_path = cfg.audit_path or DEFAULT_AUDIT_PATH
+    reports: list[RequestReport] = []
+    with AuditWriter(audit_path) as audit:
+        t0 = time.perf_counter()
+        for donor in _bar(workload.donors, "donors", progress):
+            namespace = namespace_for(cfg, tokenizer, donor.tenant)
+            discovery.register_donor(donor.donor_id, namespace, donor.tokens)
+            exact_index.add(namespace.digest(), donor.tokens)
+            audit.write(
+                event=AuditEvent.DONOR_REGISTERED,
+                donor_id=donor.donor_id,
+                namespace=namespace.digest(),
+                component="replay",
+                tokens=len(donor.tokens),
+            )
+            if backend is not None:
+                backend.register_donor(donor, namespace)
+        registration_s = time.perf_counter() - t0
+        for request in _bar(workload.requests, "requests", progress):
+            namespace = namespace_for(cfg, tokenizer, request.tenant)
+            reports.append(
+                replay_request(
+                    request, namespace, discovery=discovery, exact_index=exact_index, audit=audit, backend=backend
+                )
+            )
+    discovery.close()
+    return _summarize(cfg, workload, emb, reports, registration_s, discovery, str(audit_path), notices)
+
+
+def _bar(items: list[Any], what: str, enabled: bool) -> Any:
+    # disable=None: tqdm shows the bar only on a terminal
+    disable = None if enabled and len(items) >= 20 else True
+    return tqdm(items, desc=what, unit=what[:-1], file=sys.stderr, disable=disable, leave=False)
+
+
+def expected_classes(cfg: SemblendConfig, backend: bool) -> list[ReplayClass]:
+    """The classes the bundled workload is built to produce under ``cfg``."""
+    out = [ReplayClass.EXACT, ReplayClass.DECLINED, ReplayClass.COLD]
+    if cfg.discovery_only:
+        out.append(ReplayClass.DISCOVERY_ONLY)
+    else:
+        out.append(ReplayClass.PLACEMENT)
+        out.append(ReplayClass.MATERIALIZED if backend else ReplayClass.WOULD_MATERIALIZE)
+    return out
+
+
+def _summarize(
+    cfg: SemblendConfig,
+    workload: Workload,
+    embedder: Embedder,
+    reports: list[RequestReport],
+    registration_s: float,
+    discovery: DonorDiscovery,
+    audit_path: str,
+    notices: list[str],
+) -> ReplayReport:
+    outcomes = Counter(r.replay_class.value for r in reports)
+    declined = Counter(
+        r.reason.value
+        for r in reports
+        if r.reason is not None and r.replay_class in (ReplayClass.DECLINED, ReplayClass.BACKEND_DECLINED)
+    )
+    by_kind: dict[str, dict[str, int]] = {}
+    for r in reports:
+        row = by_kind.setdefault(r.kind.value, {})
+        row[r.replay_class.value] = row.get(r.replay_class.value, 0) + 1
+    negatives = [r for r in reports if r.kind is RequestKind.NEGATIVE_CONTROL]
+    loading = (ReplayClass.WOULD_MATERIALIZE, ReplayClass.MATERIALIZED)
+    latency: dict[str, dict[str, float]] = {}
+    for stage in (*_STAGES, "total"):
+        values = [getattr(r.timings_us, stage) for r in reports]
+        ran = np.array([v for v in values if v > 0.0])
+        if ran.size:
+            latency[stage] = {
+                "p50": round(float(np.percentile(ran, 50)), 1),
+                "p99": round(float(np.percentile(ran, 99)), 1),
+                "n": int(ran.size),
+            }
+    expected = expected_classes(cfg, backend=any(r.replay_class is ReplayClass.MATERIALIZED for r in reports))
+    return ReplayReport(
+        config={
+            "mode": cfg.mode,
+            "embedder": getattr(embedder, "name", type(embedder).__name__),
+            "block_size": cfg.block_size,
+            "min_span_tokens": cfg.min_span_tokens,
+            "min_similarity": cfg.min_similarity,
+            "min_reuse_ratio": cfg.min_reuse_ratio,
+            "strict_prefix_boundary": cfg.strict_prefix_boundary,
+            "exact_route_threshold": cfg.exact_route_threshold,
+            "max_embed_windows": cfg.max_embed_windows,
+            "isolation": cfg.isolation,
+        },
+        workload={
+            "seed": workload.seed,
+            "donors": len(workload.donors),
+            "requests": len(workload.requests),
+            "kinds": [k.value for k in workload.kinds()],
+        },
+        outcomes={c.value: outcomes.get(c.value, 0) for c in ReplayClass},
+        declined_by_reason=dict(sorted(declined.items())),
+        by_kind=by_kind,
+        expected_classes=[c.value for c in expected],
+        missing_classes=[c.value for c in expected if outcomes.get(c.value, 0) == 0],
+        prompt_tokens=sum(r.prompt_tokens for r in reports),
+        reused_tokens=sum(r.reused_tokens for r in reports if r.replay_class in loading),
+        negative_controls={
+            "requests": len(negatives),
+            "materializations": sum(r.replay_class in loading for r in negatives),
+            "placements": sum(r.replay_class is ReplayClass.PLACEMENT for r in negatives),
+        },
+        latency_us=latency,
+        donor_registration_s=round(registration_s, 3),
+        counters=dict(sorted(discovery.counters.items())),
+        audit_path=audit_path,
+        notices=notices,
+        requests=reports,
+    )
+
+
+# --- CLI --------------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of a table")
+    parser.add_argument("--units", type=int, default=4, help="requests per workload kind (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    parser.add_argument("--requests", action="store_true", help="also list every request (table or JSON)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if an expected outcome class is missing or a negative control would materialize",
+    )
+    add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.units < 1:
+        raise ConfigError(f"--units={args.units}: must be >= 1")
+    report = run_replay(cfg, units=args.units, seed=args.seed, progress=not args.json)
+    for notice in report.notices:
+        print(f"semblend-dynamo replay: notice: {notice}", file=sys.stderr)
+    if args.json:
+        data = report.model_dump(mode="json")
+        if args.requests:
+            data["requests"] = [r.model_dump(mode="json") for r in report.requests]
+        print(json.dumps(data, indent=2))
+    else:
+        print(format_report(report, with_requests=args.requests))
+    if args.check and (report.missing_classes or report.negative_controls["materializations"]):
+        return 1
+    return 0
+
+
+def format_report(report: ReplayReport, *, with_requests: bool = False) -> str:
+    """The human-readable replay table."""
+    cfg, wl = report.config, report.workload
+    lines = [
+        f"semblend-dynamo replay: {wl['requests']} requests, {wl['donors']} donors (seed {wl['seed']}), "
+        f"mode={cfg['mode']}, embedder={cfg['embedder']}, block_size={cfg['block_size']}",
+        "",
+        f"{'outcome':<20}{'requests':>9}",
+    ]
+    lines += [f"{name:<20}{count:>9}" for name, count in report.outcomes.items() if count]
+    if report.declined_by_reason:
+        lines += ["", "declined by reason:"]
+        lines += [f"  {name:<30}{count:>5}" for name, count in report.declined_by_reason.items()]
+    classes = [c for c, n in report.outcomes.items() if n]
+    lines += ["", "by workload kind:", f"  {'kind':<24}" + "".join(f"{c[:12]:>13}" for c in classes)]
+    for kind, row in report.by_kind.items():
+        lines.append(f"  {kind:<24}" + "".join(f"{row.get(c, 0):>13}" for c in classes))
+    share = report.reused_tokens / report.prompt_tokens if report.prompt_tokens else 0.0
+    neg = report.negative_controls
+    lines += [
+        "",
+        f"tokens that would be reused: {report.reused_tokens} of {report.prompt_tokens} prompt tokens ({share:.1%})",
+        f"negative controls: {neg['requests']} requests, {neg['materializations']} false-positive materializations, "
+        f"{neg['placements']} similarity placements",
+        "",
+        f"{'stage latency (us)':<20}{'p50':>10}{'p99':>10}{'n':>6}",
+    ]
+    lines += [
+        f"{stage:<20}{v['p50']:>10.1f}{v['p99']:>10.1f}{int(v['n']):>6}" for stage, v in report.latency_us.items()
+    ]
+    lines += [
+        f"donor registration: {report.donor_registration_s:.2f} s (embedding off the request path)",
+        f"audit: {Path(report.audit_path)}",
+    ]
+    if report.missing_classes:
+        lines.append(f"missing expected classes: {', '.join(report.missing_classes)}")
+    if with_requests:
+        lines += ["", f"{'request':<34}{'class':<19}{'reason':<28}{'reused':>7}"]
+        for r in report.requests:
+            lines.append(
+                f"{r.request_id:<34}{r.replay_class.value:<19}{(r.reason.value if r.reason else ''):<28}"
+                f"{r.reused_tokens:>7}"
+            )
+    return "\n".join(lines)
