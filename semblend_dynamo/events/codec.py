@@ -9,6 +9,7 @@ wrong-version or from another deployment; it never raises anything else.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, TypeVar, overload
 
@@ -192,6 +193,37 @@ def _kv_data(data: Any) -> KvStored | KvRemoved | KvCleared:
     raise RejectedMessage("invalid_fields", f"unknown event kind {str(kind)[:40]!r}")
 
 
+def _router_event(rev: Any) -> KvEvent:
+    """One RouterEvent map (msgpack or JSON form) -> :class:`KvEvent`."""
+    if not isinstance(rev, dict) or not isinstance(rev.get("event"), dict):
+        raise RejectedMessage("invalid_fields", "RouterEvent without event")
+    inner = rev["event"]
+    tier = rev.get("storage_tier", "device")
+    if not isinstance(tier, str):
+        raise RejectedMessage("invalid_fields", "storage_tier is not a string")
+    dp_rank = inner.get("dp_rank", 0)
+    if not isinstance(dp_rank, int) or isinstance(dp_rank, bool) or not 0 <= dp_rank < 1 << 32:
+        raise RejectedMessage("invalid_fields", "dp_rank is not a u32")
+    return KvEvent.model_construct(
+        worker_id=_u64(rev.get("worker_id"), "worker_id"),
+        dp_rank=dp_rank,
+        event_id=_u64(inner.get("event_id"), "event_id"),
+        storage_tier=tier,
+        data=_kv_data(inner.get("data")),
+    )
+
+
+def kv_events_from_dump(text: str) -> list[KvEvent]:
+    """``KvRouter.dump_events()`` output (a JSON array of RouterEvents, the recovered tree) -> events."""
+    try:
+        payload = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise RejectedMessage("malformed", f"dump: {exc}") from None
+    if not isinstance(payload, list):
+        raise RejectedMessage("malformed", "dump is not an array")
+    return [_router_event(rev) for rev in payload]
+
+
 def decode_kv_events(data: bytes, *, max_bytes: int) -> KvEventBatch:
     """Decode one Dynamo ``kv-events`` NATS message (envelope + msgpack array of RouterEvent maps).
 
@@ -204,26 +236,7 @@ def decode_kv_events(data: bytes, *, max_bytes: int) -> KvEventBatch:
     payload = _unpack(payload_bytes, "payload")
     if not isinstance(payload, list):
         raise RejectedMessage("malformed", "kv-events payload is not an array")
-    events = []
-    for rev in payload:
-        if not isinstance(rev, dict) or not isinstance(rev.get("event"), dict):
-            raise RejectedMessage("invalid_fields", "RouterEvent without event")
-        inner = rev["event"]
-        tier = rev.get("storage_tier", "device")
-        if not isinstance(tier, str):
-            raise RejectedMessage("invalid_fields", "storage_tier is not a string")
-        dp_rank = inner.get("dp_rank", 0)
-        if not isinstance(dp_rank, int) or isinstance(dp_rank, bool) or not 0 <= dp_rank < 1 << 32:
-            raise RejectedMessage("invalid_fields", "dp_rank is not a u32")
-        events.append(
-            KvEvent.model_construct(
-                worker_id=_u64(rev.get("worker_id"), "worker_id"),
-                dp_rank=dp_rank,
-                event_id=_u64(inner.get("event_id"), "event_id"),
-                storage_tier=tier,
-                data=_kv_data(inner.get("data")),
-            )
-        )
+    events = [_router_event(rev) for rev in payload]
     return KvEventBatch.model_construct(
         publisher_id=env["publisher_id"], sequence=env["sequence"], published_at=env["published_at"], events=events
     )

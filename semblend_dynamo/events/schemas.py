@@ -87,6 +87,8 @@ class DonorHint(SemblendEvent):
     request_key: Digest
     request_id: str | None = Field(None, max_length=256)
     donor_id: Identifier
+    donor_key: Digest | None = None
+    """``request_key`` of the donor's prompt, so a worker can find the donor from its own tokens."""
     worker_id: U64
     dp_rank: U32 = 0
     namespace: Digest
@@ -127,6 +129,7 @@ class DonorRegistration(SemblendEvent):
     KIND: ClassVar[str] = "donor"
     schema_: Literal["semblend.donor/v1"] = Field("semblend.donor/v1", alias="schema")
     donor_id: Identifier
+    donor_key: Digest | None = None
     router_id: str = Field("", max_length=256)
     worker_id: U64
     dp_rank: U32 = 0

@@ -72,6 +72,11 @@ class Subjects(BaseModel):
         return self.topic(DONORS_TOPIC)
 
     @property
+    def donors_sync(self) -> str:
+        """Where a starting router asks its peers for every donor registration they hold (reply = its inbox)."""
+        return self.topic(DONORS_TOPIC + ".sync")
+
+    @property
     def outcomes(self) -> str:
         return self.topic(OUTCOMES_TOPIC)
 

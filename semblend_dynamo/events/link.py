@@ -1,0 +1,157 @@
+"""One nats-py connection that survives NATS being down at start and going away mid-run.
+
+:meth:`NatsLink.start` never raises: it keeps trying to connect in the background, and nats-py
+reconnects on its own after a loss (subscriptions are restored by nats-py; subscriptions made while
+no connection existed are made on the first connect). ``connected`` drives health and tells
+publishers when to send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from ..config import SemblendConfig
+
+log = logging.getLogger(__name__)
+
+MessageHandler = Callable[[Msg], Awaitable[None]]
+
+
+class NatsLink:
+    """Owns the component's NATS client; safe to use before (and while not) connected."""
+
+    def __init__(self, cfg: SemblendConfig, *, name: str, retry_s: float = 0.5) -> None:
+        self._cfg = cfg
+        self._name = name
+        self._retry_s = retry_s
+        self._nc: NatsClient | None = None
+        self._subs: list[tuple[str, MessageHandler]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Future[None]] = set()
+        self._up = asyncio.Event()
+        self.connects = 0
+        self.disconnects = 0
+        self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def wait_connected(self) -> None:
+        """Return once the link is (again) connected."""
+        while not self.connected:
+            self._up.clear()
+            await self._up.wait()
+
+    def start(self) -> None:
+        """Called once from the running loop; connects in the background."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._connect_forever())
+
+    def subscribe(self, subject: str, handler: MessageHandler) -> None:
+        """Register a subscription; it is made now if connected, otherwise on the first connect."""
+        self._subs.append((subject, handler))
+        if self.connected:
+            task = asyncio.ensure_future(self._subscribe_one(subject, handler))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def publish(self, subject: str, data: bytes, *, reply: str = "") -> None:
+        """Publish; raises ConnectionError when there is no connection (callers count a drop)."""
+        if not self.connected or self._nc is None:
+            raise ConnectionError("NATS is not connected")
+        await self._nc.publish(subject, data, reply=reply)
+
+    def new_inbox(self) -> str:
+        if self._nc is None:
+            raise ConnectionError("NATS is not connected")
+        return self._nc.new_inbox()
+
+    async def subscribe_once(self, subject: str, handler: MessageHandler) -> Any:
+        """A subscription that is not restored on a first connect (inboxes); returns the nats-py subscription."""
+        if self._nc is None:
+            raise ConnectionError("NATS is not connected")
+        return await self._nc.subscribe(subject, cb=handler)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+
+    def _options(self) -> dict[str, Any]:
+        cfg = self._cfg
+        options: dict[str, Any] = {
+            "servers": [cfg.nats_url],
+            "name": self._name,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": self._retry_s,
+            "connect_timeout": 1,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "error_cb": self._on_error,
+        }
+        if cfg.nats_user:
+            options["user"] = cfg.nats_user
+            options["password"] = cfg.nats_password or ""
+        if cfg.nats_token:
+            options["token"] = cfg.nats_token
+        if cfg.nats_creds_file:
+            options["user_credentials"] = cfg.nats_creds_file
+        return options
+
+    async def _connect_forever(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                self._nc = await nats.connect(**self._options())
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                attempt += 1
+                if attempt == 1 or attempt % 20 == 0:
+                    log.warning("NATS %s not reachable (%s); retrying", self._cfg.nats_url, type(exc).__name__)
+                await asyncio.sleep(self._retry_s)
+        self.connects += 1
+        log.info("NATS connected to %s", self._cfg.nats_url)
+        for subject, handler in self._subs:
+            await self._subscribe_one(subject, handler)
+        self._up.set()
+        await self._run_callbacks()
+
+    async def _subscribe_one(self, subject: str, handler: MessageHandler) -> None:
+        if self._nc is not None:
+            await self._nc.subscribe(subject, cb=handler, pending_msgs_limit=1 << 20, pending_bytes_limit=1 << 30)
+
+    async def _on_disconnected(self) -> None:
+        self.disconnects += 1
+        log.warning("NATS disconnected; routing continues exact-only until it is back")
+
+    async def _on_reconnected(self) -> None:
+        self.connects += 1
+        log.info("NATS reconnected")
+        self._up.set()
+        await self._run_callbacks()
+
+    async def _run_callbacks(self) -> None:
+        for callback in self.on_reconnect:
+            try:
+                await callback()
+            except Exception:
+                log.exception("reconnect callback failed")
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.debug("NATS client error: %s", exc)

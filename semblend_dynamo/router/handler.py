@@ -1,0 +1,542 @@
+"""The SemBlend router's request path and its event handlers.
+
+:meth:`SemanticRouter.generate` is the Dynamo endpoint handler. Per request:
+
+1. exact first: Dynamo's own overlap (``KvRouter.get_overlap_scores``, with the request's LoRA and cache
+   namespace). Coverage at or above ``exact_route_threshold`` -> ``exact_prefix_route``, no semantic work;
+2. otherwise the core pipeline (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) over the donors that
+   :class:`~semblend_dynamo.router.residency.Residency` says are resident on live workers in the request's
+   namespace;
+3. evidence with a resident primary donor whose worker is within ``placement_load_slack`` of the least
+   loaded worker -> ``semantic_placement``: the request goes out with ``routing.allowed_worker_ids =
+   [donor worker]`` (Dynamo still applies its own load logic and books the request) and a
+   :class:`~semblend_dynamo.events.schemas.DonorHint` in ``extra_args["semblend"]``. ``discovery_only`` mode,
+   an overloaded donor worker or NATS being down give ``semantic_discovery_only`` / exact-only routing;
+   no evidence gives ``exact_prefix_route`` (some exact overlap) or ``cold_fallback``;
+4. after the stream, :class:`RouteEvidence` is published and the prompt becomes a donor on the worker
+   that served it (a :class:`DonorRegistration` every replica indexes).
+
+Nothing on this path fails a request because of the semantic stage: every error there becomes a counted
+decline and the request is forwarded unrestricted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from dynamo.llm import compute_block_hash_for_seq
+from nats.aio.msg import Msg
+
+from ..config import SemblendConfig
+from ..events.codec import RejectedMessage, kv_events_from_dump
+from ..events.link import NatsLink
+from ..events.publisher import EvidencePublisher
+from ..events.schemas import (
+    DonorHint,
+    DonorLifecycle,
+    DonorRegistration,
+    KvEventBatch,
+    OutcomeReport,
+    RouteEvidence,
+    SemblendEvent,
+    request_key,
+)
+from ..events.subjects import Subjects
+from ..namespace import NamespaceKey
+from ..outcomes import DeclineReason, Outcome
+from ..pipeline import DiscoveryResult, DonorDiscovery
+from .metrics import RouterMetrics
+from .residency import Residency
+
+log = logging.getLogger(__name__)
+
+EXTRA_ARGS_KEY = "semblend"
+"""``extra_args[EXTRA_ARGS_KEY]`` carries the DonorHint (schema ``semblend.hint/v1``) to the worker."""
+
+_GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
+
+
+class KvRouterLike(Protocol):
+    """The part of ``dynamo.llm.KvRouter`` the router uses."""
+
+    async def get_overlap_scores(
+        self, token_ids: list[int], *, lora_name: str | None = None, cache_namespace: str | None = None
+    ) -> dict[str, Any]: ...
+
+    async def get_potential_loads(self, token_ids: list[int]) -> list[dict[str, int]]: ...
+
+    async def generate_from_request(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def dump_events(self) -> str: ...
+
+
+class BadRequest(ValueError):
+    """The request cannot be routed as given; the message says why (returned to the caller)."""
+
+
+@dataclass
+class RoutedRequest:
+    """What the router extracted from one PreprocessedRequest."""
+
+    request_id: str
+    tokens: list[int]
+    lora: str
+    cache_salt: str
+    namespace: NamespaceKey
+    key: str
+
+
+@dataclass
+class Decision:
+    """The router's verdict for one request, filled in stage by stage."""
+
+    outcome: Outcome
+    exact_blocks: int = 0
+    reason: DeclineReason | None = None
+    hint: DonorHint | None = None
+    allowed_worker: int | None = None
+    latency_us: dict[str, float] = field(default_factory=dict)
+
+
+def routing_fields(request: Mapping[str, Any]) -> tuple[str, str]:
+    """``(lora_name, cache_salt)`` of a request.
+
+    The cache salt is Dynamo's ``routing.cache_namespace`` (what Dynamo hashes blocks with), else the
+    ``extra_args.nvext.cache_salt`` that the stock frontend passes to backends; LoRA is ``routing.lora_name``.
+    """
+    routing = request.get("routing") or {}
+    extra = request.get("extra_args") or {}
+    if not isinstance(routing, Mapping) or not isinstance(extra, Mapping):
+        raise BadRequest("routing and extra_args must be maps")
+    nvext = extra.get("nvext") or {}
+    salt = routing.get("cache_namespace") or (nvext.get("cache_salt") if isinstance(nvext, Mapping) else None) or ""
+    lora = routing.get("lora_name") or ""
+    if not isinstance(salt, str) or not isinstance(lora, str):
+        raise BadRequest("cache namespace / lora_name must be strings")
+    return lora, salt
+
+
+class SemanticRouter:
+    """Owns the decision, the forwarding and the router's side of the evidence streams."""
+
+    def __init__(
+        self,
+        cfg: SemblendConfig,
+        *,
+        kv_router: KvRouterLike,
+        discovery: DonorDiscovery | None,
+        residency: Residency,
+        link: NatsLink,
+        publisher: EvidencePublisher,
+        metrics: RouterMetrics,
+        namespace_of: Callable[[str, str], NamespaceKey],
+        deployment: str,
+        router_id: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.kv_router = kv_router
+        self.discovery = discovery
+        self.residency = residency
+        self.link = link
+        self.publisher = publisher
+        self.metrics = metrics
+        self.namespace_of = namespace_of
+        self.deployment = deployment
+        self.router_id = router_id or uuid.uuid4().hex
+        self.subjects = Subjects.for_config(cfg)
+        self.sync_inbox = f"_INBOX.semblend.{self.router_id}"
+        self._embedding_tasks: set[asyncio.Future[Any]] = set()
+        self._live_workers_seen = False
+
+    # --- request path ---------------------------------------------------------------------------
+    async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
+        """Dynamo endpoint handler: decide, forward through Dynamo's KvRouter, stream back, then publish."""
+        t0 = time.perf_counter()
+        routed = self.parse(request, context)
+        decision = await self.decide(routed)
+        forwarded = self.forward_request(request, routed, decision)
+        decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
+        served: tuple[int, int] | None = None
+        finished = False
+        try:
+            async for out in self._forward(forwarded, decision):
+                served = served or _served_worker(out)
+                yield out
+            finished = True
+        finally:
+            self._record(routed, decision, served)
+            if finished and served is not None:
+                self._register_donor(routed, served)
+
+    def parse(self, request: Mapping[str, Any], context: Any = None) -> RoutedRequest:
+        """Validate the fields the router needs; raises :class:`BadRequest` with a clear message."""
+        if not isinstance(request, Mapping):
+            raise BadRequest("request must be a PreprocessedRequest map")
+        tokens = request.get("token_ids")
+        if not isinstance(tokens, list) or not tokens:
+            raise BadRequest("token_ids must be a non-empty list of token ids")
+        try:
+            key = request_key(tokens)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        lora, salt = routing_fields(request)
+        request_id = _context_id(context) or uuid.uuid4().hex
+        return RoutedRequest(request_id, tokens, lora, salt, self.namespace_of(lora, salt), key)
+
+    async def decide(self, routed: RoutedRequest) -> Decision:
+        """Exact first, then (if needed and possible) the semantic stage; never raises."""
+        t0 = time.perf_counter()
+        try:
+            scores = await self.kv_router.get_overlap_scores(
+                routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
+            )
+            exact_blocks = max((int(w.get("device_blocks", 0)) for w in scores.get("workers", [])), default=0)
+        except Exception as exc:
+            log.warning("exact overlap query failed (%s); routing without it", exc)
+            exact_blocks = 0
+        decision = Decision(Outcome.COLD_FALLBACK, exact_blocks=exact_blocks)
+        decision.latency_us["exact"] = (time.perf_counter() - t0) * 1e6
+        self.metrics.stage_latency.labels("exact").observe(decision.latency_us["exact"] / 1e6)
+        exact_tokens = exact_blocks * self.cfg.block_size
+        if exact_tokens / len(routed.tokens) >= self.cfg.exact_route_threshold:
+            decision.outcome = Outcome.EXACT_PREFIX_ROUTE
+            decision.reason = DeclineReason.EXACT_PREFIX_WINS
+            return decision
+        if exact_blocks:
+            decision.outcome = Outcome.EXACT_PREFIX_ROUTE
+        if not self.cfg.enabled or self.discovery is None:
+            decision.reason = DeclineReason.SEMANTIC_DISABLED
+            return decision
+        if not self.link.connected:
+            decision.reason = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
+            return decision
+        try:
+            await self._semantic(routed, decision, exact_tokens)
+        except Exception:
+            log.exception("semantic stage failed for %s; routing exact-only", routed.request_id)
+            decision.reason = DeclineReason.INTERNAL_ERROR
+            decision.hint = None
+            decision.allowed_worker = None
+        return decision
+
+    async def _semantic(self, routed: RoutedRequest, decision: Decision, exact_tokens: int) -> None:
+        assert self.discovery is not None
+        t0 = time.perf_counter()
+        resident = self.residency.resident(routed.namespace.digest())
+        result = self.discovery.discover(
+            routed.request_id, routed.namespace, routed.tokens, exact_prefix_tokens=exact_tokens, resident=resident
+        )
+        decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
+        self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)
+        decision.reason = result.decision.reason
+        donor = self.residency.donor(result.primary_donor) if result.primary_donor else None
+        if donor is None or not self.residency.is_resident(donor.donor_id):
+            decision.reason = decision.reason or DeclineReason.NO_CANDIDATE
+            return
+        worker_id, dp_rank = donor.worker
+        outcome = Outcome.SEMANTIC_DISCOVERY_ONLY
+        if self.cfg.discovery_only:
+            decision.reason = DeclineReason.DISCOVERY_ONLY
+        elif await self._within_load(routed.tokens, worker_id):
+            outcome = Outcome.SEMANTIC_PLACEMENT
+            decision.allowed_worker = worker_id
+        else:
+            decision.reason = DeclineReason.CAPACITY
+        decision.outcome = outcome
+        decision.hint = self._hint(
+            routed, result, donor.donor_id, donor.registration.donor_key, worker_id, dp_rank, outcome
+        )
+
+    def _hint(
+        self,
+        routed: RoutedRequest,
+        result: DiscoveryResult,
+        donor_id: str,
+        donor_key: str | None,
+        worker_id: int,
+        dp_rank: int,
+        outcome: Outcome,
+    ) -> DonorHint:
+        plan = result.decision.plan
+        spans = plan.spans if plan is not None else result.spans
+        similarity = next((c.similarity for c in result.candidates if c.donor_id == donor_id), None)
+        return DonorHint(
+            request_key=routed.key,
+            request_id=routed.request_id,
+            donor_id=donor_id,
+            donor_key=donor_key,
+            worker_id=worker_id,
+            dp_rank=dp_rank,
+            namespace=routed.namespace.digest(),
+            similarity=similarity,
+            spans=[(s.donor_start, s.target_start, s.length) for s in spans if s.donor_id == donor_id],
+            decision=outcome,
+        )
+
+    async def _within_load(self, tokens: list[int], worker_id: int) -> bool:
+        """False when the donor's worker is busier than the least loaded one by more than the slack."""
+        loads = await self.kv_router.get_potential_loads(tokens)
+        active = {int(w["worker_id"]): int(w.get("active_requests", 0)) for w in loads}
+        if worker_id not in active:
+            return False
+        return active[worker_id] - min(active.values()) <= self.cfg.placement_load_slack
+
+    def forward_request(self, request: Mapping[str, Any], routed: RoutedRequest, decision: Decision) -> dict[str, Any]:
+        """The PreprocessedRequest sent on: the caller's, plus the hint and the worker restriction."""
+        out = dict(request)
+        out.setdefault("model", self.cfg.model_id)
+        for key in ("stop_conditions", "sampling_options", "output_options"):
+            out.setdefault(key, {})
+        out.setdefault("eos_token_ids", [])
+        out.setdefault("annotations", [])
+        if decision.hint is not None:
+            extra = dict(out.get("extra_args") or {})
+            extra[EXTRA_ARGS_KEY] = decision.hint.model_dump(mode="json", by_alias=True)
+            out["extra_args"] = extra
+        if decision.allowed_worker is not None:
+            routing = dict(out.get("routing") or {})
+            routing["allowed_worker_ids"] = [decision.allowed_worker]
+            out["routing"] = routing
+        return out
+
+    async def _forward(self, request: dict[str, Any], decision: Decision) -> AsyncIterator[dict[str, Any]]:
+        """Forward through Dynamo; a restricted placement that fails before any output is retried unrestricted."""
+        t0 = time.perf_counter()
+        first = True
+        try:
+            stream = await self.kv_router.generate_from_request(request)
+            async for out in stream:
+                if first:
+                    self.metrics.stage_latency.labels("forward_first_response").observe(time.perf_counter() - t0)
+                    first = False
+                yield out
+            return
+        except Exception as exc:
+            if decision.allowed_worker is None or not first:
+                raise
+            log.warning(
+                "placement on worker %x failed before output (%s); retrying unrestricted", decision.allowed_worker, exc
+            )
+            self.metrics.forward_retries.labels(type(exc).__name__).inc()
+        routing = dict(request.get("routing") or {})
+        routing.pop("allowed_worker_ids", None)
+        request = dict(request, routing=routing or None)
+        decision.allowed_worker = None
+        decision.outcome = Outcome.SEMANTIC_DISCOVERY_ONLY
+        decision.reason = DeclineReason.CAPACITY
+        async for out in await self.kv_router.generate_from_request(request):
+            yield out
+
+    def _record(self, routed: RoutedRequest, decision: Decision, served: tuple[int, int] | None) -> None:
+        self.metrics.decisions.labels(decision.outcome.value).inc()
+        if decision.reason is not None:
+            self.metrics.declines.labels(decision.reason.value).inc()
+        self.metrics.stage_latency.labels("total_added").observe(decision.latency_us.get("total_added", 0.0) / 1e6)
+        evidence = RouteEvidence(
+            request_id=routed.request_id,
+            request_key=routed.key,
+            router_id=self.router_id,
+            deployment=self.deployment,
+            namespace=routed.namespace.digest(),
+            outcome=decision.outcome,
+            decline_reason=decision.reason,
+            worker_id=served[0] if served else None,
+            dp_rank=served[1] if served else 0,
+            prompt_tokens=len(routed.tokens),
+            exact_overlap_blocks=decision.exact_blocks,
+            hint=decision.hint,
+            stage_latency_us=decision.latency_us,
+        )
+        self.publisher.offer(self.subjects.evidence, evidence)
+        log.info(
+            "routed request=%s outcome=%s reason=%s worker=%s exact_blocks=%d donor=%s",
+            routed.request_id,
+            decision.outcome.value,
+            decision.reason.value if decision.reason else None,
+            f"{served[0]:x}" if served else None,
+            decision.exact_blocks,
+            decision.hint.donor_id if decision.hint else None,
+        )
+
+    # --- donors ---------------------------------------------------------------------------------
+    def _register_donor(self, routed: RoutedRequest, served: tuple[int, int]) -> None:
+        """The finished prompt becomes a donor on the worker that served it (embedding computed off-loop)."""
+        if len(routed.tokens) < max(self.cfg.min_donor_tokens, self.cfg.block_size):
+            return
+        future = asyncio.get_running_loop().run_in_executor(None, self._donor_registration, routed, served)
+        self._embedding_tasks.add(future)
+        future.add_done_callback(self._registration_ready)
+
+    def _donor_registration(
+        self, routed: RoutedRequest, served: tuple[int, int]
+    ) -> tuple[DonorRegistration, RoutedRequest]:
+        """Runs in a worker thread: block hashes as Dynamo computes them, plus the prompt embedding."""
+        worker_id, dp_rank = served
+        hashes = compute_block_hash_for_seq(
+            routed.tokens, self.cfg.block_size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
+        )
+        vector = self._embed(routed.tokens)
+        embedding, dim = DonorRegistration.pack_embedding(vector) if vector is not None else (b"", 0)
+        namespace = routed.namespace.digest()
+        registration = DonorRegistration(
+            donor_id=f"{worker_id:x}:{namespace}:{routed.key}",
+            donor_key=routed.key,
+            router_id=self.router_id,
+            worker_id=worker_id,
+            dp_rank=dp_rank,
+            deployment=self.deployment,
+            namespace=namespace,
+            num_tokens=len(routed.tokens),
+            block_size=self.cfg.block_size,
+            block_hashes=hashes,
+            embedding=embedding,
+            embedding_dim=dim,
+        )
+        return registration, routed
+
+    def _embed(self, tokens: Sequence[int]) -> np.ndarray | None:
+        if self.discovery is None or self.discovery.embedder is None:
+            return None
+        try:
+            # The pipeline's own prompt embedding (same windows, same normalisation as its index).
+            return self.discovery._embed(tokens, None)
+        except Exception as exc:
+            log.debug("donor embedding failed: %s", exc)
+            return None
+
+    def _registration_ready(self, future: asyncio.Future[Any]) -> None:
+        self._embedding_tasks.discard(future)
+        try:
+            registration, routed = future.result()
+        except Exception:
+            log.exception("donor registration failed")
+            return
+        if self.discovery is not None:
+            self.discovery.register_donor(registration.donor_id, routed.namespace, routed.tokens)
+        self._add_donor(registration, from_peer=False)
+        self.publisher.offer(self.subjects.donors, registration)
+
+    def _add_donor(self, registration: DonorRegistration, *, from_peer: bool) -> None:
+        known = self.residency.donor(registration.donor_id)
+        if known is not None and known.registration.registered_at >= registration.registered_at:
+            return
+        for evicted in self.residency.add_donor(registration):
+            self._forget_donor(evicted)
+        index = self.discovery.index if self.discovery is not None else None
+        if from_peer and index is not None and registration.embedding_dim == index.dim:
+            for evicted in index.insert(registration.donor_id, registration.namespace, registration.vector()):
+                self._forget_donor(evicted)
+        self._update_donor_gauges()
+
+    def _forget_donor(self, donor_id: str) -> None:
+        self.residency.remove_donor(donor_id)
+        if self.discovery is not None:
+            self.discovery.remove_donor(donor_id)
+            if self.discovery.index is not None:
+                self.discovery.index.delete(donor_id)
+
+    def _update_donor_gauges(self) -> None:
+        self.metrics.donors_total.set(len(self.residency))
+        for (worker_id, dp_rank), (total, resident) in self.residency.donors_per_worker().items():
+            self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "indexed").set(total)
+            self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "resident").set(resident)
+
+    async def drain_registrations(self, timeout: float = 10.0) -> None:
+        """Wait for donor registrations still being computed (tests, shutdown)."""
+        if self._embedding_tasks:
+            await asyncio.wait(list(self._embedding_tasks), timeout=timeout)
+
+    # --- event handlers -------------------------------------------------------------------------
+    def on_kv_events(self, batch: KvEventBatch) -> None:
+        """Called for each decoded kv-events message."""
+        blocks = 0
+        for event in batch.events:
+            self.residency.apply(event)
+            blocks += event.num_blocks
+        self.metrics.kv_blocks_in.inc(blocks)
+
+    def on_donor_event(self, event: SemblendEvent, msg: Msg) -> None:
+        """A registration (peer or sync reply) or a connector's lifecycle event."""
+        if isinstance(event, DonorRegistration):
+            if event.router_id != self.router_id:
+                self._add_donor(event, from_peer=True)
+        elif isinstance(event, DonorLifecycle) and event.event == "evicted":
+            self._forget_donor(event.donor_id)
+            self._update_donor_gauges()
+
+    def on_outcome(self, event: SemblendEvent, msg: Msg) -> None:
+        """A connector's outcome for a request; donors the backend reports gone leave the index."""
+        if not isinstance(event, OutcomeReport):
+            return
+        self.metrics.outcomes_reported.labels(event.outcome).inc()
+        if event.donor_id and event.rejection_reason in _GONE_REASONS:
+            self._forget_donor(event.donor_id)
+            self._update_donor_gauges()
+
+    async def on_sync_request(self, msg: Msg) -> None:
+        """A starting peer asks for every registration this replica holds; replies go to its inbox."""
+        if not msg.reply or msg.reply == self.sync_inbox:
+            return
+        for i, entry in enumerate(list(self.residency.donors())):
+            try:
+                await self.link.publish(msg.reply, self.publisher.encode(entry.registration))
+            except ConnectionError:
+                return
+            if i % 256 == 255:
+                await asyncio.sleep(0)
+
+    async def request_sync(self) -> None:
+        """Called on every NATS (re)connect: ask peers for the registrations missed meanwhile."""
+        with contextlib.suppress(ConnectionError):
+            await self.link.publish(self.subjects.donors_sync, b"", reply=self.sync_inbox)
+
+    async def resync_blocks(self) -> bool:
+        """Rebuild block residency from Dynamo's recovered KV index (after a reconnect or a gap)."""
+        try:
+            events = kv_events_from_dump(await self.kv_router.dump_events())
+        except RejectedMessage as exc:
+            log.warning("KV index dump unusable (%s); keeping the live mirror", exc)
+            return False
+        self.residency.rebuild(events)
+        self._update_donor_gauges()
+        return True
+
+    def retain_workers(self, live_worker_ids: Sequence[int]) -> None:
+        """Called when discovery's instance list changes: donors of departed workers vanish."""
+        if not live_worker_ids and not self._live_workers_seen:
+            return
+        self._live_workers_seen = True
+        removed = self.residency.retain_workers(set(live_worker_ids))
+        for donor_id in removed:
+            self._forget_donor(donor_id)
+        if removed:
+            log.info("workers left: %d donors removed", len(removed))
+            self._update_donor_gauges()
+
+
+def _context_id(context: Any) -> str | None:
+    getter = getattr(context, "id", None)
+    if callable(getter):
+        try:
+            value = getter()
+        except Exception:
+            return None
+        return str(value) if value else None
+    return None
+
+
+def _served_worker(out: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The worker Dynamo sent the request to, from the first response's ``routing_data``."""
+    worker = ((out.get("routing_data") or {}).get("worker_id")) or {}
+    worker_id = worker.get("decode_worker_id")
+    if worker_id is None:
+        return None
+    return int(worker_id), int(worker.get("decode_dp_rank") or 0)

@@ -1,0 +1,65 @@
+"""Prometheus metrics of the router (own registry, so several routers can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ..events.codec import REJECT_REASONS
+from ..outcomes import Outcome
+
+_LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+STREAMS = ("kv_events", "donors", "outcomes")
+
+
+class RouterMetrics:
+    """Every metric the router exports, prefixed ``semblend_router_``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter("semblend_router_decisions", "routing decisions by outcome", ["outcome"], registry=r)
+        self.declines = Counter(
+            "semblend_router_semantic_declines", "semantic stage declines by reason", ["reason"], registry=r
+        )
+        self.stage_latency = Histogram(
+            "semblend_router_stage_seconds",
+            "router stage latency (exact, semantic, forward_first_response, total_added)",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.events_in = Counter("semblend_router_events_in", "messages accepted per stream", ["stream"], registry=r)
+        self.kv_blocks_in = Counter("semblend_router_kv_block_events", "kv-event blocks applied", registry=r)
+        self.events_rejected = Counter(
+            "semblend_router_events_rejected",
+            "messages rejected per stream and reason",
+            ["stream", "reason"],
+            registry=r,
+        )
+        self.events_out = Counter("semblend_router_events_out", "messages published per kind", ["kind"], registry=r)
+        self.events_dropped = Counter(
+            "semblend_router_events_dropped",
+            "messages not published, per kind and reason",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.outcomes_reported = Counter(
+            "semblend_router_backend_outcomes", "outcomes reported by connectors", ["outcome"], registry=r
+        )
+        self.donors = Gauge(
+            "semblend_router_donors", "donors in the index per worker", ["worker_id", "dp_rank", "state"], registry=r
+        )
+        self.donors_total = Gauge("semblend_router_donors_total", "donors in the index", registry=r)
+        self.nats_connected = Gauge("semblend_router_nats_connected", "1 while NATS is connected", registry=r)
+        self.forward_retries = Counter(
+            "semblend_router_forward_retries", "placements retried without restriction", ["reason"], registry=r
+        )
+        for outcome in Outcome:
+            self.decisions.labels(outcome.value)
+        for stream in STREAMS:
+            self.events_in.labels(stream)
+            for reason in (*REJECT_REASONS, "handler_error"):
+                self.events_rejected.labels(stream, reason)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

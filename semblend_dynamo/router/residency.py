@@ -1,0 +1,247 @@
+"""Which donors are resident where, followed through Dynamo's exact ``kv-events``.
+
+A donor is a finished prompt on the worker that served it, known by its Dynamo block content hashes
+(``tokens_hash``, seeded with LoRA and cache salt exactly as ``compute_block_hash_for_seq`` does). It is
+*resident* only while every one of those hashes is stored on that worker's device tier (per
+``(worker_id, dp_rank)``) and the worker is live. ``removed``/``cleared`` events and worker departure take
+donors out; re-stored blocks bring them back. Every replica fed the same events and registrations holds
+the same catalog and the same resident sets.
+
+Not thread-safe: the router mutates and reads it from its event loop only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
+
+WorkerKey = tuple[int, int]
+"""``(worker_id, dp_rank)``, Dynamo's ``WorkerWithDpRank``."""
+
+DEVICE_TIER = "device"
+
+
+@dataclass
+class _WorkerBlocks:
+    by_block: dict[int, int] = field(default_factory=dict)  # engine block id -> tokens_hash
+    counts: Counter[int] = field(default_factory=Counter)  # tokens_hash -> engine blocks holding it
+    last_event_id: int = 0
+
+
+@dataclass(frozen=True)
+class DonorEntry:
+    """One donor of the catalog (built from a :class:`DonorRegistration`)."""
+
+    registration: DonorRegistration
+
+    @property
+    def donor_id(self) -> str:
+        return self.registration.donor_id
+
+    @property
+    def worker(self) -> WorkerKey:
+        return (self.registration.worker_id, self.registration.dp_rank)
+
+    @property
+    def namespace(self) -> str:
+        return self.registration.namespace
+
+
+class Residency:
+    """Per-worker block presence from kv-events plus the donor catalog and its resident sets."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._workers: dict[WorkerKey, _WorkerBlocks] = {}
+        self._donors: OrderedDict[str, DonorEntry] = OrderedDict()
+        self._missing: dict[str, int] = {}
+        self._postings: dict[tuple[WorkerKey, int], set[str]] = {}
+        self._resident: dict[str, set[str]] = {}
+        self.event_gaps = 0
+        self.ignored_events: Counter[str] = Counter()
+
+    # --- kv-events -------------------------------------------------------------------------------
+    def apply(self, event: KvEvent) -> None:
+        """Called for every decoded kv-event, in arrival order."""
+        if event.storage_tier != DEVICE_TIER:
+            self.ignored_events["storage_tier"] += 1
+            return
+        key = (event.worker_id, event.dp_rank)
+        blocks = self._workers.get(key)
+        if blocks is None:
+            blocks = self._workers[key] = _WorkerBlocks()
+        if blocks.last_event_id and event.event_id > blocks.last_event_id + 1:
+            self.event_gaps += 1
+        blocks.last_event_id = max(blocks.last_event_id, event.event_id)
+        data = event.data
+        if isinstance(data, KvStored):
+            for block_hash, tokens_hash in zip(data.block_hashes, data.tokens_hashes, strict=True):
+                previous = blocks.by_block.get(block_hash)
+                if previous == tokens_hash:
+                    continue
+                if previous is not None:
+                    self._drop_block(key, blocks, previous)
+                blocks.by_block[block_hash] = tokens_hash
+                blocks.counts[tokens_hash] += 1
+                if blocks.counts[tokens_hash] == 1:
+                    self._hash_arrived(key, tokens_hash)
+        elif isinstance(data, KvRemoved):
+            for block_hash in data.block_hashes:
+                removed = blocks.by_block.pop(block_hash, None)
+                if removed is None:
+                    self.ignored_events["unknown_block"] += 1
+                    continue
+                self._drop_block(key, blocks, removed)
+        elif isinstance(data, KvCleared):
+            for tokens_hash in list(blocks.counts):
+                self._hash_left(key, tokens_hash)
+            self._workers[key] = _WorkerBlocks(last_event_id=blocks.last_event_id)
+
+    def rebuild(self, events: Iterable[KvEvent]) -> None:
+        """Replace all block state with a full dump (Dynamo's recovered tree); donors are kept and re-checked.
+
+        Called after a (re)connect or an event-id gap, when the live stream may have missed events.
+        """
+        self._workers.clear()
+        self._resident.clear()
+        for donor_id, entry in self._donors.items():
+            self._missing[donor_id] = len(set(entry.registration.block_hashes))
+            if self._missing[donor_id] == 0:
+                self._resident.setdefault(entry.namespace, set()).add(donor_id)
+        for event in events:
+            self.apply(event)
+        for blocks in self._workers.values():
+            blocks.last_event_id = 0  # dump ids are synthetic; resume gap detection from the live stream
+
+    def _drop_block(self, key: WorkerKey, blocks: _WorkerBlocks, tokens_hash: int) -> None:
+        left = blocks.counts[tokens_hash] - 1
+        if left > 0:
+            blocks.counts[tokens_hash] = left
+            return
+        del blocks.counts[tokens_hash]
+        self._hash_left(key, tokens_hash)
+
+    def _hash_arrived(self, key: WorkerKey, tokens_hash: int) -> None:
+        for donor_id in self._postings.get((key, tokens_hash), ()):
+            missing = self._missing[donor_id] - 1
+            self._missing[donor_id] = missing
+            if missing == 0:
+                entry = self._donors[donor_id]
+                self._resident.setdefault(entry.namespace, set()).add(donor_id)
+
+    def _hash_left(self, key: WorkerKey, tokens_hash: int) -> None:
+        for donor_id in self._postings.get((key, tokens_hash), ()):
+            missing = self._missing[donor_id]
+            self._missing[donor_id] = missing + 1
+            if missing == 0:
+                self._resident[self._donors[donor_id].namespace].discard(donor_id)
+
+    # --- donors ----------------------------------------------------------------------------------
+    def add_donor(self, registration: DonorRegistration) -> list[str]:
+        """Add (or refresh) a donor; returns the donor ids pushed out by the capacity bound."""
+        donor_id = registration.donor_id
+        if donor_id in self._donors:
+            self.remove_donor(donor_id)
+        entry = DonorEntry(registration)
+        key = entry.worker
+        counts = self._workers.get(key, _WorkerBlocks()).counts
+        distinct = set(registration.block_hashes)
+        for tokens_hash in distinct:
+            self._postings.setdefault((key, tokens_hash), set()).add(donor_id)
+        self._donors[donor_id] = entry
+        self._missing[donor_id] = sum(1 for h in distinct if counts.get(h, 0) == 0)
+        if self._missing[donor_id] == 0:
+            self._resident.setdefault(entry.namespace, set()).add(donor_id)
+        evicted = []
+        while len(self._donors) > self.capacity:
+            oldest = next(iter(self._donors))
+            self.remove_donor(oldest)
+            evicted.append(oldest)
+        return evicted
+
+    def remove_donor(self, donor_id: str) -> bool:
+        entry = self._donors.pop(donor_id, None)
+        if entry is None:
+            return False
+        for tokens_hash in set(entry.registration.block_hashes):
+            posting = self._postings.get((entry.worker, tokens_hash))
+            if posting is not None:
+                posting.discard(donor_id)
+                if not posting:
+                    del self._postings[(entry.worker, tokens_hash)]
+        self._missing.pop(donor_id, None)
+        resident = self._resident.get(entry.namespace)
+        if resident is not None:
+            resident.discard(donor_id)
+        return True
+
+    # --- workers ---------------------------------------------------------------------------------
+    def retain_workers(self, live_worker_ids: Collection[int]) -> list[str]:
+        """Forget every worker not in ``live_worker_ids`` (discovery changed); returns the donors removed."""
+        gone = {key for key in self._workers if key[0] not in live_worker_ids}
+        gone |= {entry.worker for entry in self._donors.values() if entry.worker[0] not in live_worker_ids}
+        removed: list[str] = []
+        for key in gone:
+            removed += self.remove_worker(key)
+        return removed
+
+    def remove_worker(self, key: WorkerKey) -> list[str]:
+        """A worker (rank) left: drop its blocks and its donors."""
+        self._workers.pop(key, None)
+        doomed = [d for d, entry in self._donors.items() if entry.worker == key]
+        for donor_id in doomed:
+            self.remove_donor(donor_id)
+        return doomed
+
+    # --- queries ---------------------------------------------------------------------------------
+    def resident(self, namespace: str) -> set[str]:
+        """Donor ids resident now in ``namespace`` (a live view: copy it before awaiting)."""
+        return self._resident.get(namespace, set())
+
+    def is_resident(self, donor_id: str) -> bool:
+        return self._missing.get(donor_id) == 0
+
+    def donor(self, donor_id: str) -> DonorEntry | None:
+        return self._donors.get(donor_id)
+
+    def donors(self) -> Iterable[DonorEntry]:
+        return self._donors.values()
+
+    def __len__(self) -> int:
+        return len(self._donors)
+
+    def __contains__(self, donor_id: object) -> bool:
+        return donor_id in self._donors
+
+    def blocks_on(self, key: WorkerKey) -> int:
+        blocks = self._workers.get(key)
+        return 0 if blocks is None else len(blocks.by_block)
+
+    def workers(self) -> list[WorkerKey]:
+        return sorted(set(self._workers) | {entry.worker for entry in self._donors.values()})
+
+    def donors_per_worker(self) -> dict[WorkerKey, tuple[int, int]]:
+        """``(donors, resident donors)`` per worker rank."""
+        out: dict[WorkerKey, list[int]] = {}
+        for donor_id, entry in self._donors.items():
+            counts = out.setdefault(entry.worker, [0, 0])
+            counts[0] += 1
+            counts[1] += self._missing[donor_id] == 0
+        return {key: (c[0], c[1]) for key, c in out.items()}
+
+    def snapshot(self) -> list[dict[str, object]]:
+        """The catalog in a canonical order (for /debug/donors and replica comparisons)."""
+        return [
+            {
+                "donor_id": entry.donor_id,
+                "worker_id": entry.worker[0],
+                "dp_rank": entry.worker[1],
+                "namespace": entry.namespace,
+                "blocks": len(entry.registration.block_hashes),
+                "resident": self._missing[entry.donor_id] == 0,
+            }
+            for entry in sorted(self._donors.values(), key=lambda e: e.donor_id)
+        ]
