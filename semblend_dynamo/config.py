@@ -119,7 +119,7 @@ class SemblendConfig(BaseModel):
     router_component: str = Field("semblend", min_length=1, description="Dynamo component of the router")
     evidence_queue_size: int = Field(1024, ge=1, description="bounded evidence publish queue (drops counted)")
     placement_load_slack: int = Field(
-        8, ge=0, description="router: place on a donor's worker only while its active requests exceed the least loaded worker's by at most this"
+        8, ge=0, description="router: max active requests a donor's worker may exceed the least loaded one by"
     )
     max_message_bytes: int = Field(1 << 20, ge=1024, description="messages larger than this are rejected")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
