@@ -29,7 +29,7 @@ _MIX = np.uint64(0xD6E8FEB86659FD93)  # Fibonacci-style mixing of the hash befor
 _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
-_FILTER_LOAD = 8  # filter slots per distinct chunk hash (false-positive rate about 1/8)
+_FILTER_LOAD = 16  # filter slots per distinct chunk hash (false-positive rate about 1/16)
 
 
 class Span(BaseModel):
@@ -78,12 +78,13 @@ class _ChunkTable:
     """One namespace's chunk hash -> postings, plus a counting filter that screens target windows vectorized.
 
     A posting packs ``serial << 32 | donor_offset``; lists keep insertion order, so the newest donor is last.
-    The filter counts distinct hashes per slot (slot = top bits of the mixed hash).
+    The filter counts distinct hashes per slot (slot = top bits of the mixed hash) in uint16: wrapping would take
+    65,536 distinct hashes in one slot, and could only hide matches, never invent them.
     """
 
     def __init__(self) -> None:
         self.postings: dict[int, list[int]] = {}
-        self.filter = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint32)
+        self.filter = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
         self._shift = np.uint64(64 - _MIN_FILTER_BITS)
 
     def slots(self, hashes: np.ndarray) -> np.ndarray:
@@ -125,7 +126,7 @@ class _ChunkTable:
         bits = max(_MIN_FILTER_BITS, int(len(self.postings) * _FILTER_LOAD - 1).bit_length())
         self._shift = np.uint64(64 - bits)
         keys = np.fromiter(self.postings.keys(), dtype=np.uint64, count=len(self.postings))
-        self.filter = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint32)
+        self.filter = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint16)
 
 
 class SpanAligner:
@@ -146,7 +147,7 @@ class SpanAligner:
         min_span_tokens: int,
         anchor_tokens: int | None = None,
         *,
-        max_postings: int = 16,
+        max_postings: int = 4,
         max_diagonals: int = 64,
     ) -> None:
         if block_size < 1:
@@ -257,10 +258,19 @@ class SpanAligner:
         diagonals = self._diagonals(table, t, allowed)
         if not diagonals:
             return []
-        ranked = sorted(diagonals.items(), key=lambda kv: (-kv[1], -kv[0][0], kv[0][1]))
+        ranked = sorted(diagonals.items(), key=lambda kv: (-kv[1][0], -kv[0][0], kv[0][1]))
         found: list[_Candidate] = []
-        for (serial, delta), _hits in ranked[: self.max_diagonals]:
-            found.extend(self._diagonal_spans(t, serial, delta))
+        seen: set[tuple[int, int, int, int]] = set()
+        for (serial, delta), (hits, first, last) in ranked:
+            # Donors sharing the same hits at the same delta (common boilerplate) give the same spans: the
+            # newest one stands for them.
+            signature = (delta, first, last, hits)
+            if signature in seen:
+                continue
+            seen.add(signature)
+            found.extend(self._diagonal_spans(t, serial, delta, first, last))
+            if len(seen) == self.max_diagonals:
+                break
         return [
             Span(
                 donor_id=self._by_serial[c.serial].donor_id,
@@ -281,11 +291,13 @@ class SpanAligner:
                 out.add(donor.serial)
         return out
 
-    def _diagonals(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None) -> dict[tuple[int, int], int]:
-        """Anchor hits per (serial, delta) diagonal."""
+    def _diagonals(
+        self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None
+    ) -> dict[tuple[int, int], list[int]]:
+        """Per (serial, delta) diagonal: [anchor hits, first hit position, last hit position]."""
         hashes = self._window_hashes(t)
         positions = np.flatnonzero(table.filter[table.slots(hashes)])
-        diagonals: dict[tuple[int, int], int] = {}
+        diagonals: dict[tuple[int, int], list[int]] = {}
         postings = table.postings
         cap = self.max_postings
         for pos, h in zip(positions.tolist(), hashes[positions].tolist(), strict=True):
@@ -298,17 +310,33 @@ class SpanAligner:
                 if allowed is not None and serial not in allowed:
                     continue
                 key = (serial, pos - (packed & _OFFSET_MASK))
-                diagonals[key] = diagonals.get(key, 0) + 1
+                entry = diagonals.get(key)
+                if entry is None:
+                    diagonals[key] = [1, pos, pos]
+                else:
+                    entry[0] += 1
+                    entry[2] = pos
                 taken += 1
                 if taken == cap:
                     break
         return diagonals
 
-    def _diagonal_spans(self, t: np.ndarray, serial: int, delta: int) -> list[_Candidate]:
-        """Every maximal exact run on one diagonal, trimmed to target blocks, at least min_span_tokens long."""
+    def _diagonal_spans(self, t: np.ndarray, serial: int, delta: int, first: int, last: int) -> list[_Candidate]:
+        """The maximal exact runs of one diagonal around its anchor hits at target positions [first, last].
+
+        Runs are trimmed to target blocks and kept when at least min_span_tokens long. The compared window starts
+        one chunk beyond the hits and gallops outward while its edge token still matches, so runs are maximal.
+        """
         d = self._by_serial[serial].tokens
-        lo = max(0, delta)
-        hi = min(t.size, d.size + delta)
+        diag_lo = max(0, delta)
+        diag_hi = min(t.size, d.size + delta)
+        reach = self.block_size + self.anchor_tokens
+        lo = max(diag_lo, first - reach)
+        hi = min(diag_hi, last + self.anchor_tokens + reach)
+        while lo > diag_lo and t[lo] == d[lo - delta]:
+            lo = max(diag_lo, lo - 2 * (hi - lo))
+        while hi < diag_hi and t[hi - 1] == d[hi - 1 - delta]:
+            hi = min(diag_hi, hi + 2 * (hi - lo))
         if hi - lo < self.min_span_tokens:
             return []
         eq = np.empty(hi - lo + 2, dtype=np.int8)
