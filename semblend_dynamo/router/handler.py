@@ -301,9 +301,12 @@ class SemanticRouter:
             extra = dict(out.get("extra_args") or {})
             extra[EXTRA_ARGS_KEY] = decision.hint.model_dump(mode="json", by_alias=True)
             out["extra_args"] = extra
+        routing = dict(out.get("routing") or {})
+        if routed.cache_salt and not routing.get("cache_namespace"):
+            routing["cache_namespace"] = routed.cache_salt  # Dynamo hashes the request's blocks with the salt
         if decision.allowed_worker is not None:
-            routing = dict(out.get("routing") or {})
             routing["allowed_worker_ids"] = [decision.allowed_worker]
+        if routing:
             out["routing"] = routing
         return out
 
