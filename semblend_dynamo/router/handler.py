@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 EXTRA_ARGS_KEY = "semblend"
 """``extra_args[EXTRA_ARGS_KEY]`` carries the DonorHint (schema ``semblend.hint/v1``) to the worker."""
 
+GAP_RESYNC_DELAY_S = 1.0
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
 
 
@@ -155,6 +156,7 @@ class SemanticRouter:
         self.sync_inbox = f"_INBOX.semblend.{self.router_id}"
         self._embedding_tasks: set[asyncio.Future[Any]] = set()
         self._live_workers_seen = False
+        self._gap_resync: asyncio.Future[None] | None = None
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -461,10 +463,21 @@ class SemanticRouter:
     def on_kv_events(self, batch: KvEventBatch) -> None:
         """Called for each decoded kv-events message."""
         blocks = 0
+        gaps = self.residency.event_gaps
         for event in batch.events:
             self.residency.apply(event)
             blocks += event.num_blocks
         self.metrics.kv_blocks_in.inc(blocks)
+        if self.residency.event_gaps > gaps and self._gap_resync is None:
+            self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
+
+    async def _resync_after_gap(self) -> None:
+        """Missed kv-events (an event-id gap): rebuild from Dynamo's index once it has recovered them."""
+        try:
+            await asyncio.sleep(GAP_RESYNC_DELAY_S)
+            await self.resync_blocks()
+        finally:
+            self._gap_resync = None
 
     def on_donor_event(self, event: SemblendEvent, msg: Msg) -> None:
         """A registration (peer or sync reply) or a connector's lifecycle event."""

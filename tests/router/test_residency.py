@@ -1,0 +1,122 @@
+"""Residency: donors are resident exactly while all their blocks are stored on their live worker."""
+
+from __future__ import annotations
+
+from semblend_dynamo.events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
+from semblend_dynamo.router.residency import Residency
+
+W1, W2 = 11, 22
+
+
+def _donor(donor_id: str, worker: int, hashes: list[int], namespace: str = "ns") -> DonorRegistration:
+    return DonorRegistration(
+        donor_id=donor_id,
+        worker_id=worker,
+        deployment="d",
+        namespace=namespace,
+        num_tokens=16 * len(hashes),
+        block_size=16,
+        block_hashes=hashes,
+        embedding=b"",
+        embedding_dim=0,
+    )
+
+
+class Events:
+    """Builds kv-events for one worker with increasing event ids (engine id = 1000 + tokens_hash)."""
+
+    def __init__(self, worker: int) -> None:
+        self.worker = worker
+        self.event_id = 0
+
+    def _event(self, data: KvStored | KvRemoved | KvCleared) -> KvEvent:
+        self.event_id += 1
+        return KvEvent(worker_id=self.worker, event_id=self.event_id, data=data)
+
+    def stored(self, *hashes: int) -> KvEvent:
+        return self._event(KvStored(block_hashes=[1000 + h for h in hashes], tokens_hashes=list(hashes)))
+
+    def removed(self, *hashes: int) -> KvEvent:
+        return self._event(KvRemoved(block_hashes=[1000 + h for h in hashes]))
+
+    def cleared(self) -> KvEvent:
+        return self._event(KvCleared())
+
+
+def test_donor_becomes_resident_when_its_last_block_arrives_and_leaves_with_any_block() -> None:
+    r, ev = Residency(capacity=10), Events(W1)
+    r.add_donor(_donor("a", W1, [1, 2, 3]))
+    r.apply(ev.stored(1, 2))
+    assert not r.is_resident("a") and r.resident("ns") == set()
+    r.apply(ev.stored(3))
+    assert r.is_resident("a") and r.resident("ns") == {"a"}
+    r.apply(ev.removed(2))
+    assert not r.is_resident("a") and r.resident("ns") == set()
+    r.apply(ev.stored(2))
+    assert r.resident("ns") == {"a"}
+
+
+def test_blocks_on_another_worker_do_not_make_a_donor_resident() -> None:
+    r = Residency(capacity=10)
+    r.add_donor(_donor("a", W1, [1, 2]))
+    r.apply(Events(W2).stored(1, 2))
+    assert not r.is_resident("a")
+    assert r.blocks_on((W2, 0)) == 2
+
+
+def test_a_block_held_twice_stays_until_both_copies_are_removed() -> None:
+    r, ev = Residency(capacity=10), Events(W1)
+    r.apply(ev.stored(1))
+    r.apply(KvEvent(worker_id=W1, event_id=99, data=KvStored(block_hashes=[5000], tokens_hashes=[1])))
+    r.add_donor(_donor("a", W1, [1]))
+    assert r.is_resident("a")
+    r.apply(ev.removed(1))
+    assert r.is_resident("a")
+    r.apply(KvEvent(worker_id=W1, event_id=100, data=KvRemoved(block_hashes=[5000])))
+    assert not r.is_resident("a")
+
+
+def test_cleared_and_worker_departure() -> None:
+    r, ev1, ev2 = Residency(capacity=10), Events(W1), Events(W2)
+    r.add_donor(_donor("a", W1, [1]))
+    r.add_donor(_donor("b", W2, [2]))
+    r.apply(ev1.stored(1))
+    r.apply(ev2.stored(2))
+    assert r.resident("ns") == {"a", "b"}
+    r.apply(ev1.cleared())
+    assert r.resident("ns") == {"b"} and "a" in r
+    assert r.retain_workers({W1}) == ["b"]
+    assert "b" not in r and r.resident("ns") == set() and r.blocks_on((W2, 0)) == 0
+
+
+def test_namespaces_are_separate_and_capacity_evicts_oldest() -> None:
+    r, ev = Residency(capacity=2), Events(W1)
+    r.apply(ev.stored(1, 2, 3))
+    r.add_donor(_donor("a", W1, [1], namespace="tenantA"))
+    r.add_donor(_donor("b", W1, [2], namespace="tenantB"))
+    assert r.resident("tenantA") == {"a"} and r.resident("tenantB") == {"b"}
+    assert r.add_donor(_donor("c", W1, [3], namespace="tenantB")) == ["a"]
+    assert r.resident("tenantA") == set() and r.resident("tenantB") == {"b", "c"}
+
+
+def test_rebuild_from_a_dump_replaces_block_state_and_rechecks_donors() -> None:
+    r, ev = Residency(capacity=10), Events(W1)
+    r.add_donor(_donor("a", W1, [1, 2]))
+    r.add_donor(_donor("b", W1, [3]))
+    r.apply(ev.stored(1, 2))
+    assert r.resident("ns") == {"a"}
+    r.rebuild([Events(W1).stored(3)])  # the recovered index only holds block 3 now
+    assert r.resident("ns") == {"b"}
+    assert [d["donor_id"] for d in r.snapshot()] == ["a", "b"]
+
+
+def test_event_id_gaps_and_foreign_tiers_are_counted() -> None:
+    r, ev = Residency(capacity=10), Events(W1)
+    r.apply(ev.stored(1))
+    ev.event_id += 3
+    r.apply(ev.stored(2))
+    assert r.event_gaps == 1
+    r.apply(KvEvent(worker_id=W1, event_id=50, storage_tier="host_pinned", data=KvRemoved(block_hashes=[1001])))
+    r.apply(ev.removed(77))
+    assert r.ignored_events == {"storage_tier": 1, "unknown_block": 1}
+    assert r.blocks_on((W1, 0)) == 2
