@@ -1,0 +1,598 @@
+"""RoPE-delta correction on paged KV: Triton kernels, their typed wrappers, and the torch reference (the oracle).
+
+K is cached after RoPE at the donor's positions. Rotary embeddings compose, ``R(p + d) k = R(d) R(p) k``, so K moves to
+position ``p + d`` by one rotation of angle ``d * inv_freq``: computed in fp32 from the model's own inv_freq, with unit
+cos/sin (any attention factor is already inside cached K). V is position-free and copied unchanged.
+
+Plans are int64 tensors with one row per span; a row never leaves its block (`split_spans_to_plan` splits token spans at
+block boundaries; offsets may be unaligned):
+
+- copy: ``(src_block, src_offset, dst_block, dst_offset, n_tokens, delta)``; K and V of tokens
+  ``src_offset .. src_offset + n_tokens - 1`` of ``src_block`` go to the same slots of ``dst_block``.
+- in place: ``(block, offset, n_tokens, delta)``; K of those tokens is rotated where it lies.
+
+One launch covers every plan row and every layer of ``layers`` (``[start, stop)``, default all). A row with delta 0 is a
+pure copy (or nothing, in place). The Triton kernels run when the pool is on CUDA, or on any device when Triton's
+interpreter is on (``TRITON_INTERPRET=1`` at import); otherwise the functions fall back to the torch reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import torch
+
+from .layout import PagedKVLayout
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch reference still works
+    triton = None  # type: ignore[assignment]
+
+RopeStyle = Literal["neox", "gptj"]
+COPY_PLAN_COLUMNS = 6
+INPLACE_PLAN_COLUMNS = 4
+# Positions are exact fp32 integers below 2**24; larger deltas cannot be rotated exactly in fp32.
+MAX_ABS_DELTA = (1 << 24) - 1
+
+
+class InvalidPlan(ValueError):
+    """A plan row points outside the pool, leaves its block, or would race with another row."""
+
+
+@dataclass(frozen=True)
+class CopySpan:
+    """``n_tokens`` consecutive tokens from donor token index ``src_start`` to target token index ``dst_start``.
+
+    Token indices count through the request's block list (token i lives in block ``i // T`` at offset ``i % T``).
+    ``delta`` is the position shift applied to K; by default the token moves from position src_start to dst_start.
+    """
+
+    src_start: int
+    dst_start: int
+    n_tokens: int
+    delta: int | None = None
+
+
+@dataclass(frozen=True)
+class InplaceSpan:
+    """``n_tokens`` consecutive tokens from token index ``start`` whose K is rotated by ``delta`` in place."""
+
+    start: int
+    n_tokens: int
+    delta: int
+
+
+@dataclass(frozen=True)
+class KernelTuning:
+    """Launch parameters: heads handled per loop iteration of one program, and warps per program."""
+
+    heads_per_iter: int = 2
+    num_warps: int = 8
+
+
+DEFAULT_TUNING = KernelTuning()
+
+
+def split_spans_to_plan(
+    spans: Iterable[CopySpan], src_block_ids: list[int], dst_block_ids: list[int], tokens_per_block: int
+) -> torch.Tensor:
+    """Copy-plan rows (int64 ``[S, 6]`` on CPU) for token spans over the donor's and the target's block lists.
+
+    Called by the connector when it builds a materialization plan. Each span is cut wherever either side crosses a
+    block boundary. Raises `InvalidPlan` for spans outside the block lists.
+    """
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    for span in spans:
+        delta = span.dst_start - span.src_start if span.delta is None else span.delta
+        _check_span(span.src_start, span.n_tokens, len(src_block_ids), tokens_per_block, "source")
+        _check_span(span.dst_start, span.n_tokens, len(dst_block_ids), tokens_per_block, "target")
+        src, dst, left = span.src_start, span.dst_start, span.n_tokens
+        while left > 0:
+            src_off, dst_off = src % tokens_per_block, dst % tokens_per_block
+            n = min(left, tokens_per_block - src_off, tokens_per_block - dst_off)
+            rows.append(
+                (
+                    src_block_ids[src // tokens_per_block],
+                    src_off,
+                    dst_block_ids[dst // tokens_per_block],
+                    dst_off,
+                    n,
+                    delta,
+                )
+            )
+            src, dst, left = src + n, dst + n, left - n
+    return torch.tensor(rows, dtype=torch.int64).reshape(-1, COPY_PLAN_COLUMNS)
+
+
+def split_inplace_spans_to_plan(
+    spans: Iterable[InplaceSpan], block_ids: list[int], tokens_per_block: int
+) -> torch.Tensor:
+    """In-place plan rows (int64 ``[S, 4]`` on CPU) for token spans over one request's block list."""
+    rows: list[tuple[int, int, int, int]] = []
+    for span in spans:
+        _check_span(span.start, span.n_tokens, len(block_ids), tokens_per_block, "")
+        pos, left = span.start, span.n_tokens
+        while left > 0:
+            off = pos % tokens_per_block
+            n = min(left, tokens_per_block - off)
+            rows.append((block_ids[pos // tokens_per_block], off, n, span.delta))
+            pos, left = pos + n, left - n
+    return torch.tensor(rows, dtype=torch.int64).reshape(-1, INPLACE_PLAN_COLUMNS)
+
+
+def _check_span(start: int, n_tokens: int, num_blocks: int, tokens_per_block: int, side: str) -> None:
+    if start < 0 or n_tokens < 0 or start + n_tokens > num_blocks * tokens_per_block:
+        raise InvalidPlan(
+            f"{side} span [{start}, {start + n_tokens}) is outside {num_blocks} blocks of {tokens_per_block} tokens"
+        )
+
+
+def uses_triton(pool: torch.Tensor) -> bool:
+    """Whether the public functions run the Triton kernels (not the torch reference) for ``pool``."""
+    return triton is not None and (pool.is_cuda or _INTERPRETED)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Triton kernels
+# ---------------------------------------------------------------------------------------------------------------------
+
+if triton is not None:
+    _INV_TWO_PI = tl.constexpr(0.15915494309189535)
+    # 2*pi split so that k * _TWO_PI_HI and k * _TWO_PI_MID are exact for |k| < 2**15 (|angle| up to ~2e5 rad).
+    _TWO_PI_HI = tl.constexpr(6.28125)
+    _TWO_PI_MID = tl.constexpr(0.001934051513671875)
+    _TWO_PI_LO = tl.constexpr(1.2556658930407139e-06)
+
+    @triton.jit
+    def _unit_cos_sin(inv_freq_ptr, delta, ROTARY_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr):
+        """cos/sin of delta * inv_freq in fp32, once per program (every token of a plan row shares the delta)."""
+        j = tl.arange(0, BLOCK_HALF)
+        inv = tl.load(inv_freq_ptr + j, mask=j < ROTARY_DIM // 2, other=0.0)
+        theta = delta.to(tl.float32) * inv
+        # Explicit range reduction: the GPU's fast sin/cos lose accuracy far from [-pi, pi].
+        k = tl.floor(theta * _INV_TWO_PI + 0.5)
+        r = theta - k * _TWO_PI_HI
+        r = r - k * _TWO_PI_MID
+        r = r - k * _TWO_PI_LO
+        return tl.cos(r), tl.sin(r)
+
+    @triton.jit
+    def _to_storage(x, DTYPE: tl.constexpr):
+        """Round fp32 to the KV dtype, to nearest even.
+
+        bf16 is rounded by hand: Triton's interpreter truncates fp32 -> bf16 casts, and the CPU tests must see the
+        same rounding the GPU does (cvt.rn); the extra integer ops are free in a memory-bound kernel.
+        """
+        if tl.bfloat16 == DTYPE:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+            return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        else:
+            return x.to(DTYPE)
+
+    @triton.jit
+    def _rotate_heads(
+        src,
+        dst,
+        n_tokens,
+        cos,
+        sin,
+        stride_h,
+        stride_t,
+        NUM_HEADS: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+    ):
+        """Rotate the first ROTARY_DIM channels of K for ``n_tokens`` tokens of every head, ``src`` -> ``dst``."""
+        r = tl.arange(0, HEADS_PER_ITER * BLOCK_T)
+        head_in_iter = r // BLOCK_T
+        tok = r % BLOCK_T
+        j = tl.arange(0, BLOCK_HALF)
+        c = cos[None, :]
+        s = sin[None, :]
+        for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
+            head = h0 + head_in_iter
+            row_off = head * stride_h + tok * stride_t
+            row_mask = (tok < n_tokens) & (head < NUM_HEADS)
+            if IS_NEOX:
+                mask = row_mask[:, None] & (j < ROTARY_DIM // 2)[None, :]
+                off1 = row_off[:, None] + j[None, :]
+                off2 = off1 + ROTARY_DIM // 2
+                x1 = tl.load(src + off1, mask=mask).to(tl.float32)
+                x2 = tl.load(src + off2, mask=mask).to(tl.float32)
+                tl.store(dst + off1, _to_storage(x1 * c - x2 * s, dst.dtype.element_ty), mask=mask)
+                tl.store(dst + off2, _to_storage(x2 * c + x1 * s, dst.dtype.element_ty), mask=mask)
+            else:
+                cols = tl.arange(0, 2 * BLOCK_HALF)
+                mask = row_mask[:, None] & (cols < ROTARY_DIM)[None, :]
+                off = row_off[:, None] + cols[None, :]
+                x = tl.load(src + off, mask=mask).to(tl.float32)
+                x1, x2 = tl.split(tl.reshape(x, (HEADS_PER_ITER * BLOCK_T, BLOCK_HALF, 2)))
+                out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)
+                out = tl.reshape(out, (HEADS_PER_ITER * BLOCK_T, 2 * BLOCK_HALF))
+                tl.store(dst + off, _to_storage(out, dst.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _copy_heads(
+        src,
+        dst,
+        n_tokens,
+        width,
+        stride_h,
+        stride_t,
+        NUM_HEADS: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_W: tl.constexpr,
+    ):
+        """Copy the first ``width`` channels of ``n_tokens`` tokens of every head, ``src`` -> ``dst``."""
+        r = tl.arange(0, HEADS_PER_ITER * BLOCK_T)
+        head_in_iter = r // BLOCK_T
+        tok = r % BLOCK_T
+        cols = tl.arange(0, BLOCK_W)
+        for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
+            head = h0 + head_in_iter
+            off = (head * stride_h + tok * stride_t)[:, None] + cols[None, :]
+            mask = ((tok < n_tokens) & (head < NUM_HEADS))[:, None] & (cols < width)[None, :]
+            tl.store(dst + off, tl.load(src + off, mask=mask), mask=mask)
+
+    @triton.jit
+    def _rope_delta_copy_kernel(
+        pool,
+        plan,
+        inv_freq,
+        layer_start,
+        stride_b,
+        stride_l,
+        stride_kv,
+        stride_h,
+        stride_t,
+        NUM_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_PASS: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+    ):
+        """One program per (plan row, layer, K|V): gather the row's tokens, rotate K, write the target slots."""
+        row = plan + tl.program_id(0) * 6
+        layer = (layer_start + tl.program_id(1)).to(tl.int64)
+        kv = tl.program_id(2)
+        src_block = tl.load(row)
+        src_off = tl.load(row + 1)
+        dst_block = tl.load(row + 2)
+        dst_off = tl.load(row + 3)
+        n_tokens = tl.load(row + 4)
+        delta = tl.load(row + 5)
+        inner = layer * stride_l + kv * stride_kv
+        src = pool + src_block * stride_b + inner + src_off * stride_t
+        dst = pool + dst_block * stride_b + inner + dst_off * stride_t
+        if (kv == 1) | (delta == 0):
+            _copy_heads(src, dst, n_tokens, HEAD_DIM, stride_h, stride_t, NUM_HEADS, BLOCK_T, HEADS_PER_ITER, BLOCK_D)
+        else:
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+            _rotate_heads(
+                src,
+                dst,
+                n_tokens,
+                cos,
+                sin,
+                stride_h,
+                stride_t,
+                NUM_HEADS,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+            )
+            if ROTARY_DIM < HEAD_DIM:
+                _copy_heads(
+                    src + ROTARY_DIM,
+                    dst + ROTARY_DIM,
+                    n_tokens,
+                    HEAD_DIM - ROTARY_DIM,
+                    stride_h,
+                    stride_t,
+                    NUM_HEADS,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_PASS,
+                )
+
+    @triton.jit
+    def _rope_delta_inplace_kernel(
+        pool,
+        plan,
+        inv_freq,
+        layer_start,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        NUM_HEADS: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+    ):
+        """One program per (plan row, layer): rotate the row's K in place; delta 0 rows do nothing."""
+        row = plan + tl.program_id(0) * 4
+        layer = (layer_start + tl.program_id(1)).to(tl.int64)
+        block = tl.load(row)
+        off = tl.load(row + 1)
+        n_tokens = tl.load(row + 2)
+        delta = tl.load(row + 3)
+        if delta != 0:
+            k = pool + block * stride_b + layer * stride_l + off * stride_t
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+            _rotate_heads(
+                k,
+                k,
+                n_tokens,
+                cos,
+                sin,
+                stride_h,
+                stride_t,
+                NUM_HEADS,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+            )
+
+    _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
+else:
+    _INTERPRETED = False
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Wrappers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class _Checked(NamedTuple):
+    plan: torch.Tensor  # int64, contiguous, on the pool's device
+    inv_freq: torch.Tensor  # fp32, contiguous, on the pool's device
+    layer_start: int
+    layer_stop: int
+
+
+def rope_delta_copy(
+    pool: torch.Tensor,
+    plan: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: PagedKVLayout,
+    *,
+    rotary_dim: int,
+    style: RopeStyle = "neox",
+    layers: tuple[int, int] | None = None,
+    tuning: KernelTuning | None = None,
+) -> None:
+    """Materialize donor KV into target blocks per ``plan`` (``[S, 6]``), rotating K by each row's delta.
+
+    Called on the forward stream before the target's prefill reads its blocks; enqueues work and returns (no sync
+    beyond validating ``plan``). Raises `InvalidPlan`, `UnsupportedLayout` or `UnsupportedKVDtype` before touching
+    the pool.
+    """
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS)
+    if not uses_triton(pool):
+        _copy_reference(pool, checked, layout, rotary_dim, style)
+        return
+    if checked.plan.shape[0] == 0:
+        return
+    tune = tuning or DEFAULT_TUNING
+    stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
+    grid = (checked.plan.shape[0], checked.layer_stop - checked.layer_start, 2)
+    _rope_delta_copy_kernel[grid](
+        pool,
+        checked.plan,
+        checked.inv_freq,
+        checked.layer_start,
+        stride_b,
+        stride_l,
+        stride_kv,
+        stride_h,
+        stride_t,
+        num_warps=tune.num_warps,
+        **_meta(layout, rotary_dim, style, tune),
+        HEAD_DIM=layout.head_dim,
+        BLOCK_D=triton.next_power_of_2(layout.head_dim),
+        BLOCK_PASS=triton.next_power_of_2(max(layout.head_dim - rotary_dim, 1)),
+    )
+
+
+def rope_delta_inplace(
+    pool: torch.Tensor,
+    plan: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: PagedKVLayout,
+    *,
+    rotary_dim: int,
+    style: RopeStyle = "neox",
+    layers: tuple[int, int] | None = None,
+    tuning: KernelTuning | None = None,
+) -> None:
+    """Rotate K of the slots in ``plan`` (``[S, 4]``) in place by each row's delta; V is left alone.
+
+    Never call this on donor blocks that other requests may read: write into the target's own blocks.
+    """
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS)
+    if not uses_triton(pool):
+        _inplace_reference(pool, checked, layout, rotary_dim, style)
+        return
+    if checked.plan.shape[0] == 0:
+        return
+    tune = tuning or DEFAULT_TUNING
+    stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
+    grid = (checked.plan.shape[0], checked.layer_stop - checked.layer_start)
+    _rope_delta_inplace_kernel[grid](
+        pool,
+        checked.plan,
+        checked.inv_freq,
+        checked.layer_start,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        num_warps=tune.num_warps,
+        **_meta(layout, rotary_dim, style, tune),
+    )
+
+
+def _meta(layout: PagedKVLayout, rotary_dim: int, style: RopeStyle, tune: KernelTuning) -> dict[str, Any]:
+    return {
+        "NUM_HEADS": layout.num_kv_heads,
+        "ROTARY_DIM": rotary_dim,
+        "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
+        "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),
+        "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
+        "IS_NEOX": style == "neox",
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Torch reference (CPU or GPU): the oracle for the kernels, and the fallback without Triton
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def rope_delta_copy_reference(
+    pool: torch.Tensor,
+    plan: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: PagedKVLayout,
+    *,
+    rotary_dim: int,
+    style: RopeStyle = "neox",
+    layers: tuple[int, int] | None = None,
+) -> None:
+    """Torch implementation of `rope_delta_copy` (same contract), vectorized gather -> fp32 rotate -> scatter."""
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS)
+    _copy_reference(pool, checked, layout, rotary_dim, style)
+
+
+def rope_delta_inplace_reference(
+    pool: torch.Tensor,
+    plan: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: PagedKVLayout,
+    *,
+    rotary_dim: int,
+    style: RopeStyle = "neox",
+    layers: tuple[int, int] | None = None,
+) -> None:
+    """Torch implementation of `rope_delta_inplace` (same contract)."""
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS)
+    _inplace_reference(pool, checked, layout, rotary_dim, style)
+
+
+def rotate_reference(
+    x: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor, rotary_dim: int, style: str
+) -> torch.Tensor:
+    """Rotate ``x`` (``[N, ..., D]``, any float dtype; math in fp32) by per-row position deltas ``delta`` ``[N]``."""
+    theta = delta.to(torch.float32)[:, None] * inv_freq.to(device=x.device, dtype=torch.float32)[None, :]
+    shape = (theta.shape[0],) + (1,) * (x.dim() - 2) + (theta.shape[1],)
+    cos, sin = theta.cos().reshape(shape), theta.sin().reshape(shape)
+    out = x.to(torch.float32, copy=True)
+    half = rotary_dim // 2
+    if style == "neox":
+        x1, x2 = out[..., :half].clone(), out[..., half:rotary_dim].clone()
+        out[..., :half] = x1 * cos - x2 * sin
+        out[..., half:rotary_dim] = x2 * cos + x1 * sin
+    else:
+        x1, x2 = out[..., 0:rotary_dim:2].clone(), out[..., 1:rotary_dim:2].clone()
+        out[..., 0:rotary_dim:2] = x1 * cos - x2 * sin
+        out[..., 1:rotary_dim:2] = x2 * cos + x1 * sin
+    return out.to(x.dtype)
+
+
+def _expand_rows(plan: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token (row index, token index within its row) for plan rows of ``counts`` tokens."""
+    row = torch.repeat_interleave(torch.arange(plan.shape[0], device=plan.device), counts)
+    starts = torch.cumsum(counts, 0) - counts
+    return row, torch.arange(row.numel(), device=plan.device) - starts[row]
+
+
+def _copy_reference(pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str) -> None:
+    row, i = _expand_rows(c.plan, c.plan[:, 4])
+    p = c.plan[row]
+    tokens = layout.token_view(pool)  # [NB, T, NL, 2, H, D]
+    kv = tokens[p[:, 0], p[:, 1] + i, c.layer_start : c.layer_stop]  # gathered copy: [N, L, 2, H, D]
+    kv[:, :, 0] = rotate_reference(kv[:, :, 0], p[:, 5], c.inv_freq, rotary_dim, style)
+    tokens[p[:, 2], p[:, 3] + i, c.layer_start : c.layer_stop] = kv
+
+
+def _inplace_reference(pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str) -> None:
+    row, i = _expand_rows(c.plan, c.plan[:, 2])
+    p = c.plan[row]
+    tokens = layout.token_view(pool)
+    index = (p[:, 0], p[:, 1] + i, slice(c.layer_start, c.layer_stop), 0)
+    tokens[index] = rotate_reference(tokens[index], p[:, 3], c.inv_freq, rotary_dim, style)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Validation (shared by kernels and reference)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _check(
+    pool: torch.Tensor,
+    plan: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: PagedKVLayout,
+    rotary_dim: int,
+    style: str,
+    layers: tuple[int, int] | None,
+    columns: int,
+) -> _Checked:
+    layout.check_pool(pool)
+    if style not in ("neox", "gptj"):
+        raise ValueError(f"style must be 'neox' or 'gptj', got {style!r}")
+    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > layout.head_dim:
+        raise ValueError(f"rotary_dim must be even and in (0, {layout.head_dim}], got {rotary_dim}")
+    if inv_freq.dim() != 1 or inv_freq.numel() != rotary_dim // 2 or inv_freq.dtype != torch.float32:
+        raise ValueError(f"inv_freq must be fp32 [{rotary_dim // 2}], got {inv_freq.dtype} {tuple(inv_freq.shape)}")
+    if not bool(torch.isfinite(inv_freq).all()):
+        raise ValueError("inv_freq has non-finite values")
+    start, stop = (0, layout.num_layers) if layers is None else layers
+    if not 0 <= start < stop <= layout.num_layers:
+        raise ValueError(f"layers must be [start, stop) within [0, {layout.num_layers}], got {layers}")
+    if plan.dim() != 2 or plan.shape[1] != columns or plan.dtype != torch.int64:
+        raise InvalidPlan(f"plan must be int64 [S, {columns}], got {plan.dtype} {tuple(plan.shape)}")
+    _check_rows(plan.cpu(), pool.shape[0], layout.tokens_per_block, columns)
+    return _Checked(plan.to(pool.device).contiguous(), inv_freq.to(pool.device).contiguous(), int(start), int(stop))
+
+
+def _check_rows(plan: torch.Tensor, num_blocks: int, tokens_per_block: int, columns: int) -> None:
+    if plan.shape[0] == 0:
+        return
+    copy = columns == COPY_PLAN_COLUMNS
+    n = plan[:, 4] if copy else plan[:, 2]
+    delta = plan[:, columns - 1]
+    sides = [(plan[:, 0], plan[:, 1]), (plan[:, 2], plan[:, 3])] if copy else [(plan[:, 0], plan[:, 1])]
+    for block, offset in sides:
+        if bool(((block < 0) | (block >= num_blocks)).any()):
+            raise InvalidPlan(f"plan names a block outside [0, {num_blocks})")
+        if bool(((offset < 0) | (n < 1) | (offset + n > tokens_per_block)).any()):
+            raise InvalidPlan(f"every plan row must hold 1.. tokens inside one block of {tokens_per_block} tokens")
+    if bool((delta.abs() > MAX_ABS_DELTA).any()):
+        raise InvalidPlan(f"|delta| must be at most {MAX_ABS_DELTA}")
+    row, i = _expand_rows(plan, n)
+    read = plan[row, 0] * tokens_per_block + plan[row, 1] + i
+    written = plan[row, 2] * tokens_per_block + plan[row, 3] + i if copy else read
+    if torch.unique(written).numel() != written.numel():
+        raise InvalidPlan("two plan rows write the same token slot")
+    if copy and bool(torch.isin(written, read).any()):
+        raise InvalidPlan("a plan row writes a slot that another row reads (copy source and target overlap)")

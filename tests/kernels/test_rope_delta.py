@@ -1,0 +1,323 @@
+"""The Triton RoPE-delta kernels against the torch reference, and the reference against first principles."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
+from semblend_kernels.rope import RopeConfig
+from semblend_kernels.rope_delta import (
+    CopySpan,
+    InplaceSpan,
+    InvalidPlan,
+    KernelTuning,
+    rope_delta_copy,
+    rope_delta_copy_reference,
+    rope_delta_inplace,
+    rope_delta_inplace_reference,
+    rotate_reference,
+    split_inplace_spans_to_plan,
+    split_spans_to_plan,
+    uses_triton,
+)
+
+from tests.kernels.support import TRITON_DEVICES, assert_within_one_ulp
+
+T = 8  # tokens per block in the small shapes
+DONOR_BLOCKS = list(range(6))
+TARGET_BLOCKS = [11, 7, 9, 6, 10, 8]  # a paged (non-monotonic) block table
+# Spans that start at odd offsets, cross block boundaries on both sides, and carry deltas from 0 to +-100K.
+COPY_SPANS = [
+    CopySpan(src_start=3, dst_start=13, n_tokens=13),
+    CopySpan(src_start=17, dst_start=1, n_tokens=5, delta=0),
+    CopySpan(src_start=24, dst_start=30, n_tokens=11, delta=-100_000),
+    CopySpan(src_start=40, dst_start=41, n_tokens=7, delta=99_999),
+]
+INPLACE_SPANS = [
+    InplaceSpan(1, 14, 1),
+    InplaceSpan(15, 9, -100_000),
+    InplaceSpan(29, 3, 0),
+    InplaceSpan(35, 12, 54_321),
+]
+
+
+def make_pool(layout: PagedKVLayout, num_blocks: int, dtype: torch.dtype, device: str, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.randn(num_blocks, layout.num_layers, 2, layout.block_elems, generator=g) * 3
+    return pool.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("order", ["head_major", "token_major"])
+@pytest.mark.parametrize("style", ["neox", "gptj"])
+@pytest.mark.parametrize("rotary_dim", [32, 16], ids=["full", "partial"])
+def test_kernels_match_reference(device: str, dtype: torch.dtype, order: str, style: str, rotary_dim: int) -> None:
+    layout = PagedKVLayout(num_layers=3, num_kv_heads=3, head_dim=32, tokens_per_block=T, order=order)  # type: ignore[arg-type]
+    pool = make_pool(layout, 12, dtype, device)
+    assert uses_triton(pool)
+    inv_freq = RopeConfig(head_dim=32, rotary_dim=rotary_dim, base=500_000.0, style=style).inv_freq(device)  # type: ignore[arg-type]
+    kw = {"rotary_dim": rotary_dim, "style": style}
+
+    copy_plan = split_spans_to_plan(COPY_SPANS, DONOR_BLOCKS, TARGET_BLOCKS, T)
+    kernel, reference = pool.clone(), pool.clone()
+    rope_delta_copy(kernel, copy_plan, inv_freq, layout, **kw)  # type: ignore[arg-type]
+    rope_delta_copy_reference(reference, copy_plan, inv_freq, layout, **kw)  # type: ignore[arg-type]
+    assert not torch.equal(reference, pool)
+    assert_within_one_ulp(kernel, reference)
+
+    inplace_plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
+    kernel, reference = pool.clone(), pool.clone()
+    rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, **kw)  # type: ignore[arg-type]
+    rope_delta_inplace_reference(reference, inplace_plan, inv_freq, layout, **kw)  # type: ignore[arg-type]
+    assert not torch.equal(reference, pool)
+    assert_within_one_ulp(kernel, reference)
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+def test_layer_subset_and_delta_zero_fast_path(device: str) -> None:
+    layout = PagedKVLayout(num_layers=4, num_kv_heads=2, head_dim=16, tokens_per_block=T)
+    pool = make_pool(layout, 12, torch.bfloat16, device, seed=1)
+    inv_freq = RopeConfig(16, 16, 10_000.0).inv_freq(device)
+    plan = split_spans_to_plan(
+        [CopySpan(0, 0, 20, delta=0), CopySpan(20, 20, 12, delta=7)], DONOR_BLOCKS, TARGET_BLOCKS, T
+    )
+    out = pool.clone()
+    rope_delta_copy(out, plan, inv_freq, layout, rotary_dim=16, layers=(1, 3))
+    view, src = layout.view(out), layout.view(pool)
+    for token in range(20):  # delta 0: K and V bit-identical to the donor's, in the copied layers only
+        sb, db, off = DONOR_BLOCKS[token // T], TARGET_BLOCKS[token // T], token % T
+        assert torch.equal(view[db, 1:3, :, :, off], src[sb, 1:3, :, :, off])
+    untouched_layers = [0, 3]
+    assert torch.equal(view[:, untouched_layers], src[:, untouched_layers])
+    reference = pool.clone()
+    rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=16, layers=(1, 3))
+    assert_within_one_ulp(out, reference)
+
+    inplace = pool.clone()
+    rope_delta_inplace(
+        inplace, split_inplace_spans_to_plan([InplaceSpan(0, 48, 0)], TARGET_BLOCKS, T), inv_freq, layout, rotary_dim=16
+    )
+    assert torch.equal(inplace, pool)
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
+    """Random span sets (any offsets, any lengths, random deltas) over a random paged block table."""
+    tokens_per_block = data.draw(st.sampled_from([4, 8, 16]))
+    layout = PagedKVLayout(2, 2, 16, tokens_per_block, data.draw(st.sampled_from(["head_major", "token_major"])))
+    n_blocks = 4
+    capacity = n_blocks * tokens_per_block
+    cuts = sorted(data.draw(st.sets(st.integers(1, capacity - 1), max_size=4)))
+    bounds = [0, *cuts, capacity]
+    spans = [
+        CopySpan(a, a, b - a, delta=data.draw(st.integers(-100_000, 100_000)))
+        for a, b in itertools.pairwise(bounds)
+        if data.draw(st.booleans())
+    ]
+    order = data.draw(st.permutations(range(2 * n_blocks)))
+    plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
+    pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
+    style = data.draw(st.sampled_from(["neox", "gptj"]))
+    inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
+    kernel, reference = pool.clone(), pool.clone()
+    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=16, style=style)
+    rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=16, style=style)
+    assert_within_one_ulp(kernel, reference)
+
+
+@pytest.mark.parametrize("device", TRITON_DEVICES)
+@pytest.mark.parametrize("tuning", [KernelTuning(1, 4), KernelTuning(4, 2), KernelTuning(8, 8)])
+def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
+    layout = PagedKVLayout(2, 5, 32, T)  # 5 heads: the last head loop iteration is partial
+    pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
+    inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
+    plan = split_spans_to_plan(COPY_SPANS, DONOR_BLOCKS, TARGET_BLOCKS, T)
+    kernel, reference = pool.clone(), pool.clone()
+    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=32, tuning=tuning)
+    rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=32)
+    assert_within_one_ulp(kernel, reference)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("order", ["head_major", "token_major"])
+def test_llama_shape_on_gpu(order: str) -> None:
+    """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans."""
+    if not uses_triton(torch.empty(0, device="cuda")):
+        pytest.skip("Triton unavailable")
+    layout = PagedKVLayout(32, 8, 128, 32, order)  # type: ignore[arg-type]
+    pool = make_pool(layout, 64, torch.bfloat16, "cuda", seed=3)
+    rope = RopeConfig.from_hf_config(LLAMA31_CONFIG)
+    inv_freq = rope.inv_freq("cuda")
+    plan = split_spans_to_plan(
+        [CopySpan(5, 100, 900), CopySpan(905, 1100, 64, delta=0)], list(range(32)), list(range(32, 64)), 32
+    )
+    kernel, reference = pool.clone(), pool.clone()
+    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=128)
+    rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=128)
+    assert_within_one_ulp(kernel, reference)
+    inplace_plan = split_inplace_spans_to_plan([InplaceSpan(3, 1500, -40_000)], list(range(32, 64)), 32)
+    rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=128)
+    rope_delta_inplace_reference(reference, inplace_plan, inv_freq, layout, rotary_dim=128)
+    assert_within_one_ulp(kernel, reference)
+
+
+LLAMA31_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+}
+
+
+# --- the reference itself, from first principles --------------------------------------------------------------------
+
+
+def test_reference_rotation_composes_and_keeps_v_and_pass_through_dims() -> None:
+    """R(a) R(b) = R(a + b); V and the channels past rotary_dim are copied bit for bit."""
+    layout = PagedKVLayout(2, 2, 16, T)
+    pool = make_pool(layout, 12, torch.float16, "cpu", seed=4)
+    inv_freq = RopeConfig(16, 8, 1e4).inv_freq()
+    a = pool.clone()
+    rope_delta_copy_reference(
+        a,
+        split_spans_to_plan([CopySpan(0, 0, 16, delta=300)], DONOR_BLOCKS, TARGET_BLOCKS, T),
+        inv_freq,
+        layout,
+        rotary_dim=8,
+    )
+    rope_delta_inplace_reference(
+        a, split_inplace_spans_to_plan([InplaceSpan(0, 16, -1000)], TARGET_BLOCKS, T), inv_freq, layout, rotary_dim=8
+    )
+    b = pool.clone()
+    rope_delta_copy_reference(
+        b,
+        split_spans_to_plan([CopySpan(0, 0, 16, delta=-700)], DONOR_BLOCKS, TARGET_BLOCKS, T),
+        inv_freq,
+        layout,
+        rotary_dim=8,
+    )
+    va, vb = layout.view(a), layout.view(b)
+    torch.testing.assert_close(
+        va[TARGET_BLOCKS[:2], :, 0].float(), vb[TARGET_BLOCKS[:2], :, 0].float(), atol=3e-3, rtol=3e-3
+    )
+    src = layout.view(pool)
+    assert torch.equal(vb[TARGET_BLOCKS[:2], :, 1], src[DONOR_BLOCKS[:2], :, 1])
+    assert torch.equal(vb[TARGET_BLOCKS[:2], :, 0, :, :, 8:], src[DONOR_BLOCKS[:2], :, 0, :, :, 8:])
+
+
+def test_rotate_reference_against_complex_multiplication() -> None:
+    """NeoX pairs (i, i + r/2) and GPT-J pairs (2i, 2i+1) are complex numbers multiplied by exp(i * delta * w)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 2, 8, generator=g, dtype=torch.float64).float()
+    delta = torch.tensor([0, 5, -12345])
+    inv_freq = RopeConfig(8, 8, 1e4).inv_freq()
+    theta = (delta[:, None, None].float() * inv_freq).double()  # the contract: the angle is rounded to fp32
+    phase = torch.polar(torch.ones(3, 1, 4, dtype=torch.float64), theta)
+    neox = torch.view_as_real(torch.complex(x[..., :4].double(), x[..., 4:].double()) * phase)
+    expected_neox = torch.cat([neox[..., 0], neox[..., 1]], dim=-1)
+    torch.testing.assert_close(
+        rotate_reference(x, delta, inv_freq, 8, "neox").double(), expected_neox, atol=1e-6, rtol=1e-6
+    )
+    gptj = torch.view_as_real(torch.view_as_complex(x.double().reshape(3, 2, 4, 2).contiguous()) * phase).reshape(
+        3, 2, 8
+    )
+    torch.testing.assert_close(rotate_reference(x, delta, inv_freq, 8, "gptj").double(), gptj, atol=1e-6, rtol=1e-6)
+
+
+# --- plans and refusals ---------------------------------------------------------------------------------------------
+
+
+def test_split_spans_cuts_at_both_sides_block_boundaries() -> None:
+    plan = split_spans_to_plan([CopySpan(src_start=6, dst_start=3, n_tokens=12)], [10, 11, 12], [20, 21, 22], 8)
+    assert plan.tolist() == [
+        [10, 6, 20, 3, 2, -3],
+        [11, 0, 20, 5, 3, -3],
+        [11, 3, 21, 0, 5, -3],
+        [12, 0, 21, 5, 2, -3],
+    ]
+    assert int(plan[:, 4].sum()) == 12
+    inplace = split_inplace_spans_to_plan([InplaceSpan(7, 10, 4)], [3, 1, 2], 8)
+    assert inplace.tolist() == [[3, 7, 1, 4], [1, 0, 8, 4], [2, 0, 1, 4]]
+    with pytest.raises(InvalidPlan):
+        split_spans_to_plan([CopySpan(20, 0, 8)], [1, 2, 3], [4, 5, 6], 8)
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ([0, 6, 7, 0, 3, 1], "inside one block"),
+        ([0, 0, 12, 0, 3, 1], "outside"),
+        ([0, 0, 7, 0, 0, 1], "inside one block"),
+        ([0, 0, 7, 0, 2, 1 << 25], "delta"),
+        ([0, 0, 0, 2, 4, 1], "overlap"),
+    ],
+)
+def test_bad_copy_plans_are_refused_before_touching_the_pool(row: list[int], message: str) -> None:
+    layout = PagedKVLayout(1, 1, 8, T)
+    pool = make_pool(layout, 12, torch.bfloat16, "cpu")
+    before = pool.clone()
+    with pytest.raises(InvalidPlan, match=message):
+        rope_delta_copy(pool, torch.tensor([row]), RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
+    assert torch.equal(pool, before)
+
+
+def test_rows_writing_one_slot_twice_are_refused() -> None:
+    layout = PagedKVLayout(1, 1, 8, T)
+    pool = make_pool(layout, 12, torch.bfloat16, "cpu")
+    plan = torch.tensor([[0, 0, 5, 0, 4, 1], [1, 0, 5, 2, 4, 1]])
+    with pytest.raises(InvalidPlan, match="same token slot"):
+        rope_delta_copy(pool, plan, RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
+    with pytest.raises(InvalidPlan, match="same token slot"):
+        rope_delta_inplace(
+            pool, torch.tensor([[3, 0, 4, 1], [3, 3, 2, 1]]), RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8
+        )
+
+
+def test_fp8_pool_is_declined() -> None:
+    layout = PagedKVLayout(1, 1, 8, T)
+    pool = torch.zeros(4, 1, 2, layout.block_elems, dtype=torch.float8_e4m3fn)
+    with pytest.raises(UnsupportedKVDtype, match="float8"):
+        rope_delta_copy(
+            pool, torch.tensor([[0, 0, 1, 0, 1, 1]]), RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rotary_dim": 6}, "inv_freq"),
+        ({"rotary_dim": 7}, "even"),
+        ({"rotary_dim": 8, "style": "glm"}, "style"),
+        ({"rotary_dim": 8, "layers": (1, 1)}, "layers"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs: dict[str, object], message: str) -> None:
+    layout = PagedKVLayout(1, 1, 8, T)
+    pool = make_pool(layout, 4, torch.bfloat16, "cpu")
+    with pytest.raises(ValueError, match=message):
+        rope_delta_inplace(pool, torch.tensor([[0, 0, 1, 1]]), RopeConfig(8, 8, 1e4).inv_freq(), layout, **kwargs)  # type: ignore[arg-type]
+
+
+def test_empty_plan_is_a_no_op() -> None:
+    layout = PagedKVLayout(1, 1, 8, T)
+    pool = make_pool(layout, 4, torch.bfloat16, "cpu")
+    before = pool.clone()
+    rope_delta_copy(pool, split_spans_to_plan([], [0], [1], T), RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
+    assert torch.equal(pool, before)
