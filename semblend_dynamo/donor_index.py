@@ -101,11 +101,16 @@ class _NumpyPartition:
 class _UsearchPartition:
     """usearch HNSW (M=16) with f16 storage; deletions are native (``Index.remove``)."""
 
-    def __init__(self, dim: int, expansion_search: int) -> None:
+    def __init__(self, dim: int, expansion_add: int, expansion_search: int) -> None:
         from usearch.index import Index
 
         self._index = Index(
-            ndim=dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128, expansion_search=expansion_search
+            ndim=dim,
+            metric="ip",
+            dtype="f16",
+            connectivity=16,
+            expansion_add=expansion_add,
+            expansion_search=expansion_search,
         )
 
     def __len__(self) -> int:
@@ -161,13 +166,21 @@ class DonorIndex:
     """Namespace-partitioned, capacity-bounded (LRU) donor embedding index. All methods are thread-safe."""
 
     def __init__(
-        self, dim: int, capacity: int, backend: IndexBackend = IndexBackend.AUTO, *, expansion_search: int = 64
+        self,
+        dim: int,
+        capacity: int,
+        backend: IndexBackend = IndexBackend.AUTO,
+        *,
+        expansion_add: int = 128,
+        expansion_search: int = 64,
     ) -> None:
+        """``expansion_add``/``expansion_search`` are the HNSW efConstruction/ef of the usearch backend."""
         if dim < 1 or capacity < 1:
             raise ValueError(f"dim and capacity must be >= 1, got dim={dim} capacity={capacity}")
         self.dim = dim
         self.capacity = capacity
         self.backend = resolve_backend(backend, capacity)
+        self._expansion_add = expansion_add
         self._expansion_search = expansion_search
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
@@ -269,7 +282,7 @@ class DonorIndex:
 
     def _new_partition(self) -> _Partition:
         if self.backend is IndexBackend.USEARCH:
-            return _UsearchPartition(self.dim, self._expansion_search)
+            return _UsearchPartition(self.dim, self._expansion_add, self._expansion_search)
         return _NumpyPartition(self.dim)
 
     # --- queries ---------------------------------------------------------------------------------
