@@ -26,7 +26,7 @@ from .config import IndexBackend
 log = logging.getLogger(__name__)
 
 # AUTO uses exact numpy search up to this capacity and usearch HNSW beyond (measured: docs/benchmarks.md).
-AUTO_NUMPY_MAX_CAPACITY = 50_000
+AUTO_NUMPY_MAX_CAPACITY = 20_000
 
 
 class DonorIndexError(ValueError):
