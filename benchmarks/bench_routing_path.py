@@ -15,6 +15,7 @@ Usage: ``.venv/bin/python benchmarks/bench_routing_path.py [--embedder minilm|ha
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import time
@@ -87,6 +88,7 @@ def main() -> None:
     windows = len(bounded.segmenter.windows(len(target)))
     embedder_name = getattr(bounded.embedder, "name", "?")
     print(f"host: {platform.machine()}, python {platform.python_version()}, embedder {embedder_name}")
+    print(f"cpus: {os.cpu_count()}, load average (1/5/15 min) at the end: {os.getloadavg()}")
     for notice in notices:
         print(f"notice: {notice}")
     print(

@@ -12,6 +12,7 @@ then token-by-token extension in Python. Usage: ``.venv/bin/python benchmarks/be
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 
@@ -135,6 +136,7 @@ def main() -> None:
     print(
         f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}"
     )
+    print(f"cpus: {os.cpu_count()}, load average (1/5/15 min) at the end: {os.getloadavg()}")
     print(
         f"donors: {len(donors)} ({sum(d.size for d in donors) / 1e6:.1f}M tokens, indexed in {add_s:.1f} s), "
         f"target {args.target_tokens} tokens, block {BS}, min span {MIN_SPAN}"
