@@ -182,6 +182,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 try:
                     loads.append(self._plan(request_id, promise, new_blocks.get(request_id)))
                 except Exception as exc:
+                    process.taint(request_id)
                     reason = exc.reason if isinstance(exc, Declined) else DeclineReason.INTERNAL_ERROR
                     self._decline(
                         request_id, reason, promise.promised_at, key=promise.request_key, detail=f"after promise: {exc}"
@@ -334,6 +335,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         )
 
     def _admit_donor(self, request: Any, request_id: int, block_ids: list[int]) -> bool:
+        if process.pop_taint(request_id):  # promised KV that was never loaded: wrong content
+            metrics.DONORS.labels("tainted").inc()
+            return False
         prompt = read_prompt(request)
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
@@ -384,6 +388,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         promise = self._promises.pop(request_id, None)
         if promise is None:
             return
+        process.taint(request_id)
         for donor_id in promise.donor_ids:
             self.registry.unlease(donor_id)
         self._decline(
@@ -579,6 +584,7 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         return None
 
     def _report_failure(self, plan: LoadPlan, exc: BaseException) -> None:
+        process.taint(plan.request_id)
         if self.rank != 0:
             return
         self.audit.write(

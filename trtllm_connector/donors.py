@@ -5,8 +5,9 @@ A finished request becomes a *donor* when ``request_finished`` returns True for 
 guarantee TensorRT-LLM offers). The registry decides which donors to keep:
 
 * **Budget.** Blocks held by donors (pinned, plus those whose release is on its way) never exceed
-  ``budget_blocks``. A donor that does not fit is refused (``capacity``) and least-recently-used donors are
-  released to make room for the next one, so the budget holds at every instant, not just on average.
+  ``budget_blocks``, at every instant. Released blocks are free only after the workers report them (next
+  iteration), so after each admission least-recently-used donors are released until the largest donor seen so far
+  would fit again; a donor that still does not fit is refused (``capacity``) and makes room for the next one.
 * **TTL / LRU.** A donor not used for ``ttl_s`` seconds is released at the next :meth:`DonorRegistry.tick`.
 * **Leases.** A donor named in a promise is leased until its copy is in the connector metadata; leased donors are
   never released.
@@ -78,6 +79,7 @@ class DonorRegistry:
         self._in_flight_blocks = 0  # blocks of releases handed out but possibly not yet freed
         self._tombstones: OrderedDict[str, DeclineReason] = OrderedDict()
         self._generation = 0
+        self._largest = 0  # blocks of the largest donor admitted: the room kept free for the next one
         self.pinned_blocks = 0
 
     # --- queries -------------------------------------------------------------------------------
@@ -114,6 +116,7 @@ class DonorRegistry:
         if self.held_blocks + need > self.budget_blocks:
             released += self._release_lru(need)
             return AdmitResult(None, DeclineReason.CAPACITY, released)
+        self._largest = max(self._largest, need)
         self._generation += 1
         now = self._clock()
         donor = Donor(
@@ -132,6 +135,8 @@ class DonorRegistry:
         for b in donor.block_ids:
             self._by_block.setdefault(b, set()).add(donor.donor_id)
         self.pinned_blocks += need
+        # Keep room for the next donor once this iteration's releases are freed, so it need not be refused.
+        released += self._release_lru(self._largest, keep=donor.donor_id)
         return AdmitResult(donor, None, released)
 
     def touch(self, donor: Donor) -> None:
@@ -187,12 +192,13 @@ class DonorRegistry:
         return out
 
     # --- internals -----------------------------------------------------------------------------
-    def _release_lru(self, need: int) -> list[Donor]:
+    def _release_lru(self, need: int, keep: str | None = None) -> list[Donor]:
+        """Release least-recently-used donors until ``need`` more blocks fit once pending releases are freed."""
         out: list[Donor] = []
         for donor in list(self._live.values()):
-            if self.pinned_blocks + sum(d.num_blocks for d in self._pending_release) + need <= self.budget_blocks:
+            if self.pinned_blocks + need <= self.budget_blocks:
                 break
-            if donor.leases == 0:
+            if donor.leases == 0 and donor.donor_id != keep:
                 out.append(self._release(donor, DeclineReason.DONOR_EVICTED))
         return out
 

@@ -3,7 +3,8 @@
 On rank 0 TensorRT-LLM builds the scheduler and the worker in the same process (concurrently, in two threads),
 and only the worker sees the KV pool. The worker publishes the pool's size and whether its shape matches the
 model geometry here; the scheduler reads it to size the pin budget and to decline loads the worker could not
-perform. Both write to one :class:`~semblend_dynamo.audit.AuditWriter` per audit path, and a Dynamo handler shim
+perform; a worker whose promised copy failed marks the request tainted, so the scheduler never pins it as a
+donor. Both write to one :class:`~semblend_dynamo.audit.AuditWriter` per audit path, and a Dynamo handler shim
 submits hints to the same :class:`~trtllm_connector.hints.HintInbox` the scheduler reads.
 """
 
@@ -31,6 +32,7 @@ _lock = threading.Lock()
 _pool: PoolState | None = None
 _audits: dict[str | None, AuditWriter] = {}
 _hints: HintInbox | None = None
+_tainted: set[int] = set()
 
 
 def publish_pool(state: PoolState) -> None:
@@ -61,3 +63,18 @@ def shared_hints() -> HintInbox:
         if _hints is None:
             _hints = HintInbox()
         return _hints
+
+
+def taint(request_id: int) -> None:
+    """A promised load was not performed: the request's KV is wrong and it must never become a donor."""
+    with _lock:
+        _tainted.add(request_id)
+
+
+def pop_taint(request_id: int) -> bool:
+    """Called from ``request_finished``: whether the request was tainted (and forget it)."""
+    with _lock:
+        if request_id in _tainted:
+            _tainted.discard(request_id)
+            return True
+        return False

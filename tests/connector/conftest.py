@@ -45,10 +45,17 @@ def clock() -> ManualClock:
 def make_harness(clock: ManualClock) -> Iterator[Callable[..., PyExecutorHarness]]:
     """``make_harness(num_blocks=..., prefix_reuse=..., **settings)``: a harness with an in-memory audit."""
 
-    def build(*, num_blocks: int = 256, prefix_reuse: bool = False, audit: AuditWriter | None = None, **settings: Any):
+    def build(
+        *,
+        num_blocks: int = 256,
+        prefix_reuse: bool = False,
+        audit: AuditWriter | None = None,
+        geometry: dict[str, int] | None = None,
+        **settings: Any,
+    ) -> PyExecutorHarness:
         cfg = SemblendConfig(**{**BASE_SETTINGS, **settings})
         return PyExecutorHarness.with_stand_in(
-            cfg, num_blocks=num_blocks, prefix_reuse=prefix_reuse, audit=audit, clock=clock
+            cfg, num_blocks=num_blocks, prefix_reuse=prefix_reuse, audit=audit, clock=clock, **(geometry or {})
         )
 
     yield build

@@ -1,0 +1,72 @@
+"""DonorRegistry on its own: budget, LRU, TTL, leases, generations and release hand-off."""
+
+from __future__ import annotations
+
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.outcomes import DeclineReason
+from trtllm_connector.donors import DonorRegistry
+
+from .conftest import ManualClock
+
+NS = NamespaceKey(model_id="m", tokens_per_block=8)
+
+
+def _registry(budget: int = 10, ttl: float = 60.0) -> tuple[DonorRegistry, ManualClock]:
+    clock = ManualClock()
+    return DonorRegistry(budget, ttl, worker_id=0xAB, clock=clock), clock
+
+
+def test_admit_pins_and_indexes_blocks() -> None:
+    reg, _ = _registry()
+    result = reg.admit(1, NS, list(range(24)), [5, 6, 7])
+    assert result.donor is not None and result.donor.donor_id == "ab:1"
+    assert reg.pinned_blocks == 3 and reg.get("ab:1") is result.donor
+    assert reg.get("ab:1").generation == 1 and reg.admit(2, NS, [1], [8]).donor.generation == 2
+
+
+def test_budget_holds_and_lru_makes_room_for_the_next_donor() -> None:
+    reg, _ = _registry(budget=10)
+    a = reg.admit(1, NS, [1], [0, 1, 2, 3]).donor
+    b = reg.admit(2, NS, [1], [4, 5, 6, 7]).donor
+    assert a is not None and b is not None
+    assert reg.get(a.donor_id) is None  # released right away: room for another 4-block donor
+    assert reg.why_gone(a.donor_id) == DeclineReason.DONOR_EVICTED
+    assert reg.held_blocks == 8  # a's blocks still count until the workers report it
+    refused = reg.admit(3, NS, [1], [8, 9, 10, 11])
+    assert refused.donor is None and refused.reason == DeclineReason.CAPACITY
+    assert reg.take_releases() == [1] and reg.held_blocks == 8
+    assert reg.take_releases() == [] and reg.held_blocks == 4
+    assert reg.admit(4, NS, [1], [12, 13, 14, 15]).donor is not None
+    assert reg.held_blocks <= 10
+
+
+def test_leased_donors_survive_ttl_and_eviction() -> None:
+    reg, clock = _registry(ttl=10.0)
+    d = reg.admit(1, NS, [1], [0]).donor
+    reg.lease(d)
+    clock.advance(11.0)
+    assert reg.tick() == [] and reg.evict(d.donor_id) is None
+    reg.unlease(d.donor_id)
+    assert [x.donor_id for x in reg.tick()] == [d.donor_id]
+    assert reg.why_gone(d.donor_id) == DeclineReason.DONOR_LEASE_EXPIRED
+
+
+def test_touch_refreshes_the_ttl() -> None:
+    reg, clock = _registry(ttl=10.0)
+    d = reg.admit(1, NS, [1], [0]).donor
+    clock.advance(8.0)
+    reg.touch(d)
+    clock.advance(8.0)
+    assert reg.tick() == []
+
+
+def test_reallocated_block_invalidates_its_donor() -> None:
+    reg, _ = _registry()
+    d = reg.admit(1, NS, [1], [3, 4]).donor
+    other = reg.admit(2, NS, [1], [5]).donor
+    gen = d.generation
+    assert [x.donor_id for x in reg.note_allocation([9, 4])] == [d.donor_id]
+    assert d.generation != gen and reg.get(d.donor_id) is None
+    assert reg.why_gone(d.donor_id) == DeclineReason.GENERATION_MISMATCH
+    assert reg.get(other.donor_id) is other
+    assert reg.why_gone("ab:999") == DeclineReason.DONOR_NOT_RESIDENT

@@ -1,0 +1,151 @@
+"""Donor lifecycle: hints against evicted / re-allocated / expired donors, the pin budget, the release rule."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from semblend_dynamo.events.schemas import DonorHint, request_key
+from trtllm_connector.harness import PyExecutorHarness
+
+from .conftest import decline_reason, prompt, records
+
+
+def _hint(h: PyExecutorHarness, target: list[int], donor_id: str) -> DonorHint:
+    return DonorHint(
+        request_key=request_key(target),
+        donor_id=donor_id,
+        worker_id=h.scheduler.cfg.worker_id,
+        namespace=h.scheduler.model.namespace().digest(),
+        spans=[(0, 0, 64)],
+        decision="semantic_placement",
+    )
+
+
+def _donor_and_target(h: PyExecutorHarness) -> tuple[str, list[int]]:
+    donor = prompt(31, 100)
+    r = h.run_request(donor)
+    assert r.pinned
+    return h.scheduler.registry.donor_id_for(r.request_id), donor[:72] + prompt(32, 30)
+
+
+def test_hint_for_a_pinned_donor_materializes(make_harness) -> None:
+    h = make_harness()
+    donor_id, target = _donor_and_target(h)
+    h.scheduler.hints.submit(_hint(h, target, donor_id))
+    r = h.run_request(target)
+    assert r.promised == 72
+    assert records(h, "materialized", r.request_id)[0].donor_id == donor_id
+
+
+def test_donor_evicted_between_hint_and_promise(make_harness) -> None:
+    h = make_harness()
+    donor_id, target = _donor_and_target(h)
+    h.scheduler.hints.submit(_hint(h, target, donor_id))
+    assert h.scheduler.registry.evict(donor_id) is not None
+    r = h.run_request(target)
+    assert r.promised == 0 and r.connector_written_blocks == []
+    assert decline_reason(h, r.request_id) == "donor_evicted"
+
+
+def test_donor_reallocated_between_hint_and_promise(make_harness) -> None:
+    h = make_harness()
+    donor_id, target = _donor_and_target(h)
+    h.scheduler.hints.submit(_hint(h, target, donor_id))
+    h.reallocate(h.scheduler.registry.get(donor_id).block_ids[:1])
+    r = h.run_request(target)
+    assert r.promised == 0 and r.connector_written_blocks == []
+    assert decline_reason(h, r.request_id) == "generation_mismatch"
+
+
+def test_donor_lease_expired_between_hint_and_promise(make_harness, clock) -> None:
+    h = make_harness(pin_ttl_s=30.0)
+    donor_id, target = _donor_and_target(h)
+    h.scheduler.hints.submit(_hint(h, target, donor_id))
+    clock.advance(31.0)
+    released = h.idle_iteration()
+    assert released == [int(donor_id.split(":")[1])]  # the worker reported it; the engine freed its blocks
+    r = h.run_request(target)
+    assert r.promised == 0 and r.connector_written_blocks == []
+    assert decline_reason(h, r.request_id) == "donor_lease_expired"
+
+
+def test_unknown_donor_hint_is_declined(make_harness) -> None:
+    h = make_harness()
+    _, target = _donor_and_target(h)
+    h.scheduler.hints.submit(_hint(h, target, "0:999"))
+    r = h.run_request(target)
+    assert r.promised == 0 and decline_reason(h, r.request_id) == "donor_not_resident"
+
+
+def test_hint_from_another_namespace_is_declined(make_harness) -> None:
+    h = make_harness()
+    donor_id, target = _donor_and_target(h)
+    hint = _hint(h, target, donor_id).model_copy(update={"namespace": "0123456789abcdef"})
+    h.scheduler.hints.submit(hint)
+    r = h.run_request(target)
+    assert r.promised == 0 and decline_reason(h, r.request_id) == "namespace_mismatch"
+
+
+def test_reallocation_after_promise_is_caught_in_build_connector_meta(make_harness) -> None:
+    """The promise cannot be retracted; the copy is dropped (never reading a re-used block) and audited."""
+    h = make_harness()
+    donor_id, target = _donor_and_target(h)
+    sched = h.scheduler
+    real_update = sched.update_state_after_alloc
+
+    def update_then_steal(request, block_ids):  # the engine re-uses a donor block right after the promise
+        real_update(request, block_ids)
+        donor = sched.registry.get(donor_id)
+        if donor is not None:
+            real_update(type(request)(10_000, [0] * 8), [donor.block_ids[0]])
+
+    sched.update_state_after_alloc = update_then_steal
+    r = h.run_request(target)
+    assert r.promised == 72 and r.connector_written_blocks == []
+    assert decline_reason(h, r.request_id) == "generation_mismatch"
+    assert records(h, "materialized") == []
+    assert r.pinned is False  # promised KV that was never loaded: never a donor
+
+
+def test_pin_budget_holds_under_a_stream_of_1k_requests(make_harness, clock) -> None:
+    h = make_harness(
+        num_blocks=512,
+        pin_budget_fraction=0.25,
+        pin_ttl_s=5.0,
+        min_donor_tokens=16,
+        geometry={"num_layers": 1, "num_kv_heads": 1, "head_dim": 8},
+    )
+    budget = int(512 * 0.25)
+    rng = random.Random(5)
+    bases = [prompt(1000 + i, 96) for i in range(12)]
+    promised = 0
+    for _ in range(1000):
+        clock.advance(rng.random())
+        base = rng.choice(bases)
+        cut = rng.randrange(16, 96)
+        r = h.run_request(base[:cut] + prompt(rng.randrange(10**6), rng.randrange(1, 40)), capture_kv=False)
+        promised += r.promised
+        assert h.pinned_blocks <= budget
+        assert h.scheduler.registry.held_blocks <= budget
+    assert h.max_pinned_blocks <= budget
+    assert h.max_pinned_blocks > budget // 2  # the budget was actually exercised
+    assert promised > 0
+    assert h.allocator.num_free + h.pinned_blocks == 512  # nothing leaked
+
+
+def test_worker_reports_a_release_only_after_the_id_was_passed_in(make_harness) -> None:
+    h = make_harness()
+    worker = h.worker
+    worker._releases_due.add(77)
+    assert worker.get_finished([], []) == ([], [])
+    assert worker.get_finished([77], []) == ([77], [])
+    assert worker.get_finished([], []) == ([], [])
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.01])
+def test_donor_larger_than_the_budget_is_not_pinned(make_harness, fraction) -> None:
+    h = make_harness(pin_budget_fraction=fraction)
+    assert h.run_request(prompt(40, 100)).pinned is False
+    assert h.pinned_blocks == 0
