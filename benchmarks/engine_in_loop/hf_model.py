@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .kv_pool import LayerKV
+from benchmarks.engine_in_loop.kv_pool import LayerKV
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,8 @@ def greedy(model: Any, cache: Any, last_logits: torch.Tensor, steps: int) -> lis
         out = model(input_ids=torch.tensor([[nxt]], device=cache_layers(cache)[0][0].device), past_key_values=cache)
         logits = out.logits[0, -1].float()
     return tokens
+
+
+def truncated(cache: Any, num_tokens: int, config: Any) -> Any:
+    """A new ``DynamicCache`` with the first ``num_tokens`` of ``cache`` (``crop``'s signature differs across versions)."""
+    return cache_from_layers([(k[:, :, :num_tokens], v[:, :, :num_tokens]) for k, v in cache_layers(cache)], config)

@@ -42,31 +42,42 @@ class Case(BaseModel):
 
 
 class TokenSource:
-    """Held-out documents as token lists, handed out without reuse (each case gets fresh text)."""
+    """Held-out documents as token lists, handed out without reuse: every token is given out at most once.
 
-    def __init__(self, docs: list[list[int]], *, min_tokens: int) -> None:
-        self._docs = [d for d in docs if len(d) >= min_tokens]
-        if not self._docs:
-            raise ValueError(f"no held-out document has {min_tokens} tokens")
+    The first ``skip_head`` tokens of each document are never used, so the license headers and boilerplate that
+    many source files share do not create accidental matches between unrelated cases.
+    """
+
+    def __init__(self, docs: list[list[int]], *, skip_head: int = 128) -> None:
+        self._docs = [d[skip_head:] for d in docs if len(d) > skip_head]
+        self._cursor = [0] * len(self._docs)
         self._next = 0
 
     def take(self, n: int) -> list[int]:
-        """``n`` tokens from the next document long enough (documents are reused round-robin if needed)."""
+        """``n`` consecutive unused tokens of one document (the next one, in turn, with that many left)."""
         for _ in range(len(self._docs)):
-            doc = self._docs[self._next % len(self._docs)]
+            i = self._next % len(self._docs)
             self._next += 1
-            if len(doc) >= n:
-                return doc[:n]
-        raise ValueError(f"no held-out document has {n} tokens")
+            if len(self._docs[i]) - self._cursor[i] >= n:
+                start = self._cursor[i]
+                self._cursor[i] += n
+                return self._docs[i][start : start + n]
+        raise ValueError(f"no held-out document has {n} unused tokens left")
 
     def take_joined(self, n: int) -> list[int]:
-        """``n`` tokens, joining consecutive documents when no single one is long enough."""
+        """``n`` unused tokens, joining the remainders of several documents."""
         out: list[int] = []
-        while len(out) < n:
-            doc = self._docs[self._next % len(self._docs)]
+        for _ in range(len(self._docs)):
+            if len(out) >= n:
+                break
+            i = self._next % len(self._docs)
             self._next += 1
-            out.extend(doc)
-        return out[:n]
+            piece = self._docs[i][self._cursor[i] : self._cursor[i] + n - len(out)]
+            self._cursor[i] += len(piece)
+            out.extend(piece)
+        if len(out) < n:
+            raise ValueError(f"held-out documents have fewer than {n} unused tokens left")
+        return out
 
 
 def load_heldout(path: Path, tokenizer, limit: int = 400) -> list[list[int]]:
@@ -158,22 +169,34 @@ def fidelity_cases(
     )
 
 
-def speed_case(vocab_size: int, prompt_tokens: int, share: float, *, seed: int, shift: int = 0) -> Case:
-    """A random-token target whose first ``share`` of tokens repeat a donor (at ``shift`` positions later)."""
+def speed_cases(
+    vocab_size: int, prompt_tokens: int, share: float, *, repeats: int, seed: int, shift: int = 0
+) -> list[Case]:
+    """Random-token targets whose first ``share`` of tokens repeat one donor (``shift`` positions later in it).
+
+    All cases share the donor; each target has its own tail, so an earlier target (itself a donor once finished)
+    never offers more than the shared prefix to a later one.
+    """
     import random
 
     rng = random.Random(seed)
+
+    def draw(n: int) -> list[int]:
+        return [rng.randrange(100, vocab_size) for _ in range(n)]
+
     reused = int(prompt_tokens * share)
-    prompt = [rng.randrange(100, vocab_size) for _ in range(prompt_tokens)]
-    filler = [rng.randrange(100, vocab_size) for _ in range(shift)]
-    tail = [rng.randrange(100, vocab_size) for _ in range(64)]
-    return Case(
-        name=f"speed_{prompt_tokens}_s{int(share * 100)}_d{shift}",
-        kind="shifted" if shift else "exact_prefix",
-        donors=[filler + prompt[:reused] + tail],
-        prompt=prompt,
-        continuation=[],
-        reusable_prefix_tokens=reused,
-        position_delta=-shift,
-        target_share=share,
-    )
+    shared = draw(reused)
+    donor = draw(shift) + shared + draw(64)
+    return [
+        Case(
+            name=f"speed_{prompt_tokens}_s{int(share * 100)}_d{shift}_r{r}",
+            kind="shifted" if shift else "exact_prefix",
+            donors=[donor],
+            prompt=shared + draw(prompt_tokens - reused),
+            continuation=[],
+            reusable_prefix_tokens=reused,
+            position_delta=-shift,
+            target_share=share,
+        )
+        for r in range(repeats)
+    ]

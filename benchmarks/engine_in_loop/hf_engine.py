@@ -1,0 +1,201 @@
+"""The reference engine: a Hugging Face ``transformers`` causal LM in TensorRT-LLM's place around the real connector.
+
+What it is: the SemBlend connector (:class:`trtllm_connector.connector.SemBlendConnectorScheduler` and
+``SemBlendConnectorWorker``, unchanged) driven in PyExecutor's call order by
+:class:`trtllm_connector.harness.PyExecutorHarness`, over a real paged KV pool in TensorRT-LLM's layout. This module
+supplies the harness's "model" (:class:`HFKvWriter`): for every prefill it gathers the tokens already in the
+request's blocks (device prefix or donor KV the connector materialized, with the Triton RoPE-delta kernel) back into
+a ``transformers`` cache, runs the model on the remaining tokens only, and scatters their post-RoPE K and V into the
+pool, as TensorRT-LLM's attention kernel would.
+
+What it is not: TensorRT-LLM. There is no paged attention (the prefix is gathered into a contiguous cache, a cost
+reported separately as ``readback``), no batching, no chunked prefill, no CUDA graphs and no tensor parallelism, and
+the model runs Hugging Face's SDPA attention. The connector, the planner, the validation and the kernels are the
+production code; the timing of the model part is Hugging Face's, not TensorRT-LLM's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from semblend_kernels.layout import PagedKVLayout
+
+from benchmarks.engine_in_loop.hf_model import KVGeometry, cache_from_layers, cache_layers, prefill
+from benchmarks.engine_in_loop.kv_pool import read_prefix, write_range
+from semblend_dynamo.audit import AuditWriter
+from semblend_dynamo.config import SemblendConfig
+from trtllm_connector.connector import SemBlendConnectorScheduler, SemBlendConnectorWorker
+from trtllm_connector.harness import HarnessLlmArgs, PyExecutorHarness
+from trtllm_connector.hints import HintInbox
+
+
+class StageClock:
+    """Wall-clock seconds per named stage, CUDA-synchronized around each measured call when on a GPU."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def reset(self) -> None:
+        self.seconds.clear()
+
+    def timed(self, stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` wrapped so that its time (after the device drained) is added to ``stage``."""
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self._sync()
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._sync()
+                self.seconds[stage] += time.perf_counter() - start
+
+        return wrapper
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+@dataclass
+class PrefillOutput:
+    """What the model produced for the last prefill the harness ran."""
+
+    logits: torch.Tensor
+    """fp32 logits of the last ``keep`` positions."""
+    cache: Any
+    """The full ``transformers`` cache of the request after the prefill (prefix + computed tokens)."""
+    start_pos: int
+    """Tokens taken from the pool (device prefix + materialized) instead of computed."""
+
+
+class HFKvWriter:
+    """The harness's model (``trtllm_connector.harness.KvWriter``) backed by a ``transformers`` causal LM.
+
+    ``write_kv`` is called once per prefill by the harness; ``keep`` (set by the caller before the request) is how
+    many trailing positions' logits to keep. ``last`` holds the output of the latest prefill.
+    """
+
+    def __init__(self, model: Any, clock: StageClock) -> None:
+        self.model = model
+        self.clock = clock
+        self.keep = 1
+        self.last: PrefillOutput | None = None
+
+    def write_kv(
+        self, pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], tokens: Sequence[int], start_pos: int
+    ) -> None:
+        device = pool.device
+        past = None
+        if start_pos:
+            layers = self.clock.timed("readback", read_prefix)(pool, layout, block_ids, start_pos)
+            past = cache_from_layers(layers, self.model.config)
+        ids = torch.tensor(list(tokens[start_pos:]), dtype=torch.long, device=device)
+        logits, cache = self.clock.timed("prefill", prefill)(self.model, ids, past, self.keep)
+        new = [(k[:, :, start_pos:], v[:, :, start_pos:]) for k, v in cache_layers(cache)]
+        self.clock.timed("writeback", write_range)(pool, layout, block_ids, new, start_token=start_pos)
+        self.last = PrefillOutput(logits=logits, cache=cache, start_pos=start_pos)
+
+
+@dataclass
+class RequestRun:
+    """One request through the reference engine."""
+
+    prompt_tokens: int
+    device_matched: int
+    promised: int
+    materialized: int
+    declined: dict[str, int]
+    """Decline reasons audited while this request ran (empty when it materialized or found nothing to decline)."""
+    logits: torch.Tensor
+    cache: Any
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: connector decision and plan, worker copy, prefix readback, prefill of the rest.
+
+        ``writeback`` (scattering new K/V into the pool) is left out: TensorRT-LLM's attention kernel writes the
+        cache as it computes, so it has no such step.
+        """
+        return sum(v for k, v in self.stages.items() if k != "writeback")
+
+
+class HFReferenceEngine:
+    """A ``transformers`` model + the real SemBlend connector over one paged KV pool (see the module docstring)."""
+
+    SCHEDULER_STAGES = ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta")
+
+    def __init__(
+        self,
+        model: Any,
+        cfg: SemblendConfig,
+        *,
+        num_blocks: int,
+        audit: AuditWriter | None = None,
+        model_dir: str | None = None,
+    ) -> None:
+        """Build the connector halves and the harness; the pool lives on the model's device, in its dtype."""
+        param = next(model.parameters())
+        geometry = KVGeometry.of(model.config)
+        if cfg.rope_config is None:
+            cfg = cfg.model_copy(update={"rope_config": model.config.to_json_string(use_diff=False)})
+        self.cfg = cfg
+        self.model = model
+        self.audit = audit if audit is not None else AuditWriter(None)
+        self.clock = StageClock(cuda=param.is_cuda)
+        llm_args = HarnessLlmArgs(cfg.block_size, model=model_dir)
+        scheduler = SemBlendConnectorScheduler(llm_args, config=cfg, audit=self.audit, hints=HintInbox())
+        worker = SemBlendConnectorWorker(llm_args, config=cfg, audit=self.audit, rank=0)
+        for name in self.SCHEDULER_STAGES:
+            setattr(scheduler, name, self.clock.timed("connector_scheduler", getattr(scheduler, name)))
+        worker.start_load_kv = self.clock.timed("connector_worker", worker.start_load_kv)  # type: ignore[method-assign]
+        layout = PagedKVLayout(geometry.num_layers, geometry.kv_heads, geometry.head_dim, cfg.block_size)
+        self.writer = HFKvWriter(model, self.clock)
+        self.harness = PyExecutorHarness(
+            scheduler, worker, layout, num_blocks, self.writer, dtype=param.dtype, device=param.device
+        )
+
+    def run(self, prompt: Sequence[int], *, keep: int = 1, cache_salt: str | None = None) -> RequestRun:
+        """Prefill ``prompt`` as one request (a donor candidate once finished); logits of the last ``keep`` positions."""
+        self.writer.keep = keep
+        self.clock.reset()
+        materialized_before = self.audit.by_event["materialized"]
+        reasons_before = dict(self.audit.by_reason)
+        result = self.harness.run_request(list(prompt), cache_salt=cache_salt, capture_kv=False)
+        out = self.writer.last
+        if out is None:
+            raise RuntimeError("the harness ran no prefill")
+        confirmed = self.audit.by_event["materialized"] > materialized_before
+        return RequestRun(
+            prompt_tokens=len(prompt),
+            device_matched=result.device_matched,
+            promised=result.promised,
+            materialized=result.promised if confirmed else 0,
+            declined={
+                r: n - reasons_before.get(r, 0) for r, n in self.audit.by_reason.items() if n > reasons_before.get(r, 0)
+            },
+            logits=out.logits,
+            cache=out.cache,
+            stages=dict(self.clock.seconds),
+        )
+
+    @property
+    def declines(self) -> dict[str, int]:
+        """Decline counts by :class:`~semblend_dynamo.outcomes.DeclineReason` value, from the audit trail."""
+        return dict(self.audit.by_reason)
+
+
+def cold_prefill(model: Any, prompt: Sequence[int], *, keep: int = 1) -> tuple[torch.Tensor, Any, float]:
+    """A plain full prefill without the engine (the baseline): logits, cache, CUDA-synchronized seconds."""
+    param = next(model.parameters())
+    clock = StageClock(cuda=param.is_cuda)
+    ids = torch.tensor(list(prompt), dtype=torch.long, device=param.device)
+    logits, cache = clock.timed("prefill", prefill)(model, ids, None, keep)
+    return logits, cache, clock.seconds["prefill"]
