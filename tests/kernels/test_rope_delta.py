@@ -321,3 +321,21 @@ def test_empty_plan_is_a_no_op() -> None:
     before = pool.clone()
     rope_delta_copy(pool, split_spans_to_plan([], [0], [1], T), RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
     assert torch.equal(pool, before)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(*[st.integers(0, 3), st.integers(0, 7)] * 2, st.integers(1, 8)), min_size=1, max_size=5))
+def test_race_check_agrees_with_slot_sets(rows: list[tuple[int, int, int, int, int]]) -> None:
+    """The interval-based race check refuses exactly the plans whose token-slot sets collide."""
+    layout = PagedKVLayout(1, 1, 8, T)
+    pool = make_pool(layout, 4, torch.bfloat16, "cpu")
+    plan = torch.tensor([[*row, 0] for row in rows])
+    in_block = all(so + n <= T and do + n <= T for _, so, _, do, n in rows)
+    reads = [(sb, so + i) for sb, so, _, _, n in rows for i in range(n)]
+    writes = [(db, do + i) for _, _, db, do, n in rows for i in range(n)]
+    racy = len(set(writes)) < len(writes) or bool(set(writes) & set(reads))
+    if in_block and not racy:
+        rope_delta_copy_reference(pool, plan, RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
+    else:
+        with pytest.raises(InvalidPlan):
+            rope_delta_copy_reference(pool, plan, RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
