@@ -1,0 +1,206 @@
+"""RoPE-delta kernels vs the device's copy bandwidth and vs the torch reference, measured in one run.
+
+    python benchmarks/bench_rope_delta.py [--out results.json]   # on a CUDA GPU (TRITON_INTERPRET unset or 0)
+    TRITON_INTERPRET=1 python benchmarks/bench_rope_delta.py --smoke   # tiny shapes on CPU: checks the script runs
+
+Prints the measured device copy bandwidth (torch copy of a large buffer, read + write bytes), a small tuning sweep, then
+for Llama-3-8B and Qwen2.5-7B KV shapes (bf16, 32-token blocks) at 2K / 8K / 32K tokens, in place and copy+rotate: the
+kernel time and GB/s (its bytes: K read + write in place; K and V read + write for copy), its share of the copy
+bandwidth, the public call's time (plan validation included) and the torch reference's time and the speedup over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from semblend_kernels.layout import PagedKVLayout
+from semblend_kernels.rope import RopeConfig
+from semblend_kernels.rope_delta import (
+    INPLACE_PLAN_COLUMNS,
+    CopySpan,
+    InplaceSpan,
+    KernelTuning,
+    _check,  # the benchmark times the validated launch alone, next to the public call
+    _launch_copy,
+    _launch_inplace,
+    rope_delta_copy,
+    rope_delta_copy_reference,
+    rope_delta_inplace,
+    rope_delta_inplace_reference,
+    split_inplace_spans_to_plan,
+    split_spans_to_plan,
+)
+
+MODELS = {"Llama-3-8B": (32, 8, 128), "Qwen2.5-7B": (28, 4, 128)}
+SMOKE_MODELS = {"tiny": (2, 2, 32)}
+TOKENS_PER_BLOCK = 32
+DELTA = 1234
+SWEEP = [KernelTuning(h, w) for h in (1, 2, 4, 8) for w in (4, 8, 16)]
+
+
+def time_ms(fn: Callable[[], object], cuda: bool) -> float:
+    """Mean milliseconds per call: triton's do_bench on CUDA (L2 flushed between calls), a wall clock otherwise."""
+    if cuda:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=25, rep=200))
+    fn()
+    start = time.perf_counter()
+    for _ in range(3):
+        fn()
+    return (time.perf_counter() - start) / 3 * 1e3
+
+
+def copy_bandwidth_gbps(device: str, nbytes: int, cuda: bool) -> float:
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), cuda)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+@dataclass
+class Case:
+    layout: PagedKVLayout
+    pool: torch.Tensor
+    copy_plan: torch.Tensor
+    inplace_plan: torch.Tensor
+    inv_freq: torch.Tensor
+    k_bytes: int  # bytes of K (== of V) for all tokens and layers
+
+
+def make_case(model: tuple[int, int, int], tokens: int, device: str, unaligned: bool = False) -> Case:
+    layers, heads, head_dim = model
+    layout = PagedKVLayout(layers, heads, head_dim, TOKENS_PER_BLOCK)
+    n_blocks = -(-tokens // TOKENS_PER_BLOCK) + 1
+    total = 2 * n_blocks + 8
+    pool = torch.empty(total, layers, 2, layout.block_elems, dtype=torch.bfloat16, device=device).normal_()
+    ids = torch.randperm(total, generator=torch.Generator().manual_seed(0))[: 2 * n_blocks].tolist()
+    src_ids, dst_ids = ids[:n_blocks], ids[n_blocks:]
+    src0, dst0 = (5, 19) if unaligned else (0, 0)
+    copy_plan = split_spans_to_plan([CopySpan(src0, dst0, tokens, delta=DELTA)], src_ids, dst_ids, TOKENS_PER_BLOCK)
+    inplace_plan = split_inplace_spans_to_plan([InplaceSpan(dst0, tokens, DELTA)], dst_ids, TOKENS_PER_BLOCK)
+    inv_freq = RopeConfig(head_dim, head_dim, 500_000.0).inv_freq(device)
+    return Case(layout, pool, copy_plan, inplace_plan, inv_freq, tokens * layers * heads * head_dim * 2)
+
+
+def kernel_fn(case: Case, op: str, tuning: KernelTuning) -> Callable[[], None]:
+    """The validated launch alone (plan already on the device)."""
+    hd = case.layout.head_dim
+    if op == "inplace":
+        c = _check(case.pool, case.inplace_plan, case.inv_freq, case.layout, hd, "neox", None, INPLACE_PLAN_COLUMNS)
+        return lambda: _launch_inplace(case.pool, c, case.layout, hd, "neox", tuning)
+    c = _check(case.pool, case.copy_plan, case.inv_freq, case.layout, hd, "neox", None, 6)
+    return lambda: _launch_copy(case.pool, c, case.layout, hd, "neox", tuning)
+
+
+def public_fn(case: Case, op: str, tuning: KernelTuning, reference: bool = False) -> Callable[[], None]:
+    hd = case.layout.head_dim
+    if op == "inplace":
+        plan = case.inplace_plan
+        if reference:
+            return lambda: rope_delta_inplace_reference(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd)
+        return lambda: rope_delta_inplace(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd, tuning=tuning)
+    plan = case.copy_plan
+    if reference:
+        return lambda: rope_delta_copy_reference(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd)
+    return lambda: rope_delta_copy(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd, tuning=tuning)
+
+
+def check_matches_reference(case: Case) -> float:
+    """Largest |kernel - reference| over the pool after one copy+rotate (a guard that the timed kernel is right)."""
+    pool = case.pool.clone()
+    hd = case.layout.head_dim
+    rope_delta_copy(pool, case.copy_plan, case.inv_freq, case.layout, rotary_dim=hd)
+    expected = case.pool.clone()
+    rope_delta_copy_reference(expected, case.copy_plan, case.inv_freq, case.layout, rotary_dim=hd)
+    return float((pool.float() - expected.float()).abs().max())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, runs anywhere (checks the script)")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available() and not args.smoke
+    device = "cuda" if cuda else "cpu"
+    models = SMOKE_MODELS if args.smoke else MODELS
+    token_counts = (64,) if args.smoke else (2048, 8192, 32768)
+    hardware = torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()
+    print(f"# hardware: {hardware}; torch {torch.__version__}")
+    results: dict[str, object] = {"hardware": hardware, "torch": torch.__version__}
+
+    copy_gbps = copy_bandwidth_gbps(device, (4 << 30) if cuda else (64 << 20), cuda)
+    print(f"device copy bandwidth (torch copy_, read+write bytes): {copy_gbps:.0f} GB/s")
+    results["copy_gbps"] = copy_gbps
+
+    sweep_model = next(iter(models.values()))
+    sweep_case = make_case(sweep_model, token_counts[len(token_counts) // 2], device)
+    best: dict[str, KernelTuning] = {}
+    sweep_rows = []
+    for op in ("inplace", "copy"):
+        times = {t: time_ms(kernel_fn(sweep_case, op, t), cuda) for t in (SWEEP if cuda else SWEEP[:2])}
+        best[op] = min(times, key=lambda t: times[t])
+        for t, ms in times.items():
+            sweep_rows.append({"op": op, "heads_per_iter": t.heads_per_iter, "num_warps": t.num_warps, "ms": ms})
+        print(
+            f"tuning sweep ({op}): "
+            + ", ".join(f"h{t.heads_per_iter}/w{t.num_warps}={ms:.3f}" for t, ms in times.items())
+        )
+        print(f"  best {op}: heads_per_iter={best[op].heads_per_iter} num_warps={best[op].num_warps}")
+    results["sweep"] = sweep_rows
+    del sweep_case
+
+    print(
+        "\n| model | tokens | op | kernel ms | GB/s | % of copy BW | call ms | torch ref ms | speedup (call) |"
+        "\n|---|---|---|---|---|---|---|---|---|"
+    )
+    rows = []
+    cases = [(name, model, tokens, False) for name, model in models.items() for tokens in token_counts]
+    cases.append((next(iter(models)), sweep_model, token_counts[len(token_counts) // 2], True))
+    for name, model, tokens, unaligned in cases:
+        case = make_case(model, tokens, device, unaligned)
+        max_err = check_matches_reference(case)
+        for op in ("inplace", "copy"):
+            kernel_ms = time_ms(kernel_fn(case, op, best[op]), cuda)
+            call_ms = time_ms(public_fn(case, op, best[op]), cuda)
+            ref_ms = time_ms(public_fn(case, op, best[op], reference=True), cuda)
+            nbytes = case.k_bytes * (2 if op == "inplace" else 4)
+            gbps = nbytes / (kernel_ms * 1e-3) / 1e9
+            label = f"{tokens}{' (unaligned spans)' if unaligned else ''}"
+            row = {
+                "model": name,
+                "tokens": tokens,
+                "unaligned": unaligned,
+                "op": op,
+                "kernel_ms": kernel_ms,
+                "gbps": gbps,
+                "fraction_of_copy_bw": gbps / copy_gbps,
+                "call_ms": call_ms,
+                "reference_ms": ref_ms,
+                "speedup_call_vs_reference": ref_ms / call_ms,
+                "max_abs_diff_vs_reference": max_err,
+            }
+            rows.append(row)
+            print(
+                f"| {name} | {label} | {op} | {kernel_ms:.3f} | {gbps:.0f} | {100 * gbps / copy_gbps:.0f}% | "
+                f"{call_ms:.3f} | {ref_ms:.3f} | {ref_ms / call_ms:.1f}x |"
+            )
+        del case
+        if cuda:
+            torch.cuda.empty_cache()
+    results["rows"] = rows
+    results["best_tuning"] = {op: vars(t) for op, t in best.items()}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
