@@ -29,7 +29,7 @@ _MIX = np.uint64(0xD6E8FEB86659FD93)  # Fibonacci-style mixing of the hash befor
 _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
-_FILTER_LOAD = 16  # filter slots per distinct chunk hash (false-positive rate about 1/16)
+_FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
 
 
 class Span(BaseModel):
@@ -75,20 +75,28 @@ class _Candidate:
 
 
 class _ChunkTable:
-    """One namespace's chunk hash -> postings, plus a counting filter that screens target windows vectorized.
+    """One namespace's chunk hash -> postings, plus a filter that screens target windows vectorized.
 
     A posting packs ``serial << 32 | donor_offset``; lists keep insertion order, so the newest donor is last.
-    The filter counts distinct hashes per slot (slot = top bits of the mixed hash) in uint16: wrapping would take
-    65,536 distinct hashes in one slot, and could only hide matches, never invent them.
+    The filter is a bitset over slots (slot = top bits of the mixed hash): small enough to stay in cache on the
+    hot path. ``_counts`` (distinct hashes per slot, uint16) is only touched on mutation, to know when a bit can
+    be cleared; wrapping would take 65,536 distinct hashes in one slot and could only hide matches, never
+    invent them.
     """
 
     def __init__(self) -> None:
         self.postings: dict[int, list[int]] = {}
-        self.filter = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
+        self._counts = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
+        self._bits = np.zeros((1 << _MIN_FILTER_BITS) // 8, dtype=np.uint8)
         self._shift = np.uint64(64 - _MIN_FILTER_BITS)
 
     def slots(self, hashes: np.ndarray) -> np.ndarray:
         return ((hashes * _MIX) >> self._shift).astype(np.intp)
+
+    def screen(self, hashes: np.ndarray) -> np.ndarray:
+        """Indices of the hashes that may be in the table (no false negatives)."""
+        slots = self.slots(hashes)
+        return np.flatnonzero((self._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1)
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
         new: list[int] = []
@@ -101,10 +109,12 @@ class _ChunkTable:
                 plist.append(p)
         if not new:
             return
-        if len(self.postings) * _FILTER_LOAD > self.filter.size:
+        if len(self.postings) * _FILTER_LOAD > self._counts.size:
             self._rebuild()
-        else:
-            np.add.at(self.filter, self.slots(np.array(new, dtype=np.uint64)), 1)
+            return
+        slots = self.slots(np.array(new, dtype=np.uint64))
+        np.add.at(self._counts, slots, 1)
+        np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
 
     def remove(self, hashes: list[int], postings: list[int]) -> None:
         gone: list[int] = []
@@ -119,14 +129,19 @@ class _ChunkTable:
             if not plist:
                 del self.postings[h]
                 gone.append(h)
-        if gone:
-            np.subtract.at(self.filter, self.slots(np.array(gone, dtype=np.uint64)), 1)
+        if not gone:
+            return
+        slots = self.slots(np.array(gone, dtype=np.uint64))
+        np.subtract.at(self._counts, slots, 1)
+        empty = slots[self._counts[slots] == 0]
+        np.bitwise_and.at(self._bits, empty >> 3, (~(1 << (empty & 7))).astype(np.uint8))
 
     def _rebuild(self) -> None:
         bits = max(_MIN_FILTER_BITS, int(len(self.postings) * _FILTER_LOAD - 1).bit_length())
         self._shift = np.uint64(64 - bits)
         keys = np.fromiter(self.postings.keys(), dtype=np.uint64, count=len(self.postings))
-        self.filter = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint16)
+        self._counts = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint16)
+        self._bits = np.packbits(self._counts > 0, bitorder="little")
 
 
 class SpanAligner:
@@ -271,8 +286,9 @@ class SpanAligner:
             found.extend(self._diagonal_spans(t, serial, delta, first, last))
             if len(seen) == self.max_diagonals:
                 break
+        # model_construct: the values are valid by construction and this is the routing path.
         return [
-            Span(
+            Span.model_construct(
                 donor_id=self._by_serial[c.serial].donor_id,
                 donor_start=c.start - c.delta,
                 target_start=c.start,
@@ -296,7 +312,7 @@ class SpanAligner:
     ) -> dict[tuple[int, int], list[int]]:
         """Per (serial, delta) diagonal: [anchor hits, first hit position, last hit position]."""
         hashes = self._window_hashes(t)
-        positions = np.flatnonzero(table.filter[table.slots(hashes)])
+        positions = table.screen(hashes)
         diagonals: dict[tuple[int, int], list[int]] = {}
         postings = table.postings
         cap = self.max_postings

@@ -185,3 +185,16 @@ def test_spans_are_exact_aligned_disjoint_and_found(
         end = s.target_end
     if len(pasted) >= 4 * bs:
         assert spans, "a pasted run of 4 blocks must be found"
+
+
+def test_filter_survives_growth_and_removals() -> None:
+    aligner = SpanAligner(block_size=16, min_span_tokens=32)
+    rng = np.random.default_rng(1)
+    donors = {f"d{i}": rng.integers(0, 50_000, 96).tolist() for i in range(300)}  # 6 chunks each: filter grows
+    for donor_id, tokens in donors.items():
+        aligner.add_donor(donor_id, "ns", tokens)
+    for i in range(0, 300, 2):
+        aligner.remove_donor(f"d{i}")
+    for i in (1, 2, 151, 298, 299):
+        spans = aligner.align("ns", donors[f"d{i}"] + [1])
+        assert [s.donor_id for s in spans] == ([f"d{i}"] if i % 2 else [])
