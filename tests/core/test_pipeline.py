@@ -211,3 +211,23 @@ def test_background_embedding_and_removal_while_in_flight(docs: list[list[int]],
         assert "kept" in discovery.index and "removed" not in discovery.index
     finally:
         discovery.close()
+
+
+class NaNEmbedder:
+    """Test double: an embedder that returns NaN vectors without checking them (a broken custom model)."""
+
+    name = "nan"
+    dim = 384
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.full((len(texts), self.dim), np.nan, dtype=np.float32)
+
+
+def test_nan_embeddings_are_counted_and_spans_still_work(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer, embedder=NaNEmbedder(), exact_materialization_only=False, isolation="cache_salt")
+    discovery.register_donor("d", NS, docs[0][:640])
+    discovery.register_donor("d", NS, docs[1][:640])  # duplicate id: replaces the first registration
+    assert len(discovery) == 1 and discovery.counters["donor_embedding_errors"] == 2
+    result = discovery.discover("r", NS, docs[3][:50] + docs[1][:600])
+    assert discovery.counters["prompt_embedding_errors"] == 1 and not result.embedded
+    assert [s.donor_id for s in result.spans] == ["d"]
