@@ -86,43 +86,49 @@ def split_spans_to_plan(
     Called by the connector when it builds a materialization plan. Each span is cut wherever either side crosses a
     block boundary. Raises `InvalidPlan` for spans outside the block lists.
     """
-    rows: list[tuple[int, int, int, int, int, int]] = []
+    src_ids, dst_ids = np.asarray(src_block_ids, dtype=np.int64), np.asarray(dst_block_ids, dtype=np.int64)
+    parts = []
     for span in spans:
         delta = span.dst_start - span.src_start if span.delta is None else span.delta
-        _check_span(span.src_start, span.n_tokens, len(src_block_ids), tokens_per_block, "source")
-        _check_span(span.dst_start, span.n_tokens, len(dst_block_ids), tokens_per_block, "target")
-        src, dst, left = span.src_start, span.dst_start, span.n_tokens
-        while left > 0:
-            src_off, dst_off = src % tokens_per_block, dst % tokens_per_block
-            n = min(left, tokens_per_block - src_off, tokens_per_block - dst_off)
-            rows.append(
-                (
-                    src_block_ids[src // tokens_per_block],
-                    src_off,
-                    dst_block_ids[dst // tokens_per_block],
-                    dst_off,
-                    n,
-                    delta,
-                )
-            )
-            src, dst, left = src + n, dst + n, left - n
-    return torch.tensor(rows, dtype=torch.int64).reshape(-1, COPY_PLAN_COLUMNS)
+        _check_span(span.src_start, span.n_tokens, len(src_ids), tokens_per_block, "source")
+        _check_span(span.dst_start, span.n_tokens, len(dst_ids), tokens_per_block, "target")
+        starts = _cuts(span.n_tokens, tokens_per_block, span.src_start, span.dst_start)
+        n = np.diff(np.append(starts, span.n_tokens))
+        src, dst = span.src_start + starts, span.dst_start + starts
+        block_src, block_dst = src_ids[src // tokens_per_block], dst_ids[dst // tokens_per_block]
+        offsets_src, offsets_dst = src % tokens_per_block, dst % tokens_per_block
+        deltas = np.full_like(n, delta)
+        parts.append(np.stack([block_src, offsets_src, block_dst, offsets_dst, n, deltas], axis=1))
+    return _rows(parts, COPY_PLAN_COLUMNS)
 
 
 def split_inplace_spans_to_plan(
     spans: Iterable[InplaceSpan], block_ids: list[int], tokens_per_block: int
 ) -> torch.Tensor:
     """In-place plan rows (int64 ``[S, 4]`` on CPU) for token spans over one request's block list."""
-    rows: list[tuple[int, int, int, int]] = []
+    ids = np.asarray(block_ids, dtype=np.int64)
+    parts = []
     for span in spans:
-        _check_span(span.start, span.n_tokens, len(block_ids), tokens_per_block, "")
-        pos, left = span.start, span.n_tokens
-        while left > 0:
-            off = pos % tokens_per_block
-            n = min(left, tokens_per_block - off)
-            rows.append((block_ids[pos // tokens_per_block], off, n, span.delta))
-            pos, left = pos + n, left - n
-    return torch.tensor(rows, dtype=torch.int64).reshape(-1, INPLACE_PLAN_COLUMNS)
+        _check_span(span.start, span.n_tokens, len(ids), tokens_per_block, "")
+        starts = _cuts(span.n_tokens, tokens_per_block, span.start)
+        n = np.diff(np.append(starts, span.n_tokens))
+        pos = span.start + starts
+        parts.append(
+            np.stack([ids[pos // tokens_per_block], pos % tokens_per_block, n, np.full_like(n, span.delta)], 1)
+        )
+    return _rows(parts, INPLACE_PLAN_COLUMNS)
+
+
+def _cuts(n_tokens: int, tokens_per_block: int, *starts: int) -> np.ndarray:
+    """Span-relative indices where a row starts: 0 and every block boundary of any side inside the span."""
+    firsts = [np.arange((-s) % tokens_per_block, n_tokens, tokens_per_block) for s in starts]
+    return np.unique(np.concatenate([np.zeros(min(n_tokens, 1), dtype=np.int64), *firsts]))
+
+
+def _rows(parts: list[np.ndarray], columns: int) -> torch.Tensor:
+    if not parts:
+        return torch.empty(0, columns, dtype=torch.int64)
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64).reshape(-1, columns))
 
 
 def _check_span(start: int, n_tokens: int, num_blocks: int, tokens_per_block: int, side: str) -> None:
