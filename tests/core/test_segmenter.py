@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semblend_dynamo.segmenter import Window, WindowSegmenter
@@ -44,6 +44,7 @@ def test_window_model_rejects_empty_range() -> None:
     assert len(Window(start=3, end=10)) == 7
 
 
+@settings(deadline=None)  # no wall-clock limits in unit tests (CI machines are shared)
 @given(
     n=st.integers(min_value=1, max_value=20_000),
     window=st.integers(min_value=1, max_value=512),
@@ -70,6 +71,7 @@ def test_sample_keeps_first_and_last_and_is_even() -> None:
     assert [ws.index(w) for w in picked] == [0, 10, 21, 31]
 
 
+@settings(deadline=None)
 @given(n=st.integers(min_value=1, max_value=300), max_n=st.integers(min_value=1, max_value=64))
 def test_sample_is_bounded_ordered_and_deterministic(n: int, max_n: int) -> None:
     ws = [Window(start=i, end=i + 1) for i in range(n)]
