@@ -47,6 +47,7 @@ REJECT_REASONS = (
 """Every ``RejectedMessage.reason`` (metrics pre-create a counter per reason)."""
 
 _U64 = 1 << 64
+_CLEARED = KvCleared()
 
 
 class RejectedMessage(Exception):
@@ -164,7 +165,7 @@ def _u64(value: Any, what: str) -> int:
 
 def _kv_data(data: Any) -> KvStored | KvRemoved | KvCleared:
     if data == "cleared":
-        return KvCleared()
+        return _CLEARED
     if not isinstance(data, dict) or len(data) != 1:
         raise RejectedMessage("invalid_fields", "event data is not stored/removed/cleared")
     ((kind, body),) = data.items()
@@ -174,22 +175,27 @@ def _kv_data(data: Any) -> KvStored | KvRemoved | KvCleared:
         blocks = body.get("blocks")
         if not isinstance(blocks, list) or not blocks:
             raise RejectedMessage("invalid_fields", "stored without blocks")
+        block_hashes: list[int] = []
+        tokens_hashes: list[int] = []
         try:
-            block_hashes = [_u64(b["block_hash"], "block_hash") for b in blocks]
-            tokens_hashes = [_u64(b["tokens_hash"], "tokens_hash") for b in blocks]
+            for b in blocks:
+                bh, th = b["block_hash"], b["tokens_hash"]
+                # type() is exact on purpose (bool is an int subclass); msgpack ints are below 2**64 already
+                if type(bh) is not int or type(th) is not int or bh < 0 or th < 0:
+                    raise RejectedMessage("invalid_fields", "block_hash/tokens_hash is not a u64")
+                block_hashes.append(bh)
+                tokens_hashes.append(th)
         except (TypeError, KeyError):
             raise RejectedMessage("invalid_fields", "stored block lacks block_hash/tokens_hash") from None
         parent = body.get("parent_hash")
-        return KvStored.model_construct(
-            parent_hash=None if parent is None else _u64(parent, "parent_hash"),
-            block_hashes=block_hashes,
-            tokens_hashes=tokens_hashes,
-        )
+        return KvStored(block_hashes, tokens_hashes, None if parent is None else _u64(parent, "parent_hash"))
     if kind == "removed":
         hashes = body.get("block_hashes")
         if not isinstance(hashes, list):
             raise RejectedMessage("invalid_fields", "removed without block_hashes")
-        return KvRemoved.model_construct(block_hashes=[_u64(h, "block_hash") for h in hashes])
+        if not all(type(h) is int and h >= 0 for h in hashes):
+            raise RejectedMessage("invalid_fields", "removed block_hash is not a u64")
+        return KvRemoved(hashes)
     raise RejectedMessage("invalid_fields", f"unknown event kind {str(kind)[:40]!r}")
 
 
@@ -204,12 +210,12 @@ def _router_event(rev: Any) -> KvEvent:
     dp_rank = inner.get("dp_rank", 0)
     if not isinstance(dp_rank, int) or isinstance(dp_rank, bool) or not 0 <= dp_rank < 1 << 32:
         raise RejectedMessage("invalid_fields", "dp_rank is not a u32")
-    return KvEvent.model_construct(
-        worker_id=_u64(rev.get("worker_id"), "worker_id"),
-        dp_rank=dp_rank,
-        event_id=_u64(inner.get("event_id"), "event_id"),
-        storage_tier=tier,
-        data=_kv_data(inner.get("data")),
+    return KvEvent(
+        _u64(rev.get("worker_id"), "worker_id"),
+        _u64(inner.get("event_id"), "event_id"),
+        _kv_data(inner.get("data")),
+        dp_rank,
+        tier,
     )
 
 
@@ -237,6 +243,4 @@ def decode_kv_events(data: bytes, *, max_bytes: int) -> KvEventBatch:
     if not isinstance(payload, list):
         raise RejectedMessage("malformed", "kv-events payload is not an array")
     events = [_router_event(rev) for rev in payload]
-    return KvEventBatch.model_construct(
-        publisher_id=env["publisher_id"], sequence=env["sequence"], published_at=env["published_at"], events=events
-    )
+    return KvEventBatch(env["publisher_id"], env["sequence"], env["published_at"], events)

@@ -14,6 +14,7 @@ import array
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
@@ -208,52 +209,52 @@ KIND_BY_PREFIX: dict[str, type[SemblendEvent]] = {f"semblend.{m.KIND}/": m for m
 
 
 # --- Dynamo's kv-events (decoded only) ----------------------------------------------------------
+# Plain slotted dataclasses rather than pydantic models: these are decoded views of Dynamo's own wire
+# format on the router's hottest path (hundreds of thousands of blocks per second), where pydantic
+# construction cost more than the decoding. codec.decode_kv_events range-checks every field.
 
 
-class _KvModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KvStored(_KvModel):
+@dataclass(frozen=True, slots=True)
+class KvStored:
     """Blocks stored on a worker: engine ids (``block_hashes``) with Dynamo content hashes (``tokens_hashes``)."""
 
-    kind: Literal["stored"] = "stored"
-    parent_hash: U64 | None = None
-    block_hashes: list[U64]
-    tokens_hashes: list[U64]
+    block_hashes: list[int]
+    tokens_hashes: list[int]
+    parent_hash: int | None = None
 
 
-class KvRemoved(_KvModel):
+@dataclass(frozen=True, slots=True)
+class KvRemoved:
     """Blocks (engine ids) removed from a worker."""
 
-    kind: Literal["removed"] = "removed"
-    block_hashes: list[U64]
+    block_hashes: list[int]
 
 
-class KvCleared(_KvModel):
+@dataclass(frozen=True, slots=True)
+class KvCleared:
     """Every block of the emitting ``(worker_id, dp_rank)`` is gone."""
 
-    kind: Literal["cleared"] = "cleared"
 
-
-class KvEvent(_KvModel):
+@dataclass(frozen=True, slots=True)
+class KvEvent:
     """One Dynamo ``RouterEvent``."""
 
-    worker_id: U64
-    dp_rank: U32 = 0
-    event_id: U64
+    worker_id: int
+    event_id: int
+    data: KvStored | KvRemoved | KvCleared
+    dp_rank: int = 0
     storage_tier: str = "device"
-    data: KvStored | KvRemoved | KvCleared = Field(discriminator="kind")
 
     @property
     def num_blocks(self) -> int:
         return 0 if isinstance(self.data, KvCleared) else len(self.data.block_hashes)
 
 
-class KvEventBatch(_KvModel):
+@dataclass(frozen=True, slots=True)
+class KvEventBatch:
     """One ``kv-events`` NATS message: the envelope header plus its RouterEvents."""
 
-    publisher_id: U64
-    sequence: U64
-    published_at: U64
+    publisher_id: int
+    sequence: int
+    published_at: int
     events: list[KvEvent]

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -62,6 +63,8 @@ EXTRA_ARGS_KEY = "semblend"
 """``extra_args[EXTRA_ARGS_KEY]`` carries the DonorHint (schema ``semblend.hint/v1``) to the worker."""
 
 GAP_RESYNC_DELAY_S = 1.0
+PENDING_LOCAL_DONORS = 4096
+"""Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
 
 
@@ -157,6 +160,7 @@ class SemanticRouter:
         self._embedding_tasks: set[asyncio.Future[Any]] = set()
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
+        self._local_tokens: OrderedDict[str, tuple[NamespaceKey, list[int]]] = OrderedDict()
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -232,9 +236,9 @@ class SemanticRouter:
     async def _semantic(self, routed: RoutedRequest, decision: Decision, exact_tokens: int) -> None:
         assert self.discovery is not None
         t0 = time.perf_counter()
-        resident = self.residency.resident(routed.namespace.digest())
+        # The pipeline holds only resident donors (added and dropped on residency changes), so no filter.
         result = self.discovery.discover(
-            routed.request_id, routed.namespace, routed.tokens, exact_prefix_tokens=exact_tokens, resident=resident
+            routed.request_id, routed.namespace, routed.tokens, exact_prefix_tokens=exact_tokens, resident=None
         )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
         self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)
@@ -424,25 +428,44 @@ class SemanticRouter:
         except Exception:
             log.exception("donor registration failed")
             return
-        if self.discovery is not None:
-            self.discovery.register_donor(registration.donor_id, routed.namespace, routed.tokens)
-        self._add_donor(registration, from_peer=False)
+        self._local_tokens[registration.donor_id] = (routed.namespace, routed.tokens)
+        while len(self._local_tokens) > PENDING_LOCAL_DONORS:
+            self._local_tokens.popitem(last=False)
+        self._add_donor(registration)
         self.publisher.offer(self.subjects.donors, registration)
 
-    def _add_donor(self, registration: DonorRegistration, *, from_peer: bool) -> None:
+    def _add_donor(self, registration: DonorRegistration) -> None:
         known = self.residency.donor(registration.donor_id)
         if known is not None and known.registration.registered_at >= registration.registered_at:
             return
         for evicted in self.residency.add_donor(registration):
             self._forget_donor(evicted)
-        index = self.discovery.index if self.discovery is not None else None
-        if from_peer and index is not None and registration.embedding_dim == index.dim:
-            for evicted in index.insert(registration.donor_id, registration.namespace, registration.vector()):
-                self._forget_donor(evicted)
+        self._apply_residency_changes()
+
+    def _apply_residency_changes(self) -> None:
+        """Keep the pipeline's donors equal to the resident ones: add on arrival, drop on eviction."""
+        changes = self.residency.take_changes()
+        if not changes:
+            return
+        for donor_id, resident in changes:
+            entry = self.residency.donor(donor_id)
+            if entry is None:
+                continue
+            if not resident:
+                self._forget_donor(donor_id)
+            elif self.discovery is not None:
+                local = self._local_tokens.pop(donor_id, None)
+                if local is not None:  # registered here: spans from its tokens, embedding by the pipeline
+                    self.discovery.register_donor(donor_id, local[0], local[1])
+                elif self.discovery.index is not None and entry.registration.embedding_dim == self.discovery.index.dim:
+                    reg = entry.registration
+                    for evicted in self.discovery.index.insert(donor_id, reg.namespace, reg.vector()):
+                        self._forget_donor(evicted)
         self._update_donor_gauges()
 
     def _forget_donor(self, donor_id: str) -> None:
         self.residency.remove_donor(donor_id)
+        self._local_tokens.pop(donor_id, None)
         if self.discovery is not None:
             self.discovery.remove_donor(donor_id)
             if self.discovery.index is not None:
@@ -468,6 +491,7 @@ class SemanticRouter:
             self.residency.apply(event)
             blocks += event.num_blocks
         self.metrics.kv_blocks_in.inc(blocks)
+        self._apply_residency_changes()
         if self.residency.event_gaps > gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
 
@@ -483,7 +507,7 @@ class SemanticRouter:
         """A registration (peer or sync reply) or a connector's lifecycle event."""
         if isinstance(event, DonorRegistration):
             if event.router_id != self.router_id:
-                self._add_donor(event, from_peer=True)
+                self._add_donor(event)
         elif isinstance(event, DonorLifecycle) and event.event == "evicted":
             self._forget_donor(event.donor_id)
             self._update_donor_gauges()
@@ -522,7 +546,7 @@ class SemanticRouter:
             log.warning("KV index dump unusable (%s); keeping the live mirror", exc)
             return False
         self.residency.rebuild(events)
-        self._update_donor_gauges()
+        self._apply_residency_changes()
         return True
 
     def retain_workers(self, live_worker_ids: Sequence[int]) -> None:

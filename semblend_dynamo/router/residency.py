@@ -27,7 +27,8 @@ DEVICE_TIER = "device"
 @dataclass
 class _WorkerBlocks:
     by_block: dict[int, int] = field(default_factory=dict)  # engine block id -> tokens_hash
-    counts: Counter[int] = field(default_factory=Counter)  # tokens_hash -> engine blocks holding it
+    counts: dict[int, int] = field(default_factory=dict)  # tokens_hash -> engine blocks holding it
+    postings: dict[int, set[str]] = field(default_factory=dict)  # tokens_hash -> donors of this worker using it
     last_event_id: int = 0
 
 
@@ -51,110 +52,140 @@ class DonorEntry:
 
 
 class Residency:
-    """Per-worker block presence from kv-events plus the donor catalog and its resident sets."""
+    """Per-worker block presence from kv-events plus the donor catalog and its resident sets.
+
+    Residency changes are also queued as ``(donor_id, resident)`` pairs; the owner takes them with
+    :meth:`take_changes` after each batch (to add donors to, or drop them from, the search index).
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._workers: dict[WorkerKey, _WorkerBlocks] = {}
         self._donors: OrderedDict[str, DonorEntry] = OrderedDict()
         self._missing: dict[str, int] = {}
-        self._postings: dict[tuple[WorkerKey, int], set[str]] = {}
         self._resident: dict[str, set[str]] = {}
+        self._changes: list[tuple[str, bool]] = []
         self.event_gaps = 0
         self.ignored_events: Counter[str] = Counter()
 
+    def _blocks(self, key: WorkerKey) -> _WorkerBlocks:
+        blocks = self._workers.get(key)
+        if blocks is None:
+            blocks = self._workers[key] = _WorkerBlocks()
+        return blocks
+
     # --- kv-events -------------------------------------------------------------------------------
     def apply(self, event: KvEvent) -> None:
-        """Called for every decoded kv-event, in arrival order."""
+        """Called for every decoded kv-event, in arrival order (the router's hot ingest path)."""
         if event.storage_tier != DEVICE_TIER:
             self.ignored_events["storage_tier"] += 1
             return
         key = (event.worker_id, event.dp_rank)
-        blocks = self._workers.get(key)
-        if blocks is None:
-            blocks = self._workers[key] = _WorkerBlocks()
+        blocks = self._blocks(key)
         if blocks.last_event_id and event.event_id > blocks.last_event_id + 1:
             self.event_gaps += 1
-        blocks.last_event_id = max(blocks.last_event_id, event.event_id)
+        if event.event_id > blocks.last_event_id:
+            blocks.last_event_id = event.event_id
         data = event.data
+        by_block, counts, postings = blocks.by_block, blocks.counts, blocks.postings
         if isinstance(data, KvStored):
             for block_hash, tokens_hash in zip(data.block_hashes, data.tokens_hashes, strict=True):
-                previous = blocks.by_block.get(block_hash)
+                previous = by_block.get(block_hash)
                 if previous == tokens_hash:
                     continue
                 if previous is not None:
-                    self._drop_block(key, blocks, previous)
-                blocks.by_block[block_hash] = tokens_hash
-                blocks.counts[tokens_hash] += 1
-                if blocks.counts[tokens_hash] == 1:
-                    self._hash_arrived(key, tokens_hash)
+                    self._drop_block(blocks, previous)
+                by_block[block_hash] = tokens_hash
+                held = counts.get(tokens_hash, 0)
+                counts[tokens_hash] = held + 1
+                if held == 0 and tokens_hash in postings:
+                    self._hash_arrived(postings[tokens_hash])
         elif isinstance(data, KvRemoved):
             for block_hash in data.block_hashes:
-                removed = blocks.by_block.pop(block_hash, None)
+                removed = by_block.pop(block_hash, None)
                 if removed is None:
                     self.ignored_events["unknown_block"] += 1
                     continue
-                self._drop_block(key, blocks, removed)
+                self._drop_block(blocks, removed)
         elif isinstance(data, KvCleared):
-            for tokens_hash in list(blocks.counts):
-                self._hash_left(key, tokens_hash)
-            self._workers[key] = _WorkerBlocks(last_event_id=blocks.last_event_id)
+            for tokens_hash, donors in postings.items():
+                if tokens_hash in counts:
+                    self._hash_left(donors)
+            by_block.clear()
+            counts.clear()
 
     def rebuild(self, events: Iterable[KvEvent]) -> None:
         """Replace all block state with a full dump (Dynamo's recovered tree); donors are kept and re-checked.
 
         Called after a (re)connect or an event-id gap, when the live stream may have missed events.
         """
-        self._workers.clear()
-        self._resident.clear()
+        before = {d for d, missing in self._missing.items() if missing == 0}
+        for blocks in self._workers.values():
+            blocks.by_block.clear()
+            blocks.counts.clear()
+            blocks.last_event_id = 0
         for donor_id, entry in self._donors.items():
             self._missing[donor_id] = len(set(entry.registration.block_hashes))
-            if self._missing[donor_id] == 0:
-                self._resident.setdefault(entry.namespace, set()).add(donor_id)
+        self._resident.clear()
+        changes = len(self._changes)
         for event in events:
             self.apply(event)
+        del self._changes[changes:]
         for blocks in self._workers.values():
             blocks.last_event_id = 0  # dump ids are synthetic; resume gap detection from the live stream
+        after = {d for d, missing in self._missing.items() if missing == 0}
+        self._changes += [(d, False) for d in sorted(before - after)] + [(d, True) for d in sorted(after - before)]
 
-    def _drop_block(self, key: WorkerKey, blocks: _WorkerBlocks, tokens_hash: int) -> None:
+    def _drop_block(self, blocks: _WorkerBlocks, tokens_hash: int) -> None:
         left = blocks.counts[tokens_hash] - 1
         if left > 0:
             blocks.counts[tokens_hash] = left
             return
         del blocks.counts[tokens_hash]
-        self._hash_left(key, tokens_hash)
+        donors = blocks.postings.get(tokens_hash)
+        if donors:
+            self._hash_left(donors)
 
-    def _hash_arrived(self, key: WorkerKey, tokens_hash: int) -> None:
-        for donor_id in self._postings.get((key, tokens_hash), ()):
+    def _hash_arrived(self, donors: set[str]) -> None:
+        for donor_id in donors:
             missing = self._missing[donor_id] - 1
             self._missing[donor_id] = missing
             if missing == 0:
-                entry = self._donors[donor_id]
-                self._resident.setdefault(entry.namespace, set()).add(donor_id)
+                self._resident.setdefault(self._donors[donor_id].namespace, set()).add(donor_id)
+                self._changes.append((donor_id, True))
 
-    def _hash_left(self, key: WorkerKey, tokens_hash: int) -> None:
-        for donor_id in self._postings.get((key, tokens_hash), ()):
+    def _hash_left(self, donors: set[str]) -> None:
+        for donor_id in donors:
             missing = self._missing[donor_id]
             self._missing[donor_id] = missing + 1
             if missing == 0:
                 self._resident[self._donors[donor_id].namespace].discard(donor_id)
+                self._changes.append((donor_id, False))
+
+    def take_changes(self) -> list[tuple[str, bool]]:
+        """``(donor_id, now_resident)`` transitions since the last call, in order."""
+        changes, self._changes = self._changes, []
+        return changes
 
     # --- donors ----------------------------------------------------------------------------------
     def add_donor(self, registration: DonorRegistration) -> list[str]:
-        """Add (or refresh) a donor; returns the donor ids pushed out by the capacity bound."""
+        """Add (or refresh) a donor; returns the donor ids pushed out by the capacity bound.
+
+        A donor whose blocks are all present already becomes resident at once (a ``(donor_id, True)`` change).
+        """
         donor_id = registration.donor_id
         if donor_id in self._donors:
             self.remove_donor(donor_id)
         entry = DonorEntry(registration)
-        key = entry.worker
-        counts = self._workers.get(key, _WorkerBlocks()).counts
+        blocks = self._blocks(entry.worker)
         distinct = set(registration.block_hashes)
         for tokens_hash in distinct:
-            self._postings.setdefault((key, tokens_hash), set()).add(donor_id)
+            blocks.postings.setdefault(tokens_hash, set()).add(donor_id)
         self._donors[donor_id] = entry
-        self._missing[donor_id] = sum(1 for h in distinct if counts.get(h, 0) == 0)
+        self._missing[donor_id] = sum(1 for h in distinct if h not in blocks.counts)
         if self._missing[donor_id] == 0:
             self._resident.setdefault(entry.namespace, set()).add(donor_id)
+            self._changes.append((donor_id, True))
         evicted = []
         while len(self._donors) > self.capacity:
             oldest = next(iter(self._donors))
@@ -163,15 +194,18 @@ class Residency:
         return evicted
 
     def remove_donor(self, donor_id: str) -> bool:
+        """Forget a donor (no change is queued: the caller knows)."""
         entry = self._donors.pop(donor_id, None)
         if entry is None:
             return False
-        for tokens_hash in set(entry.registration.block_hashes):
-            posting = self._postings.get((entry.worker, tokens_hash))
-            if posting is not None:
-                posting.discard(donor_id)
-                if not posting:
-                    del self._postings[(entry.worker, tokens_hash)]
+        blocks = self._workers.get(entry.worker)
+        if blocks is not None:
+            for tokens_hash in set(entry.registration.block_hashes):
+                posting = blocks.postings.get(tokens_hash)
+                if posting is not None:
+                    posting.discard(donor_id)
+                    if not posting:
+                        del blocks.postings[tokens_hash]
         self._missing.pop(donor_id, None)
         resident = self._resident.get(entry.namespace)
         if resident is not None:

@@ -48,12 +48,14 @@ def test_donor_becomes_resident_when_its_last_block_arrives_and_leaves_with_any_
     r.add_donor(_donor("a", W1, [1, 2, 3]))
     r.apply(ev.stored(1, 2))
     assert not r.is_resident("a") and r.resident("ns") == set()
+    assert r.take_changes() == []
     r.apply(ev.stored(3))
     assert r.is_resident("a") and r.resident("ns") == {"a"}
     r.apply(ev.removed(2))
     assert not r.is_resident("a") and r.resident("ns") == set()
     r.apply(ev.stored(2))
     assert r.resident("ns") == {"a"}
+    assert r.take_changes() == [("a", True), ("a", False), ("a", True)]
 
 
 def test_blocks_on_another_worker_do_not_make_a_donor_resident() -> None:
@@ -105,8 +107,10 @@ def test_rebuild_from_a_dump_replaces_block_state_and_rechecks_donors() -> None:
     r.add_donor(_donor("b", W1, [3]))
     r.apply(ev.stored(1, 2))
     assert r.resident("ns") == {"a"}
+    r.take_changes()
     r.rebuild([Events(W1).stored(3)])  # the recovered index only holds block 3 now
     assert r.resident("ns") == {"b"}
+    assert r.take_changes() == [("a", False), ("b", True)]
     assert [d["donor_id"] for d in r.snapshot()] == ["a", "b"]
 
 

@@ -29,7 +29,7 @@ RNG = random.Random(20261121)
 
 
 def _chunk(n: int) -> list[int]:
-    return [RNG.randrange(100, 8000) for _ in range(n)]
+    return [RNG.randrange(100, 7000) for _ in range(n)]
 
 
 class Rag:
