@@ -151,7 +151,7 @@ class ReplayReport(BaseModel):
     prompt_tokens: int
     reused_tokens: int
     negative_controls: dict[str, int]
-    latency_us: dict[str, dict[str, float]]
+    latency_us: dict[str, dict[str, float | int]]
     donor_registration_s: float
     counters: dict[str, int]
     audit_path: str
@@ -375,7 +375,7 @@ def _summarize(
         row[r.replay_class.value] = row.get(r.replay_class.value, 0) + 1
     negatives = [r for r in reports if r.kind is RequestKind.NEGATIVE_CONTROL]
     loading = (ReplayClass.WOULD_MATERIALIZE, ReplayClass.MATERIALIZED)
-    latency: dict[str, dict[str, float]] = {}
+    latency: dict[str, dict[str, float | int]] = {}
     for stage in (*_STAGES, "total"):
         values = [getattr(r.timings_us, stage) for r in reports]
         ran = np.array([v for v in values if v > 0.0])
