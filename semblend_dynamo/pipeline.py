@@ -219,6 +219,14 @@ class DonorDiscovery:
                     self.aligner.remove_donor(evicted)
                     self.counters["donors_evicted"] += 1
 
+    def embed_prompt(self, tokens: Sequence[int], text: str | None = None) -> np.ndarray | None:
+        """The unit vector this pipeline indexes for a prompt (e.g. to publish with a donor registration).
+
+        Blocking (embeds up to ``max_embed_windows`` windows); None without an embedder or anything to embed.
+        Raises EmbeddingError / TokenizerError for prompts that cannot be embedded.
+        """
+        return None if self.embedder is None else self._embed(tokens, text)
+
     def _embed(self, tokens: Sequence[int], text: str | None) -> np.ndarray | None:
         """One unit vector for a prompt: the normalized mean of a bounded sample of its windows."""
         assert self.embedder is not None

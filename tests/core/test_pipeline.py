@@ -231,3 +231,13 @@ def test_nan_embeddings_are_counted_and_spans_still_work(tokenizer: TokenizerAda
     result = discovery.discover("r", NS, docs[3][:50] + docs[1][:600])
     assert discovery.counters["prompt_embedding_errors"] == 1 and not result.embedded
     assert [s.donor_id for s in result.spans] == ["d"]
+
+
+def test_embed_prompt_matches_what_the_index_holds(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    discovery = make(tokenizer)
+    discovery.register_donor("d", NS, docs[0][:600])
+    vector = discovery.embed_prompt(docs[0][:600])
+    assert vector is not None and discovery.index is not None
+    hits = discovery.index.search(NS.digest(), vector, 1)
+    assert hits[0].donor_id == "d" and hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    assert make(tokenizer, embedder=FailingEmbedder()).embed_prompt([]) is None
