@@ -35,19 +35,69 @@ class KVGeometry:
         return 2 * self.num_layers * self.kv_heads * self.head_dim * torch.finfo(dtype).bits // 8
 
 
-def load_model(model_dir: str | Path, device: str, dtype: torch.dtype = torch.bfloat16) -> Any:
-    """``AutoModelForCausalLM`` from a local directory, in eval mode, with SDPA attention."""
+LOWER_RIGHT_SDPA = "sdpa_lower_right"
+"""Attention implementation name: SDPA with a bottom-right aligned causal mask (see :func:`sdpa_lower_right`)."""
+
+
+def sdpa_lower_right(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Causal SDPA for queries that follow a cached prefix, without a materialized mask.
+
+    Hugging Face's ``sdpa`` builds a boolean ``[q, k]`` mask whenever the queries do not start at position 0,
+    which rules out the flash kernel; a prefill after a cached prefix is exactly what TensorRT-LLM's context FMHA
+    runs natively. ``causal_lower_right`` keeps SDPA on its fused kernels. Single requests only (no padding mask).
+    """
+    from torch.nn.attention.bias import causal_lower_right
+
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    q_len, k_len = query.shape[2], key.shape[2]
+    if q_len == k_len:
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
+    elif q_len == 1:
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling)
+    else:
+        bias = causal_lower_right(q_len, k_len)
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(LOWER_RIGHT_SDPA, sdpa_lower_right)
+    AttentionMaskInterface.register(LOWER_RIGHT_SDPA, sdpa_mask)
+
+
+def load_model(model_dir: str | Path, device: str, dtype: torch.dtype = torch.bfloat16, attn: str = "sdpa") -> Any:
+    """``AutoModelForCausalLM`` from a local directory, in eval mode, with ``attn`` attention."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="sdpa")
+    if attn == LOWER_RIGHT_SDPA:
+        _register_attention()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation=attn)
     return model.to(device).eval()
 
 
-def random_llama(config_overrides: dict[str, Any], device: str, dtype: torch.dtype = torch.bfloat16) -> Any:
+def random_llama(
+    config_overrides: dict[str, Any], device: str, dtype: torch.dtype = torch.bfloat16, attn: str = "sdpa"
+) -> Any:
     """A random-weight ``LlamaForCausalLM`` (for speed runs), built directly on ``device`` in ``dtype``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(attn_implementation="sdpa", **config_overrides)
+    if attn == LOWER_RIGHT_SDPA:
+        _register_attention()
+    config = LlamaConfig(attn_implementation=attn, **config_overrides)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

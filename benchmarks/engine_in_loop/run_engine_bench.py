@@ -33,7 +33,14 @@ import torch
 from benchmarks.engine_in_loop import train_small_llama
 from benchmarks.engine_in_loop.fidelity import compare
 from benchmarks.engine_in_loop.hf_engine import HFReferenceEngine, cold_prefill
-from benchmarks.engine_in_loop.hf_model import greedy, load_model, prefill, random_llama, truncated
+from benchmarks.engine_in_loop.hf_model import (
+    LOWER_RIGHT_SDPA,
+    greedy,
+    load_model,
+    prefill,
+    random_llama,
+    truncated,
+)
 from benchmarks.engine_in_loop.workloads import Case, TokenSource, fidelity_cases, load_heldout, speed_cases
 from semblend_dynamo.config import SemblendConfig
 
@@ -88,19 +95,37 @@ def pool_blocks(cases: list[Case], block_size: int) -> int:
     return 2 * (-(-tokens // block_size) + 2 * len(cases) + 4)
 
 
+def _continue(
+    model: Any, last_logits: torch.Tensor, cache: Any, case: Case, greedy_tokens: int
+) -> tuple[torch.Tensor, list[int]]:
+    """Logits predicting each continuation token (teacher forced after the prompt) and greedy tokens after the prompt.
+
+    ``cache`` holds the prompt's KV; it is not modified (both passes run on truncated copies).
+    """
+    n = len(case.prompt)
+    device = last_logits.device
+    tokens = greedy(model, truncated(cache, n, model.config), last_logits[-1], greedy_tokens)
+    ids = torch.tensor(case.continuation[:-1], device=device)
+    rest, _ = prefill(model, ids, truncated(cache, n, model.config), keep=len(ids))
+    return torch.cat([last_logits[-1:], rest]), tokens
+
+
 def run_fidelity_case(model: Any, case: Case, mode: str, *, block_size: int, greedy_tokens: int) -> dict[str, Any]:
-    """One case through a fresh engine and cold; the comparison row."""
+    """One case through a fresh engine and cold; the comparison row.
+
+    Only the prompt goes through the engine (so nothing past it can be materialized); the held-out continuation is
+    then teacher-forced on top of the warm and of the cold cache alike.
+    """
     engine = HFReferenceEngine(model, engine_config(mode, block_size), num_blocks=pool_blocks([case], block_size))
     for donor in case.donors:
         engine.run(donor)
-    full = case.prompt + case.continuation
-    n, keep = len(case.prompt), len(case.continuation) + 1
-    warm = engine.run(full, keep=keep)
-    cold_logits, cold_cache, _ = cold_prefill(model, full, keep=keep)
-    cold_greedy = greedy(model, truncated(cold_cache, n, model.config), cold_logits[0], greedy_tokens)
-    warm_greedy = greedy(model, truncated(warm.cache, n, model.config), warm.logits[0], greedy_tokens)
+    n = len(case.prompt)
+    warm = engine.run(case.prompt)
+    cold_last, cold_cache, _ = cold_prefill(model, case.prompt)
+    cold_logits, cold_greedy = _continue(model, cold_last, cold_cache, case, greedy_tokens)
+    warm_logits, warm_greedy = _continue(model, warm.logits, warm.cache, case, greedy_tokens)
     targets = torch.tensor(case.continuation, device=cold_logits.device)
-    fid = compare(cold_logits[:-1], warm.logits[:-1], targets, cold_greedy, warm_greedy)
+    fid = compare(cold_logits, warm_logits, targets, cold_greedy, warm_greedy)
     row: dict[str, Any] = {
         "case": case.name,
         "kind": case.kind,
@@ -116,10 +141,10 @@ def run_fidelity_case(model: Any, case: Case, mode: str, *, block_size: int, gre
     if warm.materialized:
         # bf16 noise floor: the same split (prefix, then the rest with past KV) computed cold, without the pool.
         device = cold_logits.device
-        prefix = torch.tensor(full[: warm.materialized], device=device)
-        rest = torch.tensor(full[warm.materialized :], device=device)
-        _, past = prefill(model, prefix, None, 1)
-        split_logits, _ = prefill(model, rest, past, keep)
+        m = warm.materialized
+        _, past = prefill(model, torch.tensor(case.prompt[:m], device=device), None, 1)
+        split_last, split_cache = prefill(model, torch.tensor(case.prompt[m:], device=device), past, 1)
+        split_logits, _ = _continue(model, split_last, split_cache, case, 0)
         row["noise_floor_max_abs_logit_diff"] = float((cold_logits - split_logits).abs().max())
     return row
 
@@ -255,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-share", type=float, default=0.95)
     parser.add_argument("--ttft-shift", type=int, default=100, help="donor offset of the shifted TTFT runs")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--attn",
+        choices=[LOWER_RIGHT_SDPA, "sdpa"],
+        default=LOWER_RIGHT_SDPA,
+        help="attention of the reference engine (the speed shape also runs plain sdpa for comparison)",
+    )
     parser.add_argument("--speed-shape", choices=["llama3-8b", "tiny", "none"], default="llama3-8b")
     args = parser.parse_args(argv)
 
@@ -278,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = load_model(model_dir, device)
+    model = load_model(model_dir, device, attn=args.attn)
     results["fidelity"], results["ttft"], results["errors"] = [], [], []
 
     def phase(name: str, fn: Any, *fn_args: Any) -> None:
@@ -327,16 +358,20 @@ def main(argv: list[str] | None = None) -> int:
 
     def speed_phase() -> None:
         shape = LLAMA3_8B_SHAPE if args.speed_shape == "llama3-8b" else TINY_SPEED_SHAPE
-        speed_model = random_llama(shape, device)
-        for shift in (0, args.ttft_shift):
-            results["ttft"] += run_ttft(
-                speed_model,
-                label=args.speed_shape,
-                lengths=lengths,
-                shift=shift,
-                vocab_size=shape["vocab_size"],
-                **common,
-            )
+        for attn in dict.fromkeys([args.attn, "sdpa"]):
+            speed_model = random_llama(shape, device, attn=attn)
+            for shift in (0, args.ttft_shift) if attn == args.attn else (0,):
+                results["ttft"] += run_ttft(
+                    speed_model,
+                    label=f"{args.speed_shape} ({attn})",
+                    lengths=lengths,
+                    shift=shift,
+                    vocab_size=shape["vocab_size"],
+                    **common,
+                )
+            del speed_model
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     phase("fidelity", fidelity_phase, model)
     phase("ttft_trained", trained_ttft_phase, model)
