@@ -4,6 +4,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.outcomes import DeclineReason
@@ -139,3 +141,55 @@ def test_discovery_only_declines_but_reports_the_would_be_plan() -> None:
     decision = planner(discovery_only=True).plan(400, [span("d", 0, 0, 256)])
     assert decision.reason is DeclineReason.DISCOVERY_ONLY and not decision.accepted
     assert decision.plan is not None and decision.plan.reused_tokens == 256
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    target_len=st.integers(0, 600),
+    raw=st.lists(
+        st.tuples(
+            st.integers(0, 18).map(lambda b: b * BS) | st.integers(0, 600),
+            st.integers(1, 300),
+            st.just(0) | st.integers(-300, 300),
+        ),
+        max_size=6,
+    ),
+    device_blocks=st.just(0) | st.integers(0, 6),
+    exact_only=st.booleans(),
+    strict=st.booleans(),
+)
+def test_accepted_plans_keep_the_contract(
+    target_len: int, raw: list[tuple[int, int, int]], device_blocks: int, exact_only: bool, strict: bool
+) -> None:
+    """Whatever the spans: whole blocks, at least one token left, inside [device prefix, prompt), no overlap."""
+    spans: list[Span] = []
+    end = 0
+    for start, length, delta in sorted(raw):
+        start = max(start, end)
+        if start + length > target_len or start - delta < 0:
+            continue
+        spans.append(span("d", start - delta, start, length))
+        end = start + length
+    overrides = {**SHIFTED, "exact_materialization_only": exact_only, "strict_prefix_boundary": strict}
+    device = device_blocks * BS
+    decision = planner(**overrides, min_span_tokens=BS, min_reuse_ratio=0.0, max_deviation=1.0).plan(
+        target_len, spans, device_prefix_tokens=device
+    )
+    assert (decision.reason is None) == decision.accepted
+    event(f"reason={decision.reason.value if decision.reason else 'accepted'}")
+    if decision.plan is None:
+        assert decision.reason is not None
+        return
+    plan = decision.plan
+    assert plan.reused_tokens % BS == 0 and 0 < plan.reused_tokens < target_len
+    assert plan.reused_tokens == sum(s.length for s in plan.spans)
+    previous_end = device
+    for s in plan.spans:
+        assert s.target_start % BS == 0 and s.length % BS == 0 and s.length >= BS
+        assert s.target_start >= previous_end and s.target_end < target_len + 1
+        if strict:
+            assert s.target_start == previous_end
+        previous_end = s.target_end
+    assert previous_end <= target_len - 1
+    if exact_only:
+        assert plan.mode == "exact" and not plan.requires_rope_correction
