@@ -345,17 +345,21 @@ def _launcher_present() -> bool:
 
 
 @pytest.mark.skipif(not _launcher_present(), reason="trtllm_connector.launcher (semblend-trtllm) has not landed yet")
-@pytest.mark.parametrize("case", ["defaults", "shifted-span-experiment", "discovery-only"])
-def test_engine_yaml_matches_semblend_trtllm_print_config(chart: helm.Chart, case: str) -> None:
+@pytest.mark.parametrize("form", ["print-config", "serve --print-config"])
+@pytest.mark.parametrize("case", ["defaults", "shifted-span-experiment", "discovery-only", "exact-production"])
+def test_engine_yaml_matches_semblend_trtllm_print_config(chart: helm.Chart, case: str, form: str) -> None:
+    # The launcher gets what a worker pod gets: its SEMBLEND_* env and the chart's engine numbers.
     values = CASES[case]
     settings = _engine_settings(values)
     dgd = one(objects(render(chart, values)), "DynamoGraphDeployment")
     env = {k: v for k, v in plain_env(main_container(worker_components(dgd)[0])).items() if k.startswith("SEMBLEND_")}
+    subcommand = ["print-config"] if form == "print-config" else ["serve", values.get("model", {}).get("path", "m")]
     command = [
         sys.executable,
         "-m",
         "trtllm_connector.launcher",
-        "print-config",
+        *subcommand,
+        *([] if form == "print-config" else ["--print-config"]),
         "--free-gpu-memory-fraction",
         f"{settings.free_gpu_memory_fraction:.2f}",
         "--event-buffer-max-size",
