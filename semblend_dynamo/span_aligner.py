@@ -274,7 +274,7 @@ class SpanAligner:
         if not diagonals:
             return []
         ranked = sorted(diagonals.items(), key=lambda kv: (-kv[1][0], -kv[0][0], kv[0][1]))
-        found: list[_Candidate] = []
+        windows: list[tuple[int, int, int, int]] = []
         seen: set[tuple[int, int, int, int]] = set()
         for (serial, delta), (hits, first, last) in ranked:
             # Donors sharing the same hits at the same delta (common boilerplate) give the same spans: the
@@ -283,9 +283,12 @@ class SpanAligner:
             if signature in seen:
                 continue
             seen.add(signature)
-            found.extend(self._diagonal_spans(t, serial, delta, first, last))
+            window = self._window(t, serial, delta, first, last)
+            if window is not None:
+                windows.append((serial, delta, *window))
             if len(seen) == self.max_diagonals:
                 break
+        found = self._runs(t, windows)
         # model_construct: the values are valid by construction and this is the routing path.
         return [
             Span.model_construct(
@@ -337,11 +340,11 @@ class SpanAligner:
                     break
         return diagonals
 
-    def _diagonal_spans(self, t: np.ndarray, serial: int, delta: int, first: int, last: int) -> list[_Candidate]:
-        """The maximal exact runs of one diagonal around its anchor hits at target positions [first, last].
+    def _window(self, t: np.ndarray, serial: int, delta: int, first: int, last: int) -> tuple[int, int] | None:
+        """The target range to compare on one diagonal whose anchor hits lie at target positions [first, last].
 
-        Runs are trimmed to target blocks and kept when at least min_span_tokens long. The compared window starts
-        one chunk beyond the hits and gallops outward while its edge token still matches, so runs are maximal.
+        It starts one chunk beyond the hits and gallops outward while its edge token still matches, so every exact
+        run inside it is maximal. None when it cannot hold a span of min_span_tokens.
         """
         d = self._by_serial[serial].tokens
         diag_lo = max(0, delta)
@@ -353,23 +356,35 @@ class SpanAligner:
             lo = max(diag_lo, lo - 2 * (hi - lo))
         while hi < diag_hi and t[hi - 1] == d[hi - 1 - delta]:
             hi = min(diag_hi, hi + 2 * (hi - lo))
-        if hi - lo < self.min_span_tokens:
+        return (lo, hi) if hi - lo >= self.min_span_tokens else None
+
+    def _runs(self, t: np.ndarray, windows: list[tuple[int, int, int, int]]) -> list[_Candidate]:
+        """Exact runs of every (serial, delta, lo, hi) window, trimmed to target blocks, >= min_span_tokens.
+
+        All windows are compared into one buffer separated by a mismatch, so run detection is one vectorized pass.
+        """
+        if not windows:
             return []
-        eq = np.empty(hi - lo + 2, dtype=np.int8)
-        eq[0] = eq[-1] = 0
-        np.equal(t[lo:hi], d[lo - delta : hi - delta], out=eq[1:-1].view(np.bool_))
+        eq = np.zeros(sum(hi - lo + 1 for _, _, lo, hi in windows) + 1, dtype=np.int8)
+        offsets = np.empty(len(windows), dtype=np.int64)
+        at = 1
+        for i, (serial, delta, lo, hi) in enumerate(windows):
+            d = self._by_serial[serial].tokens
+            np.equal(t[lo:hi], d[lo - delta : hi - delta], out=eq[at : at + hi - lo].view(np.bool_))
+            offsets[i] = at - lo  # buffer index - offset = target position
+            at += hi - lo + 1
         edges = np.flatnonzero(np.diff(eq))
-        starts = edges[0::2] + lo
-        ends = edges[1::2] + lo
-        keep = (ends - starts) >= self.min_span_tokens
+        starts = edges[0::2] + 1
+        ends = edges[1::2] + 1
+        which = np.searchsorted(np.cumsum([hi - lo + 1 for _, _, lo, hi in windows]), starts, side="right")
         bs = self.block_size
-        out: list[_Candidate] = []
-        for s, e in zip(starts[keep].tolist(), ends[keep].tolist(), strict=True):
-            s = -(-s // bs) * bs
-            e = e // bs * bs
-            if e - s >= self.min_span_tokens:
-                out.append(_Candidate(serial, s, e, delta))
-        return out
+        first = -(-(starts - offsets[which]) // bs) * bs
+        last = (ends - offsets[which]) // bs * bs
+        keep = np.flatnonzero(last - first >= self.min_span_tokens)
+        return [
+            _Candidate(windows[w][0], s, e, windows[w][1])
+            for w, s, e in zip(which[keep].tolist(), first[keep].tolist(), last[keep].tolist(), strict=True)
+        ]
 
     def _choose(self, found: list[_Candidate], max_spans: int) -> list[_Candidate]:
         """Greedy cover: longest first, then a donor already used, then delta 0, then newest donor."""
