@@ -2,7 +2,7 @@
 
 Run as a subprocess: ``python -m tests.router.router_client --endpoint ns.semblend.generate --requests in.json
 --out out.jsonl [--interval-s 0.1] [--instance <router connection id>]``. One JSON line per request:
-``{"i", "ok", "error", "worker_id", "chunks"}``. It uses the zmq event plane, so it neither needs nor waits
+``{"i", "ok", "error", "worker_id", "chunks", "latency_ms"}``. It uses the zmq event plane, so it neither needs nor waits
 for NATS (requests travel on the TCP request plane).
 """
 
@@ -33,6 +33,7 @@ async def main(args: argparse.Namespace) -> None:
     with open(args.out, "w") as out:
         for i, request in enumerate(requests):
             result: dict[str, Any] = {"i": i, "ok": False, "error": None, "worker_id": None, "chunks": 0}
+            started = time.perf_counter()
             try:
                 if args.instance:
                     stream = await client.direct(request, args.instance)
@@ -46,6 +47,7 @@ async def main(args: argparse.Namespace) -> None:
                 result["ok"] = result["chunks"] > 0
             except Exception as exc:
                 result["error"] = f"{type(exc).__name__}: {exc}"
+            result["latency_ms"] = (time.perf_counter() - started) * 1e3
             out.write(json.dumps(result) + "\n")
             out.flush()
             await asyncio.sleep(args.interval_s)
