@@ -108,6 +108,7 @@ class RequestRun:
     """One request through the reference engine."""
 
     prompt_tokens: int
+    block_ids: list[int]
     device_matched: int
     promised: int
     materialized: int
@@ -175,6 +176,7 @@ class HFReferenceEngine:
         confirmed = self.audit.by_event["materialized"] > materialized_before
         return RequestRun(
             prompt_tokens=len(prompt),
+            block_ids=result.block_ids,
             device_matched=result.device_matched,
             promised=result.promised,
             materialized=result.promised if confirmed else 0,
