@@ -98,7 +98,9 @@ def removed_event(event_id: int, ext: list[int]) -> dict:
 # --- stage -----------------------------------------------------------------------------------------
 def bench_stage(n_donors: int, embedder_name: str, iterations: int) -> dict[str, float]:
     rng = np.random.default_rng(n_donors)
-    cfg = SemblendConfig(block_size=BLOCK, embedder=embedder_name, index_capacity=max(n_donors, 1), min_span_tokens=64)
+    # The router's default index capacity (100K: usearch HNSW when installed), as a deployment would run it.
+    cfg = SemblendConfig(block_size=BLOCK, embedder=embedder_name, min_span_tokens=64)
+    cfg.index_capacity = max(n_donors, cfg.index_capacity)
     embedder = build_embedder(cfg)
     discovery = DonorDiscovery(
         cfg,
@@ -110,7 +112,7 @@ def bench_stage(n_donors: int, embedder_name: str, iterations: int) -> dict[str,
     )
     ns = NamespaceKey(model_id=cfg.model_id, tokens_per_block=BLOCK)
     digest = ns.digest()
-    residency = Residency(capacity=n_donors)
+    residency = Residency(capacity=cfg.index_capacity)
     tree = RadixTree()
     donors = rng.integers(100, 7000, size=(n_donors, DONOR_TOKENS), dtype=np.int64)
     ids = [f"d{i}" for i in range(n_donors)]
@@ -335,7 +337,7 @@ def bench_e2e(n_donors: int, requests: int) -> dict[str, float]:
 
     cluster = Cluster()
     try:
-        cluster.env.update({"SEMBLEND_BLOCK_SIZE": "16", "SEMBLEND_INDEX_CAPACITY": str(n_donors + 1000)})
+        cluster.env.update({"SEMBLEND_BLOCK_SIZE": "16"})
         workers = [
             cluster.start_worker("w1", capacity_blocks=1 << 20),
             cluster.start_worker("w2", capacity_blocks=1 << 20),
