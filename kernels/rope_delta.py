@@ -69,13 +69,20 @@ class InplaceSpan:
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """Launch parameters: heads handled per loop iteration of one program, and warps per program."""
+    """Launch parameters: heads per loop iteration, warps per program, layers per program."""
 
-    heads_per_iter: int = 2
+    heads_per_iter: int = 1
     num_warps: int = 8
+    layers_per_program: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.heads_per_iter, self.num_warps, self.layers_per_program) < 1:
+            raise ValueError(f"tuning values must be positive: {self}")
 
 
-DEFAULT_TUNING = KernelTuning()
+# Picked by benchmarks/bench_rope_delta.py's sweep on an H200 (docs/kernels.md).
+DEFAULT_INPLACE_TUNING = KernelTuning(heads_per_iter=1, num_warps=8)
+DEFAULT_COPY_TUNING = KernelTuning(heads_per_iter=1, num_warps=16)
 
 
 def split_spans_to_plan(
@@ -256,12 +263,14 @@ if triton is not None:
         plan,
         inv_freq,
         layer_start,
+        layer_stop,
         stride_b,
         stride_l,
         stride_kv,
         stride_h,
         stride_t,
         NUM_HEADS: tl.constexpr,
+        LAYERS_PER_PROG: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
@@ -271,9 +280,9 @@ if triton is not None:
         BLOCK_PASS: tl.constexpr,
         IS_NEOX: tl.constexpr,
     ):
-        """One program per (plan row, layer, K|V): gather the row's tokens, rotate K, write the target slots."""
+        """One program per (plan row, group of layers, K|V): gather the row's tokens, rotate K, write the target."""
         row = plan + tl.program_id(0) * 6
-        layer = (layer_start + tl.program_id(1)).to(tl.int64)
+        first_layer = layer_start + tl.program_id(1) * LAYERS_PER_PROG
         kv = tl.program_id(2)
         src_block = tl.load(row)
         src_off = tl.load(row + 1)
@@ -281,41 +290,46 @@ if triton is not None:
         dst_off = tl.load(row + 3)
         n_tokens = tl.load(row + 4)
         delta = tl.load(row + 5)
-        inner = layer * stride_l + kv * stride_kv
-        src = pool + src_block * stride_b + inner + src_off * stride_t
-        dst = pool + dst_block * stride_b + inner + dst_off * stride_t
-        if (kv == 1) | (delta == 0):
-            _copy_heads(src, dst, n_tokens, HEAD_DIM, stride_h, stride_t, NUM_HEADS, BLOCK_T, HEADS_PER_ITER, BLOCK_D)
-        else:
-            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-            _rotate_heads(
-                src,
-                dst,
-                n_tokens,
-                cos,
-                sin,
-                stride_h,
-                stride_t,
-                NUM_HEADS,
-                ROTARY_DIM,
-                BLOCK_T,
-                HEADS_PER_ITER,
-                BLOCK_HALF,
-                IS_NEOX,
-            )
-            if ROTARY_DIM < HEAD_DIM:
-                _copy_heads(
-                    src + ROTARY_DIM,
-                    dst + ROTARY_DIM,
-                    n_tokens,
-                    HEAD_DIM - ROTARY_DIM,
-                    stride_h,
-                    stride_t,
-                    NUM_HEADS,
-                    BLOCK_T,
-                    HEADS_PER_ITER,
-                    BLOCK_PASS,
-                )
+        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+        for i in range(LAYERS_PER_PROG):
+            layer = (first_layer + i).to(tl.int64)
+            if layer < layer_stop:
+                inner = layer * stride_l + kv * stride_kv
+                src = pool + src_block * stride_b + inner + src_off * stride_t
+                dst = pool + dst_block * stride_b + inner + dst_off * stride_t
+                if (kv == 1) | (delta == 0):
+                    _copy_heads(
+                        src, dst, n_tokens, HEAD_DIM, stride_h, stride_t, NUM_HEADS, BLOCK_T, HEADS_PER_ITER, BLOCK_D
+                    )
+                else:
+                    _rotate_heads(
+                        src,
+                        dst,
+                        n_tokens,
+                        cos,
+                        sin,
+                        stride_h,
+                        stride_t,
+                        NUM_HEADS,
+                        ROTARY_DIM,
+                        BLOCK_T,
+                        HEADS_PER_ITER,
+                        BLOCK_HALF,
+                        IS_NEOX,
+                    )
+                    if ROTARY_DIM < HEAD_DIM:
+                        _copy_heads(
+                            src + ROTARY_DIM,
+                            dst + ROTARY_DIM,
+                            n_tokens,
+                            HEAD_DIM - ROTARY_DIM,
+                            stride_h,
+                            stride_t,
+                            NUM_HEADS,
+                            BLOCK_T,
+                            HEADS_PER_ITER,
+                            BLOCK_PASS,
+                        )
 
     @triton.jit
     def _rope_delta_inplace_kernel(
@@ -323,42 +337,47 @@ if triton is not None:
         plan,
         inv_freq,
         layer_start,
+        layer_stop,
         stride_b,
         stride_l,
         stride_h,
         stride_t,
         NUM_HEADS: tl.constexpr,
+        LAYERS_PER_PROG: tl.constexpr,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
     ):
-        """One program per (plan row, layer): rotate the row's K in place; delta 0 rows do nothing."""
+        """One program per (plan row, group of layers): rotate the row's K in place; delta 0 rows do nothing."""
         row = plan + tl.program_id(0) * 4
-        layer = (layer_start + tl.program_id(1)).to(tl.int64)
+        first_layer = layer_start + tl.program_id(1) * LAYERS_PER_PROG
         block = tl.load(row)
         off = tl.load(row + 1)
         n_tokens = tl.load(row + 2)
         delta = tl.load(row + 3)
         if delta != 0:
-            k = pool + block * stride_b + layer * stride_l + off * stride_t
             cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-            _rotate_heads(
-                k,
-                k,
-                n_tokens,
-                cos,
-                sin,
-                stride_h,
-                stride_t,
-                NUM_HEADS,
-                ROTARY_DIM,
-                BLOCK_T,
-                HEADS_PER_ITER,
-                BLOCK_HALF,
-                IS_NEOX,
-            )
+            for i in range(LAYERS_PER_PROG):
+                layer = (first_layer + i).to(tl.int64)
+                if layer < layer_stop:
+                    k = pool + block * stride_b + layer * stride_l + off * stride_t
+                    _rotate_heads(
+                        k,
+                        k,
+                        n_tokens,
+                        cos,
+                        sin,
+                        stride_h,
+                        stride_t,
+                        NUM_HEADS,
+                        ROTARY_DIM,
+                        BLOCK_T,
+                        HEADS_PER_ITER,
+                        BLOCK_HALF,
+                        IS_NEOX,
+                    )
 
     _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
 else:
@@ -396,7 +415,7 @@ def rope_delta_copy(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS)
     if uses_triton(pool):
-        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
+        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_COPY_TUNING)
     else:
         _copy_reference(pool, checked, layout, rotary_dim, style)
 
@@ -418,7 +437,7 @@ def rope_delta_inplace(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS)
     if uses_triton(pool):
-        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
+        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_INPLACE_TUNING)
     else:
         _inplace_reference(pool, checked, layout, rotary_dim, style)
 
@@ -430,12 +449,13 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    grid = (c.plan.shape[0], c.layer_stop - c.layer_start, 2)
+    grid = (c.plan.shape[0], triton.cdiv(c.layer_stop - c.layer_start, tune.layers_per_program), 2)
     _rope_delta_copy_kernel[grid](
         pool,
         c.plan,
         c.inv_freq,
         c.layer_start,
+        c.layer_stop,
         stride_b,
         stride_l,
         stride_kv,
@@ -456,12 +476,13 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    grid = (c.plan.shape[0], c.layer_stop - c.layer_start)
+    grid = (c.plan.shape[0], triton.cdiv(c.layer_stop - c.layer_start, tune.layers_per_program))
     _rope_delta_inplace_kernel[grid](
         pool,
         c.plan,
         c.inv_freq,
         c.layer_start,
+        c.layer_stop,
         stride_b,
         stride_l,
         stride_h,
@@ -474,6 +495,7 @@ def _launch_inplace(
 def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning) -> dict[str, Any]:
     return {
         "NUM_HEADS": layout.num_kv_heads,
+        "LAYERS_PER_PROG": tune.layers_per_program,
         "ROTARY_DIM": rotary_dim,
         "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
         "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),

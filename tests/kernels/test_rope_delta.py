@@ -133,15 +133,20 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("device", TRITON_DEVICES)
-@pytest.mark.parametrize("tuning", [KernelTuning(1, 4), KernelTuning(4, 2), KernelTuning(8, 8)])
+@pytest.mark.parametrize("tuning", [KernelTuning(1, 4, 2), KernelTuning(4, 2, 1), KernelTuning(8, 8, 4)])
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
-    layout = PagedKVLayout(2, 5, 32, T)  # 5 heads: the last head loop iteration is partial
+    """5 heads and layers [1, 4): the last head group and the last layer group of a program are partial."""
+    layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
     plan = split_spans_to_plan(COPY_SPANS, DONOR_BLOCKS, TARGET_BLOCKS, T)
     kernel, reference = pool.clone(), pool.clone()
-    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=32, tuning=tuning)
-    rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=32)
+    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=32, layers=(1, 4), tuning=tuning)
+    rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=32, layers=(1, 4))
+    assert_within_one_ulp(kernel, reference)
+    inplace_plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
+    rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=32, layers=(1, 4), tuning=tuning)
+    rope_delta_inplace_reference(reference, inplace_plan, inv_freq, layout, rotary_dim=32, layers=(1, 4))
     assert_within_one_ulp(kernel, reference)
 
 
@@ -157,13 +162,13 @@ def test_llama_shape_on_gpu(order: str) -> None:
     rope = RopeConfig.from_hf_config(LLAMA31_CONFIG)
     inv_freq = rope.inv_freq("cuda")
     plan = split_spans_to_plan(
-        [CopySpan(5, 100, 900), CopySpan(905, 1100, 64, delta=0)], list(range(32)), list(range(32, 64)), 32
+        [CopySpan(5, 100, 900), CopySpan(905, 1000, 24, delta=0)], list(range(32)), list(range(32, 64)), 32
     )
     kernel, reference = pool.clone(), pool.clone()
     rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=128)
     rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=128)
     assert_within_one_ulp(kernel, reference)
-    inplace_plan = split_inplace_spans_to_plan([InplaceSpan(3, 1500, -40_000)], list(range(32, 64)), 32)
+    inplace_plan = split_inplace_spans_to_plan([InplaceSpan(3, 1000, -40_000)], list(range(32, 64)), 32)
     rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=128)
     rope_delta_inplace_reference(reference, inplace_plan, inv_freq, layout, rotary_dim=128)
     assert_within_one_ulp(kernel, reference)
