@@ -423,6 +423,7 @@ def main() -> None:
     parser.add_argument("--ingest-messages", type=int, default=20_000)
     parser.add_argument("--nats-rates", type=float, nargs="+", default=[100_000, 200_000, 300_000])
     parser.add_argument("--nats-seconds", type=float, default=5.0)
+    parser.add_argument("--parts", nargs="+", choices=["stage", "ingest", "nats"], default=["stage", "ingest", "nats"])
     parser.add_argument("--e2e", action="store_true")
     parser.add_argument("--e2e-donors", type=int, default=10_000)
     parser.add_argument("--e2e-requests", type=int, default=30)
@@ -430,6 +431,17 @@ def main() -> None:
     print(
         f"# host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
+    if "stage" in args.parts:
+        bench_stage_table(args)
+    if "ingest" in args.parts:
+        bench_ingest_table(args)
+    if "nats" in args.parts:
+        bench_nats_table(args)
+    if args.e2e:
+        bench_e2e_table(args)
+
+
+def bench_stage_table(args: argparse.Namespace) -> None:
     print("\n## semantic stage vs exact-only path, 8,192-token prompt (ms)")
     print(
         "| donors | embedder | semantic p50 | semantic p99 | exact-only p50 | exact-only p99 | p99 ratio "
@@ -444,6 +456,9 @@ def main() -> None:
             f"{r['embed_p50_ms']:.2f} | {r['search_p50_ms']:.2f} | {r['setup_s']:.0f} |",
             flush=True,
         )
+
+
+def bench_ingest_table(args: argparse.Namespace) -> None:
     print("\n## kv-event ingest in-process (block events/s)")
     r = bench_ingest(args.ingest_messages)
     print(
@@ -455,6 +470,9 @@ def main() -> None:
         f"{r['radix_blocks_per_s']:,.0f} | {r['router_blocks_per_s'] / r['radix_blocks_per_s']:.1f}x |",
         flush=True,
     )
+
+
+def bench_nats_table(args: argparse.Namespace) -> None:
     print("\n## kv-event ingest through nats-server (offered rate, separate publisher process)")
     print(
         "| offered blocks/s | achieved blocks/s | lag p50 first s | lag p99 first s | lag p50 last s | lag p99 last s |"
@@ -467,20 +485,22 @@ def main() -> None:
             f"{r.get('lag_first_s_p99_ms', 0):.1f} ms | {r.get('lag_last_s_p50_ms', 0):.1f} ms | {r.get('lag_last_s_p99_ms', 0):.1f} ms |",
             flush=True,
         )
-    if args.e2e:
-        print("\n## end to end through Dynamo (8,192-token requests, client-measured ms, sequential)")
-        r = bench_e2e(args.e2e_donors, args.e2e_requests)
-        print(
-            "| donors | exact-only router p50 | p99 | semantic router p50 | p99 | semantic router mean stage ms: exact / semantic / total added | exact-only router total added |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        print(
-            f"| {r['donors']:,.0f} | {r['exact_router_p50_ms']:.1f} | {r['exact_router_p99_ms']:.1f} | "
-            f"{r['semantic_router_p50_ms']:.1f} | {r['semantic_router_p99_ms']:.1f} | "
-            f"{r['semantic_router_exact_mean_ms']:.2f} / {r['semantic_router_semantic_mean_ms']:.2f} / "
-            f"{r['semantic_router_total_added_mean_ms']:.2f} | {r['exact_router_total_added_mean_ms']:.2f} |",
-            flush=True,
-        )
+
+
+def bench_e2e_table(args: argparse.Namespace) -> None:
+    print("\n## end to end through Dynamo (8,192-token requests, client-measured ms, sequential)")
+    r = bench_e2e(args.e2e_donors, args.e2e_requests)
+    print(
+        "| donors | exact-only router p50 | p99 | semantic router p50 | p99 | semantic router mean stage ms: exact / semantic / total added | exact-only router total added |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    print(
+        f"| {r['donors']:,.0f} | {r['exact_router_p50_ms']:.1f} | {r['exact_router_p99_ms']:.1f} | "
+        f"{r['semantic_router_p50_ms']:.1f} | {r['semantic_router_p99_ms']:.1f} | "
+        f"{r['semantic_router_exact_mean_ms']:.2f} / {r['semantic_router_semantic_mean_ms']:.2f} / "
+        f"{r['semantic_router_total_added_mean_ms']:.2f} | {r['exact_router_total_added_mean_ms']:.2f} |",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -131,10 +131,17 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
             workers=len(residency.workers()),
         )
 
+    router: SemanticRouter | None = None
+
+    def exposition() -> bytes:
+        if router is not None:
+            router.refresh_gauges()
+        return metrics.exposition()
+
     http: HealthServer | None = None
     if cfg.metrics_port:
         http = HealthServer(
-            cfg.metrics_host, cfg.metrics_port, health=health, metrics=metrics.exposition, donors=residency.snapshot
+            cfg.metrics_host, cfg.metrics_port, health=health, metrics=exposition, donors=residency.snapshot
         )
         await http.start()
     if event_plane != "nats":

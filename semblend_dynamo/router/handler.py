@@ -161,6 +161,7 @@ class SemanticRouter:
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
         self._local_tokens: OrderedDict[str, tuple[NamespaceKey, list[int]]] = OrderedDict()
+        self._gauges_stale = True
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -169,6 +170,8 @@ class SemanticRouter:
         routed = self.parse(request, context)
         decision = await self.decide(routed)
         forwarded = self.forward_request(request, routed, decision)
+        if decision.hint is not None:  # the worker's connector may also listen on its hint subject
+            self.publisher.offer(self.subjects.hints(decision.hint.worker_id), decision.hint)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
         served: tuple[int, int] | None = None
         finished = False
@@ -461,7 +464,7 @@ class SemanticRouter:
                     reg = entry.registration
                     for evicted in self.discovery.index.insert(donor_id, reg.namespace, reg.vector()):
                         self._forget_donor(evicted)
-        self._update_donor_gauges()
+        self._gauges_stale = True
 
     def _forget_donor(self, donor_id: str) -> None:
         self.residency.remove_donor(donor_id)
@@ -471,8 +474,13 @@ class SemanticRouter:
             if self.discovery.index is not None:
                 self.discovery.index.delete(donor_id)
 
-    def _update_donor_gauges(self) -> None:
+    def refresh_gauges(self) -> None:
+        """Called before each metrics scrape: the donor gauges cost a pass over the catalog, so not per event."""
+        if not self._gauges_stale:
+            return
+        self._gauges_stale = False
         self.metrics.donors_total.set(len(self.residency))
+        self.metrics.donors.clear()
         for (worker_id, dp_rank), (total, resident) in self.residency.donors_per_worker().items():
             self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "indexed").set(total)
             self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "resident").set(resident)
@@ -510,7 +518,7 @@ class SemanticRouter:
                 self._add_donor(event)
         elif isinstance(event, DonorLifecycle) and event.event == "evicted":
             self._forget_donor(event.donor_id)
-            self._update_donor_gauges()
+            self._gauges_stale = True
 
     def on_outcome(self, event: SemblendEvent, msg: Msg) -> None:
         """A connector's outcome for a request; donors the backend reports gone leave the index."""
@@ -519,7 +527,7 @@ class SemanticRouter:
         self.metrics.outcomes_reported.labels(event.outcome).inc()
         if event.donor_id and event.rejection_reason in _GONE_REASONS:
             self._forget_donor(event.donor_id)
-            self._update_donor_gauges()
+            self._gauges_stale = True
 
     async def on_sync_request(self, msg: Msg) -> None:
         """A starting peer asks for every registration this replica holds; replies go to its inbox."""
@@ -559,7 +567,7 @@ class SemanticRouter:
             self._forget_donor(donor_id)
         if removed:
             log.info("workers left: %d donors removed", len(removed))
-            self._update_donor_gauges()
+            self._gauges_stale = True
 
 
 def _context_id(context: Any) -> str | None:

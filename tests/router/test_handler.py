@@ -139,7 +139,7 @@ async def test_reordered_prompt_is_placed_on_the_donor_worker_with_a_hint() -> N
     hint = sent["extra_args"]["semblend"]
     assert hint["decision"] == Outcome.SEMANTIC_PLACEMENT.value and hint["donor_id"] == "donor"
     assert hint["request_key"] == request_key(target) and hint["spans"]
-    assert router.publisher.backlog == 1  # the RouteEvidence, queued without blocking
+    assert router.publisher.backlog == 2  # the hint (worker subject) and the RouteEvidence, queued without blocking
 
 
 async def test_overloaded_donor_worker_is_not_forced() -> None:
