@@ -69,20 +69,22 @@ class InplaceSpan:
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """Launch parameters: heads per loop iteration, warps per program, layers per program."""
+    """Launch parameters: heads per loop iteration, warps per program, layers per program.
+
+    The defaults were picked by benchmarks/bench_rope_delta.py's sweep on an H200: within 1% of the best setting for
+    both kernels and both the Llama-3-8B and Qwen2.5-7B KV shapes (docs/kernels.md).
+    """
 
     heads_per_iter: int = 1
-    num_warps: int = 8
-    layers_per_program: int = 1
+    num_warps: int = 16
+    layers_per_program: int = 2
 
     def __post_init__(self) -> None:
         if min(self.heads_per_iter, self.num_warps, self.layers_per_program) < 1:
             raise ValueError(f"tuning values must be positive: {self}")
 
 
-# Picked by benchmarks/bench_rope_delta.py's sweep on an H200 (docs/kernels.md).
-DEFAULT_INPLACE_TUNING = KernelTuning(heads_per_iter=1, num_warps=8)
-DEFAULT_COPY_TUNING = KernelTuning(heads_per_iter=1, num_warps=16)
+DEFAULT_TUNING = KernelTuning()
 
 
 def split_spans_to_plan(
@@ -415,7 +417,7 @@ def rope_delta_copy(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS)
     if uses_triton(pool):
-        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_COPY_TUNING)
+        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
     else:
         _copy_reference(pool, checked, layout, rotary_dim, style)
 
@@ -437,7 +439,7 @@ def rope_delta_inplace(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS)
     if uses_triton(pool):
-        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_INPLACE_TUNING)
+        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
     else:
         _inplace_reference(pool, checked, layout, rotary_dim, style)
 
