@@ -504,7 +504,7 @@ class SemanticRouter:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
 
     async def _resync_after_gap(self) -> None:
-        """Missed kv-events (an event-id gap): rebuild from Dynamo's index once it has recovered them."""
+        """Missed kv-events (an event-id gap): recover from Dynamo's index once it has recovered them."""
         try:
             await asyncio.sleep(GAP_RESYNC_DELAY_S)
             await self.resync_blocks()
@@ -547,13 +547,13 @@ class SemanticRouter:
             await self.link.publish(self.subjects.donors_sync, b"", reply=self.sync_inbox)
 
     async def resync_blocks(self) -> bool:
-        """Rebuild block residency from Dynamo's recovered KV index (after a reconnect or a gap)."""
+        """Recover stored blocks from Dynamo's KV index (after a reconnect or a gap)."""
         try:
             events = kv_events_from_dump(await self.kv_router.dump_events())
         except RejectedMessage as exc:
             log.warning("KV index dump unusable (%s); keeping the live mirror", exc)
             return False
-        self.residency.rebuild(events)
+        self.residency.merge_dump(events)
         self._apply_residency_changes()
         return True
 

@@ -114,27 +114,16 @@ class Residency:
             by_block.clear()
             counts.clear()
 
-    def rebuild(self, events: Iterable[KvEvent]) -> None:
-        """Replace all block state with a full dump (Dynamo's recovered tree); donors are kept and re-checked.
+    def merge_dump(self, events: Iterable[KvEvent]) -> None:
+        """Add what a full dump (Dynamo's recovered index, ``KvRouter.dump_events()``) holds.
 
-        Called after a (re)connect or an event-id gap, when the live stream may have missed events.
+        Called after a (re)connect or an event-id gap, to recover stored blocks the live stream missed. It
+        only adds: Dynamo's index may lag the stream, so blocks the stream showed are not dropped here
+        (removals missed during an outage surface as connector declines, which drop the donor).
         """
-        before = {d for d, missing in self._missing.items() if missing == 0}
-        for blocks in self._workers.values():
-            blocks.by_block.clear()
-            blocks.counts.clear()
-            blocks.last_event_id = 0
-        for donor_id, entry in self._donors.items():
-            self._missing[donor_id] = len(set(entry.registration.block_hashes))
-        self._resident.clear()
-        changes = len(self._changes)
         for event in events:
-            self.apply(event)
-        del self._changes[changes:]
-        for blocks in self._workers.values():
-            blocks.last_event_id = 0  # dump ids are synthetic; resume gap detection from the live stream
-        after = {d for d, missing in self._missing.items() if missing == 0}
-        self._changes += [(d, False) for d in sorted(before - after)] + [(d, True) for d in sorted(after - before)]
+            if isinstance(event.data, KvStored):
+                self.apply(event)
 
     def _drop_block(self, blocks: _WorkerBlocks, tokens_hash: int) -> None:
         left = blocks.counts[tokens_hash] - 1

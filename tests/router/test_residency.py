@@ -101,17 +101,18 @@ def test_namespaces_are_separate_and_capacity_evicts_oldest() -> None:
     assert r.resident("tenantA") == set() and r.resident("tenantB") == {"b", "c"}
 
 
-def test_rebuild_from_a_dump_replaces_block_state_and_rechecks_donors() -> None:
+def test_a_dump_adds_missed_blocks_and_never_drops_live_ones() -> None:
     r, ev = Residency(capacity=10), Events(W1)
     r.add_donor(_donor("a", W1, [1, 2]))
     r.add_donor(_donor("b", W1, [3]))
     r.apply(ev.stored(1, 2))
-    assert r.resident("ns") == {"a"}
     r.take_changes()
-    r.rebuild([Events(W1).stored(3)])  # the recovered index only holds block 3 now
-    assert r.resident("ns") == {"b"}
-    assert r.take_changes() == [("a", False), ("b", True)]
-    assert [d["donor_id"] for d in r.snapshot()] == ["a", "b"]
+    dump = Events(W1)
+    dump.event_id = -1  # dump event ids are synthetic (0)
+    r.merge_dump([dump.stored(3), dump.removed(1)])  # the recovered index knows block 3; removals are ignored
+    assert r.resident("ns") == {"a", "b"}
+    assert r.take_changes() == [("b", True)]
+    assert r.event_gaps == 0
 
 
 def test_event_id_gaps_and_foreign_tiers_are_counted() -> None:
