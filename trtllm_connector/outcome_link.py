@@ -28,6 +28,8 @@ from .hints import HintInbox
 
 logger = logging.getLogger(__name__)
 
+POLL_S = 0.005
+
 
 class OutcomeLink:
     """Publishes :class:`OutcomeReport` / :class:`DonorLifecycle` and feeds hints into an inbox."""
@@ -103,6 +105,35 @@ class OutcomeLink:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        connecting = asyncio.create_task(self._connect())
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                # Polling keeps this a daemon thread with no executor threads for interpreter exit to join.
+                await asyncio.sleep(POLL_S)
+                continue
+            if item is None:
+                break
+            nc = connecting.result() if connecting.done() and connecting.exception() is None else None
+            if nc is None:
+                self.dropped["no_connection"] += 1
+                continue
+            subject, message = item
+            self._sequence += 1
+            try:
+                await nc.publish(subject, encode(message, publisher_id=self.cfg.worker_id, sequence=self._sequence))
+                self.published += 1
+            except Exception:
+                self.dropped["publish_failed"] += 1
+        if connecting.done() and connecting.exception() is None:
+            with contextlib.suppress(Exception):
+                await connecting.result().drain()
+        else:
+            connecting.cancel()
+
+    async def _connect(self) -> Any:
+        """Connect (retrying for as long as it takes) and subscribe to this worker's hints."""
         import nats
 
         options: dict[str, Any] = {"servers": [self.cfg.nats_url], "max_reconnect_attempts": -1}
@@ -112,12 +143,17 @@ class OutcomeLink:
             options["token"] = self.cfg.nats_token
         if self.cfg.nats_creds_file:
             options["user_credentials"] = self.cfg.nats_creds_file
-        try:
-            nc = await nats.connect(**options)
-        except Exception as exc:  # NATS down at start: keep draining so nothing ever blocks
-            logger.warning("semblend connector: NATS unavailable (%s); outcomes are dropped", exc)
-            await self._drain_without_nats()
-            return
+
+        async def quiet(exc: Exception) -> None:
+            logger.debug("semblend connector NATS: %s", exc)
+
+        while True:
+            try:
+                nc = await nats.connect(**options, error_cb=quiet)
+                break
+            except Exception as exc:
+                logger.warning("semblend connector: NATS unavailable (%s); outcomes are dropped meanwhile", exc)
+                await asyncio.sleep(1.0)
         if self.hints is not None:
             inbox = self.hints
 
@@ -127,22 +163,4 @@ class OutcomeLink:
             await nc.subscribe(self.subjects.hints(self.cfg.worker_id), cb=on_hint)
         await nc.flush()
         self.connected.set()
-        loop = asyncio.get_running_loop()
-        while True:
-            item = await loop.run_in_executor(None, self._queue.get)
-            if item is None:
-                break
-            subject, message = item
-            self._sequence += 1
-            try:
-                await nc.publish(subject, encode(message, publisher_id=self.cfg.worker_id, sequence=self._sequence))
-                self.published += 1
-            except Exception:
-                self.dropped["publish_failed"] += 1
-        with contextlib.suppress(Exception):
-            await nc.drain()
-
-    async def _drain_without_nats(self) -> None:
-        loop = asyncio.get_running_loop()
-        while (await loop.run_in_executor(None, self._queue.get)) is not None:
-            self.dropped["no_connection"] += 1
+        return nc
