@@ -11,7 +11,15 @@ from dynamo.llm import compute_block_hash_for_seq
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.link import NatsLink
 from semblend_dynamo.events.publisher import EvidencePublisher
-from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvEventBatch, KvStored, request_key
+from semblend_dynamo.events.schemas import (
+    DonorLifecycle,
+    DonorRegistration,
+    KvEvent,
+    KvEventBatch,
+    KvStored,
+    OutcomeReport,
+    request_key,
+)
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.router.__main__ import build_discovery
@@ -171,3 +179,25 @@ async def test_without_nats_routing_is_exact_only() -> None:
     outputs = await _run(router, {"token_ids": _prompt((2, 0, 1))})
     assert outputs and "semblend" not in (kv.forwarded[-1].get("extra_args") or {})
     assert "allowed_worker_ids" not in (kv.forwarded[-1].get("routing") or {})
+
+
+async def test_connector_reports_of_eviction_remove_the_donor() -> None:
+    router, _ = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    report = OutcomeReport(
+        request_id="r",
+        request_key="k",
+        worker_id=W1,
+        deployment="dep",
+        namespace="n",
+        outcome=Outcome.BACKEND_DECLINED,
+        rejection_reason=DeclineReason.DONOR_EVICTED,
+        donor_id="donor",
+    )
+    router.on_outcome(report, None)  # type: ignore[arg-type]
+    assert "donor" not in router.residency and "donor" not in router.discovery
+    assert router.metrics.outcomes_reported.labels("backend_declined")._value.get() == 1
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    lifecycle = DonorLifecycle(donor_id="donor", worker_id=W1, deployment="dep", namespace="n", event="evicted")
+    router.on_donor_event(lifecycle, None)  # type: ignore[arg-type]
+    assert "donor" not in router.residency

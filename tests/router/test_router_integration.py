@@ -276,3 +276,13 @@ def test_e_nats_restart_during_a_request_stream_loses_no_request(cluster, worker
     )
     assert router_a.metric("semblend_router_events_out_total", kind="evidence") >= evidence_before + len(requests)
     wait_until(lambda: router_c.health()["nats_connected"], timeout=20)
+
+
+def test_g_a_departed_worker_takes_its_donors_with_it(cluster, workers, router_a) -> None:
+    _serve_donor(cluster, router_a, Rag().prompt((0, 1, 2), _chunk(64)))
+    leaving = next(w for w in workers if any(d["worker_id"] == w.worker_id for d in router_a.donors()))
+    staying = next(w for w in workers if w is not leaving)
+    kept = [d for d in router_a.donors() if d["worker_id"] == staying.worker_id]
+    leaving.proc.stop()
+    wait_until(lambda: all(d["worker_id"] != leaving.worker_id for d in router_a.donors()), timeout=30)
+    assert [d for d in router_a.donors() if d["worker_id"] == staying.worker_id] == kept
