@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from semblend_kernels.layout import PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
@@ -38,7 +39,7 @@ from semblend_dynamo.config import ConfigError, SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.planner import Planner
-from semblend_dynamo.span_aligner import SpanAligner
+from semblend_dynamo.span_aligner import Span, SpanAligner
 
 from . import metrics, process
 from .base import KvCacheConnectorScheduler, KvCacheConnectorWorker
@@ -121,13 +122,16 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self.tokens_per_block = self.model.tokens_per_block
         self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
         self.hints = hints if hints is not None else process.shared_hints()
-        self.registry = DonorRegistry(0, cfg.pin_ttl_s, worker_id=cfg.worker_id, clock=clock)
+        self.registry = DonorRegistry(
+            0, cfg.pin_ttl_s, tokens_per_block=self.tokens_per_block, worker_id=cfg.worker_id, clock=clock
+        )
         self.aligner = SpanAligner(self.tokens_per_block, min(cfg.min_span_tokens, self.tokens_per_block))
         self.planner = Planner(cfg.model_copy(update={"block_size": self.tokens_per_block}))
         deployment = deployment_digest(self.model.namespace())
         self.link = OutcomeLink.start(cfg, self.hints, deployment) if cfg.connector_nats else None
         self._device_matched: dict[int, int] = {}
         self._promises: dict[int, _Promise] = {}
+        self._digests: dict[tuple[str, str], str] = {}
         self._worker_id = str(cfg.worker_id)
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
@@ -215,18 +219,19 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
-        prompt = read_prompt(request)
-        key = request_key(prompt)
+        prompt_list = read_prompt(request)
+        key = request_key(prompt_list)
+        prompt = np.fromiter(prompt_list, dtype=np.int64, count=len(prompt_list))
         hint = self.hints.take(key)
         salt = read_cache_salt(request)
-        namespace = self.model.namespace(lora=read_lora(request), tenant=tenant_of(salt)).digest()
+        namespace = self._namespace_digest(read_lora(request), tenant_of(salt))
         if not self.cfg.enabled:
             return self._decline(request_id, DeclineReason.SEMANTIC_DISABLED, started, namespace=namespace, key=key)
         candidates = self._hint_candidates(hint, namespace)
         if isinstance(candidates, DeclineReason):
             self._lookup(request_id, found=False, namespace=namespace, donor_id=hint.donor_id if hint else None)
             return self._decline(request_id, candidates, started, namespace=namespace, key=key)
-        spans = self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
+        spans = self._find_spans(hint, candidates, namespace, prompt)
         self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=spans[0].donor_id if spans else None)
         decision = self.planner.plan(
             len(prompt), spans, similarity=hint.similarity if hint else None, device_prefix_tokens=num_computed
@@ -268,6 +273,30 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             latency_us=(time.perf_counter() - started) * 1e6,
         )
         return load.tokens
+
+    def _find_spans(
+        self, hint: DonorHint | None, candidates: list[str] | None, namespace: str, prompt: np.ndarray
+    ) -> list[Span]:
+        """Token-exact spans between the prompt and pinned donors, found locally (a hint only narrows the search).
+
+        A hint's spans are re-checked token by token against the donor; exact mode looks only for the longest shared
+        prefix (the only exact-equivalent KV); shifted mode runs the span aligner.
+        """
+        if hint is not None and hint.spans and candidates:
+            donor = self.registry.get(candidates[0])
+            return [s for s in (_exact_run(donor, prompt, *triple) for triple in hint.spans) if s] if donor else []
+        if self.cfg.exact_materialization_only:
+            donor_id, length = self.registry.longest_prefix(namespace, prompt)
+            if candidates is not None and donor_id not in candidates:
+                return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
+            return [Span(donor_id=donor_id, donor_start=0, target_start=0, length=length)] if length else []
+        return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
+
+    def _namespace_digest(self, lora: str, tenant: str) -> str:
+        digest = self._digests.get((lora, tenant))
+        if digest is None:
+            digest = self._digests[(lora, tenant)] = self.model.namespace(lora=lora, tenant=tenant).digest()
+        return digest
 
     def _hint_candidates(self, hint: DonorHint | None, namespace: str) -> list[str] | DeclineReason | None:
         """The donors a hint allows (None: no hint, search every pinned donor), or why the hint is unusable."""
@@ -353,7 +382,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             metrics.DONORS.labels("refused").inc()
             return False
         donor = result.donor
-        self.aligner.add_donor(donor.donor_id, donor.namespace_digest, donor.tokens)
+        self.aligner.add_donor(donor.donor_id, donor.namespace_digest, donor.tokens)  # type: ignore[arg-type]
         metrics.DONORS.labels("pinned").inc()
         self.audit.write(
             event=AuditEvent.DONOR_REGISTERED,
@@ -599,6 +628,18 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
             mode=plan.mode,
             detail=f"after promise: load failed: {type(exc).__name__}: {exc}",
         )
+
+
+def _exact_run(donor: Donor, prompt: np.ndarray, donor_start: int, target_start: int, length: int) -> Span | None:
+    """The token-exact run from a hinted span's start (the hinted length is advisory: the run may be longer)."""
+    n = min(len(donor.tokens) - donor_start, len(prompt) - target_start)
+    if n <= 0:
+        return None
+    differ = np.flatnonzero(donor.tokens[donor_start : donor_start + n] != prompt[target_start : target_start + n])
+    run = int(differ[0]) if differ.size else n
+    return (
+        Span(donor_id=donor.donor_id, donor_start=donor_start, target_start=target_start, length=run) if run else None
+    )
 
 
 def _request_id(request: Any) -> int:

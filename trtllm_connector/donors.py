@@ -27,6 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 
@@ -42,7 +44,7 @@ class Donor:
     request_id: int
     namespace: NamespaceKey
     namespace_digest: str
-    tokens: tuple[int, ...]
+    tokens: np.ndarray  # int64, read-only
     block_ids: tuple[int, ...]
     generation: int
     pinned_at: float
@@ -67,14 +69,22 @@ class DonorRegistry:
     """The donors pinned on one worker. Not thread-safe: the scheduler calls it from one thread."""
 
     def __init__(
-        self, budget_blocks: int, ttl_s: float, *, worker_id: int = 0, clock: Callable[[], float] = time.monotonic
+        self,
+        budget_blocks: int,
+        ttl_s: float,
+        *,
+        tokens_per_block: int = 32,
+        worker_id: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.budget_blocks = budget_blocks
+        self.tokens_per_block = tokens_per_block
         self.ttl_s = ttl_s
         self.worker_id = worker_id
         self._clock = clock
         self._live: OrderedDict[str, Donor] = OrderedDict()  # LRU order: oldest use first
         self._by_block: dict[int, set[str]] = {}
+        self._by_first_block: dict[tuple[str, bytes], list[str]] = {}  # newest last
         self._pending_release: list[Donor] = []
         self._in_flight_blocks = 0  # blocks of releases handed out but possibly not yet freed
         self._tombstones: OrderedDict[str, DeclineReason] = OrderedDict()
@@ -96,6 +106,26 @@ class DonorRegistry:
 
     def get(self, donor_id: str) -> Donor | None:
         return self._live.get(donor_id)
+
+    def longest_prefix(self, namespace_digest: str, target: np.ndarray, max_candidates: int = 16) -> tuple[str, int]:
+        """The donor sharing the longest token prefix with ``target`` and that length (``("", 0)`` if none).
+
+        Exact-equivalent KV is only ever a shared prefix, so exact mode needs no span search: donors are keyed by
+        their first block, and the newest ``max_candidates`` with the target's first block are compared directly.
+        """
+        tpb = self.tokens_per_block
+        if len(target) < tpb:
+            return "", 0
+        best, best_len = "", 0
+        candidates = self._by_first_block.get((namespace_digest, target[:tpb].tobytes()), ())
+        for donor_id in reversed(candidates[-max_candidates:]):
+            tokens = self._live[donor_id].tokens
+            n = min(len(tokens), len(target))
+            differ = np.flatnonzero(tokens[:n] != target[:n])
+            length = int(differ[0]) if differ.size else n
+            if length > best_len:
+                best, best_len = donor_id, length
+        return best, best_len
 
     def why_gone(self, donor_id: str) -> DeclineReason:
         """The decline reason for a donor id that is not live (unknown ids: ``donor_not_resident``)."""
@@ -119,12 +149,14 @@ class DonorRegistry:
         self._largest = max(self._largest, need)
         self._generation += 1
         now = self._clock()
+        token_array = np.fromiter(tokens, dtype=np.int64, count=len(tokens))
+        token_array.flags.writeable = False
         donor = Donor(
             donor_id=self.donor_id_for(request_id),
             request_id=request_id,
             namespace=namespace,
             namespace_digest=namespace.digest(),
-            tokens=tuple(tokens),
+            tokens=token_array,
             block_ids=tuple(block_ids),
             generation=self._generation,
             pinned_at=now,
@@ -134,6 +166,8 @@ class DonorRegistry:
         self._tombstones.pop(donor.donor_id, None)
         for b in donor.block_ids:
             self._by_block.setdefault(b, set()).add(donor.donor_id)
+        if len(token_array) >= self.tokens_per_block:
+            self._by_first_block.setdefault(self._first_block_key(donor), []).append(donor.donor_id)
         self.pinned_blocks += need
         # Keep room for the next donor once this iteration's releases are freed, so it need not be refused.
         released += self._release_lru(self._largest, keep=donor.donor_id)
@@ -156,7 +190,12 @@ class DonorRegistry:
     def tick(self) -> list[Donor]:
         """Release donors whose TTL ran out (leased ones excepted). Returns the donors released."""
         deadline = self._clock() - self.ttl_s
-        expired = [d for d in self._live.values() if d.last_used <= deadline and d.leases == 0]
+        expired = []
+        for donor in self._live.values():  # least recently used first: stop at the first one still fresh
+            if donor.last_used > deadline:
+                break
+            if donor.leases == 0:
+                expired.append(donor)
         return [self._release(d, DeclineReason.DONOR_LEASE_EXPIRED) for d in expired]
 
     def note_allocation(self, block_ids: Iterable[int]) -> list[Donor]:
@@ -210,9 +249,18 @@ class DonorRegistry:
                 owners.discard(donor.donor_id)
                 if not owners:
                     del self._by_block[b]
+        if len(donor.tokens) >= self.tokens_per_block:
+            key = self._first_block_key(donor)
+            same_start = self._by_first_block[key]
+            same_start.remove(donor.donor_id)
+            if not same_start:
+                del self._by_first_block[key]
         self.pinned_blocks -= donor.num_blocks
         self._pending_release.append(donor)
         self._tombstones[donor.donor_id] = reason
         while len(self._tombstones) > TOMBSTONES:
             self._tombstones.popitem(last=False)
         return donor
+
+    def _first_block_key(self, donor: Donor) -> tuple[str, bytes]:
+        return donor.namespace_digest, donor.tokens[: self.tokens_per_block].tobytes()

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.span_aligner import Span
 
@@ -63,7 +65,7 @@ class Declined(Exception):
 
 
 def validate_load(
-    target: Sequence[int],
+    target: np.ndarray,
     num_computed: int,
     spans: Sequence[Span],
     registry: DonorRegistry,
@@ -73,7 +75,10 @@ def validate_load(
     exact_only: bool,
     shift_supported: bool,
 ) -> ValidatedLoad:
-    """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`."""
+    """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`.
+
+    ``target`` is the prompt as an int64 array.
+    """
     tpb = tokens_per_block
     if num_computed % tpb:
         raise Declined(DeclineReason.ALIGNMENT_NOT_BLOCK_ALIGNED, f"device prefix {num_computed} tokens")
@@ -109,9 +114,9 @@ def validate_load(
         n = stop - start
         if d0 + n > len(donor.tokens) or -(-(d0 + n) // tpb) > len(donor.block_ids):
             raise Declined(DeclineReason.DONOR_NOT_RESIDENT, f"{span.donor_id} has no KV for tokens {d0}..{d0 + n}")
-        if tuple(target[start:stop]) != donor.tokens[d0 : d0 + n]:
+        if not np.array_equal(target[start:stop], donor.tokens[d0 : d0 + n]):
             raise Declined(DeclineReason.NO_CANDIDATE, f"{span.donor_id}: span tokens differ")
-        exact = d0 == start and tuple(target[:start]) == donor.tokens[:d0]
+        exact = d0 == start and np.array_equal(target[:start], donor.tokens[:d0])
         if exact_only and not exact:
             raise Declined(DeclineReason.EXACT_ONLY_MODE, f"{span.donor_id}: delta {start - d0} or other context")
         segment = Segment(donor, donor.generation, d0, start, n, exact)

@@ -24,12 +24,13 @@ def raise_injected_fault(*args: Any, **kwargs: Any) -> Any:
 
 BEFORE_PROMISE = [
     ("scheduler", "hints.take"),
-    ("scheduler", "aligner.align"),
+    ("scheduler", "registry.longest_prefix"),
     ("scheduler", "planner.plan"),
     ("scheduler", "registry.get"),
     ("scheduler", "registry.lease"),
     ("module", "pool_state"),
     ("class", "namespace"),
+    ("method", "_namespace_digest"),
 ]
 
 
@@ -38,6 +39,9 @@ def _patch(monkeypatch: pytest.MonkeyPatch, h: Any, where: str, path: str) -> No
         monkeypatch.setattr(process, path, raise_injected_fault)
     elif where == "class":
         monkeypatch.setattr(ModelInfo, path, raise_injected_fault)
+        h.scheduler._digests.clear()
+    elif where == "method":
+        monkeypatch.setattr(h.scheduler, path, raise_injected_fault)
     else:
         owner_name, attr = path.split(".")
         monkeypatch.setattr(getattr(h.scheduler, owner_name), attr, raise_injected_fault)
@@ -57,6 +61,20 @@ def test_fault_before_the_promise_runs_the_request_cold(make_harness, monkeypatc
     assert "InjectedFault" in (records(h, "declined", r.request_id)[-1].detail or "")
     monkeypatch.undo()
     assert h.run_request(target).promised >= 72  # the connector is still healthy
+
+
+def test_fault_in_the_span_aligner_runs_the_request_cold(make_harness, monkeypatch) -> None:
+    h = make_harness(exact_materialization_only=False, isolation="no_block_reuse", max_deviation=0.9)
+    shared = prompt(63, 64)
+    h.run_request(prompt(64, 24) + shared)
+    target = shared + prompt(65, 20)
+    monkeypatch.setattr(h.scheduler.aligner, "align", raise_injected_fault)
+    r = h.run_request(target)
+    assert r.promised == 0 and r.connector_written_blocks == []
+    assert torch.equal(r.kv, h.fresh_kv(target))
+    assert decline_reason(h, r.request_id) == "internal_error"
+    monkeypatch.undo()
+    assert h.run_request(target).promised >= 64  # the failed request is now a donor too
 
 
 def test_fault_in_the_audit_of_a_promise_declines(make_harness, monkeypatch) -> None:

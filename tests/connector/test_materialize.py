@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from semblend_dynamo.config import ConfigError, SemblendConfig
+from semblend_dynamo.events.schemas import DonorHint, request_key
 from trtllm_connector.connector import SemBlendConnectorScheduler
 from trtllm_connector.harness import HarnessLlmArgs, PyExecutorHarness
 
@@ -40,8 +41,28 @@ def test_exact_mode_declines_shifted_spans(make_harness) -> None:
     h.run_request(prompt(5, 24) + shared)
     r = h.run_request(shared + prompt(6, 20))
     assert r.promised == 0 and r.connector_written_blocks == []
-    assert decline_reason(h, r.request_id) == "exact_only_mode"
+    assert decline_reason(h, r.request_id) == "no_candidate"  # exact mode searches shared prefixes only
     assert torch.equal(r.kv, h.fresh_kv(shared + prompt(6, 20)))
+
+
+def test_exact_mode_declines_a_hinted_shifted_span(make_harness) -> None:
+    h = make_harness()
+    shared = prompt(4, 64)
+    d = h.run_request(prompt(5, 24) + shared)
+    target = shared + prompt(6, 20)
+    h.scheduler.hints.submit(
+        DonorHint(
+            request_key=request_key(target),
+            donor_id=h.scheduler.registry.donor_id_for(d.request_id),
+            worker_id=0,
+            namespace=h.scheduler.model.namespace().digest(),
+            spans=[(24, 0, 64)],
+            decision="semantic_placement",
+        )
+    )
+    r = h.run_request(target)
+    assert r.promised == 0 and r.connector_written_blocks == []
+    assert decline_reason(h, r.request_id) == "exact_only_mode"
 
 
 def _assert_shift_within_bf16(h: PyExecutorHarness, target: list[int], r, start: int) -> None:

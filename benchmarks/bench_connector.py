@@ -1,0 +1,167 @@
+"""Scheduler decision latency: ``get_num_new_matched_tokens`` with ~10K pinned donor blocks, next to a no-op connector.
+
+Run: ``.venv/bin/python benchmarks/bench_connector.py [--prompt-tokens 2048] [--requests 2000]``
+
+The SemBlend scheduler holds donors pinning ``--pinned-blocks`` blocks (budget = 10% of a virtual pool; no KV tensor
+is needed for a scheduler decision). Each measured request goes through the real per-request scheduler calls
+(``get_num_new_matched_tokens`` timed; ``update_state_after_alloc`` and ``build_connector_meta`` untimed, so leases
+and promises are settled as in PyExecutor). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
+a donor's first 3/4), and a hit named by a router hint. The no-op connector (returns ``(0, False)``) is the baseline
+measured in the same run. Audit records go to a real JSONL file, as in production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.events.schemas import DonorHint, request_key
+from trtllm_connector import process
+from trtllm_connector.base import KvCacheConnectorScheduler, SchedulerOutput
+from trtllm_connector.connector import SemBlendConnectorScheduler
+from trtllm_connector.harness import HarnessLlmArgs, HarnessRequest
+from trtllm_connector.hints import HintInbox
+from trtllm_connector.process import PoolState
+
+TPB = 32
+
+
+class NoOpConnectorScheduler(KvCacheConnectorScheduler):
+    """The baseline: a connector that never matches anything."""
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+        return 0, False
+
+    def update_state_after_alloc(self, request: Any, block_ids: list[int]) -> None:
+        return None
+
+    def build_connector_meta(self, scheduler_output: Any) -> object:
+        return None
+
+    def request_finished(self, request: Any, cache_block_ids: list[int]) -> bool:
+        return False
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def build_scheduler(args: argparse.Namespace, audit_path: Path) -> tuple[SemBlendConnectorScheduler, list[list[int]]]:
+    blocks_per_donor = args.prompt_tokens // TPB
+    # Budget (10% of the pool) = the pinned target plus the headroom the registry keeps for the next donor.
+    num_blocks = (args.pinned_blocks + 2 * blocks_per_donor) * 10
+    process.publish_pool(PoolState(num_blocks=num_blocks, num_layers=32, geometry_ok=True))
+    cfg = SemblendConfig(block_size=TPB, pin_budget_fraction=0.1, min_donor_tokens=TPB, audit_path=str(audit_path))
+    sched = SemBlendConnectorScheduler(HarnessLlmArgs(TPB), config=cfg, hints=HintInbox(capacity=1 << 16))
+    rng = random.Random(0)
+    donors: list[list[int]] = []
+    next_block = 0
+    request_id = 1
+    while sched.registry.pinned_blocks + blocks_per_donor <= args.pinned_blocks:
+        tokens = [rng.randrange(1, 32000) for _ in range(args.prompt_tokens)]
+        ok = sched.request_finished(
+            HarnessRequest(request_id, tokens), list(range(next_block, next_block + blocks_per_donor))
+        )
+        assert ok, "donor refused: budget too small for the requested pinned blocks"
+        donors.append(tokens)
+        next_block += blocks_per_donor
+        request_id += 1
+    return sched, donors
+
+
+def measure(
+    decide: Callable[[HarnessRequest], Any], settle: Callable[[HarnessRequest], None], prompts: list[list[int]]
+) -> list[float]:
+    out = []
+    for i, tokens in enumerate(prompts):
+        request = HarnessRequest(10_000_000 + i, tokens)
+        t0 = time.perf_counter()
+        decide(request)
+        out.append((time.perf_counter() - t0) * 1e6)
+        settle(request)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt-tokens", type=int, default=2048)
+    parser.add_argument("--pinned-blocks", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=2000)
+    args = parser.parse_args()
+    rng = random.Random(1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sched, donors = build_scheduler(args, Path(tmp) / "audit.jsonl")
+        noop = NoOpConnectorScheduler(HarnessLlmArgs(TPB))
+        target_block = args.pinned_blocks * 2  # targets never reuse donor blocks
+        cut = args.prompt_tokens * 3 // 4
+
+        def fresh(n: int) -> list[int]:
+            return [rng.randrange(1, 32000) for _ in range(n)]
+
+        misses = [fresh(args.prompt_tokens) for _ in range(args.requests)]
+        hits = [rng.choice(donors)[:cut] + fresh(args.prompt_tokens - cut) for _ in range(args.requests)]
+
+        def settle(request: HarnessRequest) -> None:
+            nonlocal target_block
+            n = -(-request.prompt_len // TPB)
+            blocks = list(range(target_block, target_block + n))
+            target_block += n
+            sched.update_state_after_alloc(request, blocks)
+            sched.build_connector_meta(SchedulerOutput())
+
+        def hinted(request: HarnessRequest) -> Any:
+            tokens = request.get_tokens(0)
+            donor_index = next(i for i, d in enumerate(donors) if d[:cut] == tokens[:cut])
+            sched.hints.submit(
+                DonorHint(
+                    request_key=request_key(tokens),
+                    donor_id=sched.registry.donor_id_for(donor_index + 1),
+                    worker_id=0,
+                    namespace=sched.model.namespace().digest(),
+                    decision="semantic_placement",
+                )
+            )
+            return None
+
+        results: dict[str, list[float]] = {}
+        results["no-op connector (baseline)"] = measure(
+            lambda r: noop.get_num_new_matched_tokens(r, 0), lambda r: None, misses
+        )
+        results["SemBlend, miss"] = measure(lambda r: sched.get_num_new_matched_tokens(r, 0), settle, misses)
+        results["SemBlend, hit (local lookup)"] = measure(
+            lambda r: sched.get_num_new_matched_tokens(r, 0), settle, hits
+        )
+        hinted_prompts = hits[: args.requests // 2]
+        for tokens in hinted_prompts:
+            hinted(HarnessRequest(0, tokens))
+        results["SemBlend, hit (router hint)"] = measure(
+            lambda r: sched.get_num_new_matched_tokens(r, 0), settle, hinted_prompts
+        )
+        promised = sched.audit.by_event["promised"]
+        declined = dict(sched.audit.by_reason)
+        pinned = sched.registry.pinned_blocks
+        sched.audit.close()
+
+    base_p99 = percentiles(results["no-op connector (baseline)"])[1]
+    print(f"prompt {args.prompt_tokens} tokens, {pinned} pinned blocks in {len(donors)} donors, tokens_per_block {TPB}")
+    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    print(f"promises: {promised}; declines by reason: {declined}")
+    print("| case | n | p50 (µs) | p99 (µs) | p99 - baseline p99 (µs) |")
+    print("|---|---|---|---|---|")
+    for name, samples in results.items():
+        p50, p99 = percentiles(samples)
+        print(f"| {name} | {len(samples)} | {p50:.1f} | {p99:.1f} | {p99 - base_p99:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
