@@ -2,10 +2,11 @@
 
 Every figure is printed next to a baseline measured in the same run:
 
-* ``stage``: the router's semantic stage (resident-set lookup + ``DonorDiscovery.discover`` with spans and
-  the prompt embedding) for an 8,192-token prompt, with N donors indexed (512-token donors, every one
-  resident; the target reorders 8 of them among random tokens). Baseline: the exact-only path of the same
-  request in-process (``compute_block_hash_for_seq`` + Dynamo ``RadixTree.find_matches`` over the same
+* ``stage``: the router's semantic stage (``router.handler.discover_resident``: token-exact spans first, the
+  prompt embedding only when they find nothing) for an 8,192-token prompt, with N donors indexed (512-token
+  donors, every one resident): ``spans`` = the prompt reorders 8 donors among random tokens; ``no spans`` = a
+  prompt sharing no span with any donor, so the embedding search runs. Baseline: the exact-only path of the
+  same request in-process (``compute_block_hash_for_seq`` + Dynamo ``RadixTree.find_matches`` over the same
   donors' blocks).
 * ``ingest``: Dynamo kv-events (16-block stored events, 1 in 4 followed by a removal) decoded and applied to
   the router's residency, in-process; baselines: msgpack unpacking alone, and Dynamo's own ``RadixTree``
@@ -47,7 +48,8 @@ from semblend_dynamo.embedder import build_embedder  # noqa: E402
 from semblend_dynamo.events.codec import decode_kv_events  # noqa: E402
 from semblend_dynamo.events.schemas import DonorRegistration  # noqa: E402
 from semblend_dynamo.namespace import NamespaceKey  # noqa: E402
-from semblend_dynamo.pipeline import DonorDiscovery, StageTimings  # noqa: E402
+from semblend_dynamo.pipeline import DonorDiscovery  # noqa: E402
+from semblend_dynamo.router.handler import discover_resident  # noqa: E402
 from semblend_dynamo.router.residency import Residency  # noqa: E402
 from semblend_dynamo.span_aligner import SpanAligner  # noqa: E402
 from semblend_dynamo.tokenizer import TokenizerAdapter  # noqa: E402
@@ -150,19 +152,21 @@ def bench_stage(n_donors: int, embedder_name: str, iterations: int) -> dict[str,
     target = filler[:2048] + [t for i in picks[::-1] for t in donors[i].tolist()] + filler[2048:]
     assert len(target) == TARGET_TOKENS
 
-    stages: list[StageTimings] = []
-
     def semantic() -> None:
-        # As the router calls it: the pipeline holds only resident donors, so no resident filter.
-        result = discovery.discover("bench", ns, target, exact_prefix_tokens=0, resident=None)
+        result = discover_resident(discovery, "bench", ns, target, 0)  # exactly the router's semantic stage
         assert result.primary_donor is not None
-        stages.append(result.timings_us)
+
+    unrelated = rng.integers(100, 7000, size=TARGET_TOKENS).tolist()
+
+    def no_spans() -> None:
+        result = discover_resident(discovery, "bench", ns, unrelated, 0)
+        assert result.embedded and not result.spans
 
     def exact() -> None:
         tree.find_matches(compute_block_hash_for_seq(target, BLOCK))
 
     out: dict[str, float] = {"setup_s": setup_s}
-    for name, fn in (("semantic", semantic), ("exact", exact)):
+    for name, fn in (("semantic", semantic), ("no_spans", no_spans), ("exact", exact)):
         fn()
         times = []
         for _ in range(iterations):
@@ -170,8 +174,6 @@ def bench_stage(n_donors: int, embedder_name: str, iterations: int) -> dict[str,
             fn()
             times.append((time.perf_counter() - t) * 1e3)
         out[f"{name}_p50_ms"], out[f"{name}_p99_ms"] = pct(times, 50), pct(times, 99)
-    for stage in ("align", "embed", "search", "plan"):
-        out[f"{stage}_p50_ms"] = pct([getattr(t, stage) / 1e3 for t in stages], 50)
     discovery.close()
     return out
 
@@ -444,16 +446,16 @@ def main() -> None:
 def bench_stage_table(args: argparse.Namespace) -> None:
     print("\n## semantic stage vs exact-only path, 8,192-token prompt (ms)")
     print(
-        "| donors | embedder | semantic p50 | semantic p99 | exact-only p50 | exact-only p99 | p99 ratio "
-        "| align p50 | embed p50 | search p50 | setup s |"
+        "| donors | embedder | spans p50 | spans p99 | no spans (embedding) p50 | no spans p99 | exact-only p50 "
+        "| exact-only p99 | spans p99 / exact p99 | setup s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in args.donors:
         r = bench_stage(n, args.embedder, args.iterations)
         print(
-            f"| {n:,} | {args.embedder} | {r['semantic_p50_ms']:.3f} | {r['semantic_p99_ms']:.3f} | {r['exact_p50_ms']:.3f} | "
-            f"{r['exact_p99_ms']:.3f} | {r['semantic_p99_ms'] / r['exact_p99_ms']:.1f}x | {r['align_p50_ms']:.2f} | "
-            f"{r['embed_p50_ms']:.2f} | {r['search_p50_ms']:.2f} | {r['setup_s']:.0f} |",
+            f"| {n:,} | {args.embedder} | {r['semantic_p50_ms']:.3f} | {r['semantic_p99_ms']:.3f} | "
+            f"{r['no_spans_p50_ms']:.3f} | {r['no_spans_p99_ms']:.3f} | {r['exact_p50_ms']:.3f} | "
+            f"{r['exact_p99_ms']:.3f} | {r['semantic_p99_ms'] / r['exact_p99_ms']:.1f}x | {r['setup_s']:.0f} |",
             flush=True,
         )
 
