@@ -112,7 +112,7 @@ def gather_tokens(
     tpb = layout.tokens_per_block
     blocks = torch.tensor([block_ids[p // tpb] for p in positions], dtype=torch.int64)
     offsets = torch.tensor([p % tpb for p in positions], dtype=torch.int64)
-    return layout.token_view(pool)[blocks, offsets].clone()
+    return layout.token_view(pool)[blocks.to(pool.device), offsets.to(pool.device)].clone()
 
 
 def scatter_tokens(
@@ -122,7 +122,9 @@ def scatter_tokens(
     tpb = layout.tokens_per_block
     blocks = torch.tensor([block_ids[p // tpb] for p in positions], dtype=torch.int64)
     offsets = torch.tensor([p % tpb for p in positions], dtype=torch.int64)
-    layout.token_view(pool)[blocks, offsets] = kv.to(pool.dtype)
+    layout.token_view(pool)[blocks.to(pool.device), offsets.to(pool.device)] = kv.to(
+        device=pool.device, dtype=pool.dtype
+    )
 
 
 class HarnessRequest:
@@ -302,6 +304,7 @@ class PyExecutorHarness:
         hints: HintInbox | None = None,
         clock: Callable[[], float] = time.monotonic,
         seed: int = 0,
+        device: str | torch.device = "cpu",
     ) -> PyExecutorHarness:
         """SemBlend's scheduler and worker over a pool of this geometry, with the context-free stand-in model.
 
@@ -332,7 +335,7 @@ class PyExecutorHarness:
         model = ContextFreeStandInModel(
             layout, rope.inv_freq(), rotary_dim=rope.rotary_dim, style=rope.style, seed=seed
         )
-        return cls(scheduler, worker, layout, num_blocks, model, dtype=dtype, prefix_reuse=prefix_reuse)
+        return cls(scheduler, worker, layout, num_blocks, model, dtype=dtype, device=device, prefix_reuse=prefix_reuse)
 
     @property
     def pinned_blocks(self) -> int:
