@@ -433,6 +433,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     parser.add_argument("--requests", action="store_true", help="also list every request (table or JSON)")
     parser.add_argument(
+        "--backend",
+        choices=("connector", "none"),
+        default="connector",
+        help="connector: continue through the TensorRT-LLM connector in its PyExecutor harness (backend outcomes); "
+        "none: stop at the plan ('would materialize')",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="exit 1 if an expected outcome class is missing or a negative control would materialize",
@@ -444,7 +451,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.units < 1:
         raise ConfigError(f"--units={args.units}: must be >= 1")
-    report = run_replay(cfg, units=args.units, seed=args.seed, progress=not args.json)
+    backend = _connector_backend(cfg) if args.backend == "connector" else None
+    report = run_replay(cfg, units=args.units, seed=args.seed, progress=not args.json, backend=backend)
+    if backend is not None:
+        backend.close()
     for notice in report.notices:
         print(f"semblend-dynamo replay: notice: {notice}", file=sys.stderr)
     if args.json:
@@ -457,6 +467,19 @@ def run(args: argparse.Namespace) -> int:
     if args.check and (report.missing_classes or report.negative_controls["materializations"]):
         return 1
     return 0
+
+
+def _connector_backend(cfg: SemblendConfig) -> Any:
+    """The TensorRT-LLM connector backend (trtllm_connector), or None with a notice when torch is missing."""
+    try:
+        from trtllm_connector.replay_backend import ConnectorReplayBackend
+    except ImportError as exc:
+        print(
+            f"semblend-dynamo replay: notice: connector backend unavailable ({exc}); stopping at the plan",
+            file=sys.stderr,
+        )
+        return None
+    return ConnectorReplayBackend(cfg)
 
 
 def format_report(report: ReplayReport, *, with_requests: bool = False) -> str:
@@ -477,10 +500,12 @@ def format_report(report: ReplayReport, *, with_requests: bool = False) -> str:
     for kind, row in report.by_kind.items():
         lines.append(f"  {kind:<24}" + "".join(f"{row.get(c, 0):>13}" for c in classes))
     share = report.reused_tokens / report.prompt_tokens if report.prompt_tokens else 0.0
+    backend_ran = bool(report.outcomes.get("materialized") or report.outcomes.get("backend_declined"))
     neg = report.negative_controls
     lines += [
         "",
-        f"tokens that would be reused: {report.reused_tokens} of {report.prompt_tokens} prompt tokens ({share:.1%})",
+        f"tokens {'materialized by the connector' if backend_ran else 'that would be reused'}: "
+        f"{report.reused_tokens} of {report.prompt_tokens} prompt tokens ({share:.1%})",
         f"negative controls: {neg['requests']} requests, {neg['materializations']} false-positive materializations, "
         f"{neg['placements']} similarity placements",
         "",

@@ -215,6 +215,13 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             logger.exception("semblend connector: request_finished failed for request %s", request_id)
             return False
 
+    def evict_donor(self, donor_id: str) -> bool:
+        """Release a donor now (operator action, tests, replay); a leased donor is kept. Returns whether released."""
+        donor = self.registry.evict(donor_id)
+        if donor is not None:
+            self._released(donor, DeclineReason.DONOR_EVICTED)
+        return donor is not None
+
     # --- decisions -------------------------------------------------------------------------------
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
@@ -231,11 +238,15 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         if isinstance(candidates, DeclineReason):
             self._lookup(request_id, found=False, namespace=namespace, donor_id=hint.donor_id if hint else None)
             return self._decline(request_id, candidates, started, namespace=namespace, key=key)
+        similarity = hint.similarity if hint else None
         spans = self._find_spans(hint, candidates, namespace, prompt)
+        decision = self.planner.plan(len(prompt), spans, similarity=similarity, device_prefix_tokens=num_computed)
+        if hint is not None and not decision.accepted:  # the hinted donor alone falls short: search every donor
+            local = self._find_spans(None, None, namespace, prompt)
+            retry = self.planner.plan(len(prompt), local, similarity=similarity, device_prefix_tokens=num_computed)
+            if retry.accepted:
+                spans, decision = local, retry
         self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=spans[0].donor_id if spans else None)
-        decision = self.planner.plan(
-            len(prompt), spans, similarity=hint.similarity if hint else None, device_prefix_tokens=num_computed
-        )
         if decision.plan is None or decision.reason is not None:
             reason = decision.reason or DeclineReason.INTERNAL_ERROR
             return self._decline(request_id, reason, started, namespace=namespace, key=key, detail=decision.detail)

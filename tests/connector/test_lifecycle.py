@@ -43,7 +43,8 @@ def test_donor_evicted_between_hint_and_promise(make_harness) -> None:
     h = make_harness()
     donor_id, target = _donor_and_target(h)
     h.scheduler.hints.submit(_hint(h, target, donor_id))
-    assert h.scheduler.registry.evict(donor_id) is not None
+    assert h.scheduler.evict_donor(donor_id)
+    assert donor_id not in h.scheduler.aligner
     r = h.run_request(target)
     assert r.promised == 0 and r.connector_written_blocks == []
     assert decline_reason(h, r.request_id) == "donor_evicted"

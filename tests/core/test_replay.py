@@ -20,7 +20,9 @@ STAGES = ("exact_check", "align", "plan", "embed", "search", "total")
 
 
 def replay_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    assert main(["replay", "--json", *args]) == 0
+    assert (
+        main(["replay", "--json", "--backend", "none", *args]) == 0
+    )  # the plan-only chain (connector: tests/connector)
     return json.loads(capsys.readouterr().out)
 
 

@@ -1,0 +1,108 @@
+"""The TensorRT-LLM connector as the backend of ``semblend-dynamo replay`` (through the PyExecutor harness).
+
+Replay's in-process chain (exact check -> discovery -> plan) stands in for the router. This backend stands in for the
+request's trip to a worker: each replay donor is prefilled through the harness and pinned by the connector; each
+accepted plan becomes a :class:`~semblend_dynamo.events.schemas.DonorHint` (what the router would put in
+``extra_args["semblend"]``) and the request is prefilled through the harness, where the connector validates the hint
+against its own state and materializes or declines. The connector's records land in replay's audit file.
+
+Glue the real deployment does not need: replay's router-side namespace key lacks the worker's RoPE fingerprint,
+so hints are stamped with the connector's own namespace digest for the tenant; and replay targets are unpinned after
+they run, so (as in replay's own chain) only the workload's donors are donors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter
+from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.events.schemas import DonorHint, request_key
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.outcomes import DeclineReason, Outcome
+from semblend_dynamo.pipeline import DiscoveryResult
+from semblend_dynamo.replay import DEFAULT_AUDIT_PATH, BackendOutcome
+from semblend_dynamo.workload import WorkloadDonor, WorkloadRequest
+
+from .harness import PyExecutorHarness
+from .model_info import TENANT_SEPARATOR
+
+POOL_BLOCKS = 32768
+"""KV blocks of the harness pool: 1 layer x 1 head x 8 channels keeps it at 32 MiB of bf16."""
+
+
+class RequestTrackingAuditWriter(AuditWriter):
+    """An audit writer that also keeps each request's records until the backend has read them."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.by_request: dict[str, list[AuditRecord]] = {}
+
+    def write(self, record: AuditRecord | None = None, **fields: Any) -> AuditRecord:
+        rec = super().write(record, **fields)
+        if rec.request_id is not None:
+            self.by_request.setdefault(rec.request_id, []).append(rec)
+        return rec
+
+
+class ConnectorReplayBackend:
+    """Implements replay's ``ReplayBackend`` protocol with the SemBlend connector in the PyExecutor harness."""
+
+    def __init__(self, cfg: SemblendConfig, *, num_blocks: int = POOL_BLOCKS) -> None:
+        self.audit = RequestTrackingAuditWriter(cfg.audit_path or DEFAULT_AUDIT_PATH)
+        self.harness = PyExecutorHarness.with_stand_in(
+            cfg, num_layers=1, num_kv_heads=1, head_dim=8, num_blocks=num_blocks, audit=self.audit
+        )
+        self.scheduler = self.harness.scheduler
+        self._donor_ids: dict[str, str] = {}  # replay donor id -> connector donor id
+
+    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None:
+        """Called once per replay donor, before any request: prefill it and let the connector pin it."""
+        result = self.harness.run_request(
+            donor.tokens, cache_salt=_salt(donor.tenant, donor.donor_id), capture_kv=False
+        )
+        if result.pinned:
+            self._donor_ids[donor.donor_id] = self.scheduler.registry.donor_id_for(result.request_id)
+
+    def execute(self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult) -> BackendOutcome:
+        """Called for a request whose plan was accepted: hint the connector, prefill, report what it did."""
+        plan = result.decision.plan
+        donor = result.primary_donor or (plan.spans[0].donor_id if plan and plan.spans else None)
+        connector_donor = self._donor_ids.get(donor or "")
+        if plan is None or connector_donor is None:
+            return BackendOutcome(materialized_tokens=0, reason=DeclineReason.DONOR_NOT_RESIDENT, detail="not pinned")
+        self.scheduler.hints.submit(
+            DonorHint(
+                request_key=request_key(request.tokens),
+                request_id=request.request_id,
+                donor_id=connector_donor,
+                worker_id=self.scheduler.cfg.worker_id,
+                namespace=self.scheduler.model.namespace(tenant=request.tenant).digest(),
+                similarity=result.best_similarity,
+                spans=[(s.donor_start, s.target_start, s.length) for s in plan.spans if s.donor_id == donor],
+                decision=Outcome.SEMANTIC_PLACEMENT,
+            )
+        )
+        run = self.harness.run_request(
+            request.tokens, cache_salt=_salt(request.tenant, request.request_id), capture_kv=False
+        )
+        if run.pinned:  # replay targets are not donors
+            self.scheduler.evict_donor(self.scheduler.registry.donor_id_for(run.request_id))
+        records = self.audit.by_request.pop(str(run.request_id), [])
+        materialized = sum(r.materialized or 0 for r in records if r.event == AuditEvent.MATERIALIZED.value)
+        if materialized:
+            return BackendOutcome(materialized_tokens=materialized)
+        declined = [r for r in records if r.event == AuditEvent.DECLINED.value]
+        if not declined:
+            return BackendOutcome(materialized_tokens=0, reason=DeclineReason.INTERNAL_ERROR, detail="no decision")
+        last = declined[-1]
+        return BackendOutcome(
+            materialized_tokens=0, reason=DeclineReason(last.rejection_reason), detail=last.detail or ""
+        )
+
+    def close(self) -> None:
+        self.audit.close()
+
+
+def _salt(tenant: str, nonce: str) -> str:
+    return f"{tenant}{TENANT_SEPARATOR}{nonce}"
