@@ -7,7 +7,8 @@ is needed for a scheduler decision). Each measured request goes through the real
 (``get_num_new_matched_tokens`` timed; ``update_state_after_alloc`` and ``build_connector_meta`` untimed, so leases
 and promises are settled as in PyExecutor). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
 a donor's first 3/4), and a hit named by a router hint. The no-op connector (returns ``(0, False)``) is the baseline
-measured in the same run. Audit records go to a real JSONL file, as in production.
+measured in the same run. Audit records go to a real JSONL file, as in production (``--audit memory`` shows how much
+of the decision the audit's file writes take).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from semblend_dynamo.audit import AuditWriter
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
 from trtllm_connector import process
@@ -55,13 +57,17 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-def build_scheduler(args: argparse.Namespace, audit_path: Path) -> tuple[SemBlendConnectorScheduler, list[list[int]]]:
+def build_scheduler(
+    args: argparse.Namespace, audit_path: Path | None
+) -> tuple[SemBlendConnectorScheduler, list[list[int]]]:
     blocks_per_donor = args.prompt_tokens // TPB
     # Budget (10% of the pool) = the pinned target plus the headroom the registry keeps for the next donor.
     num_blocks = (args.pinned_blocks + 2 * blocks_per_donor) * 10
     process.publish_pool(PoolState(num_blocks=num_blocks, num_layers=32, geometry_ok=True))
-    cfg = SemblendConfig(block_size=TPB, pin_budget_fraction=0.1, min_donor_tokens=TPB, audit_path=str(audit_path))
-    sched = SemBlendConnectorScheduler(HarnessLlmArgs(TPB), config=cfg, hints=HintInbox(capacity=1 << 16))
+    cfg = SemblendConfig(block_size=TPB, pin_budget_fraction=0.1, min_donor_tokens=TPB)
+    sched = SemBlendConnectorScheduler(
+        HarnessLlmArgs(TPB), config=cfg, audit=AuditWriter(audit_path), hints=HintInbox(capacity=1 << 16)
+    )
     rng = random.Random(0)
     donors: list[list[int]] = []
     next_block = 0
@@ -96,11 +102,12 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=2048)
     parser.add_argument("--pinned-blocks", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--audit", choices=("file", "memory"), default="file", help="audit JSONL file or in memory")
     args = parser.parse_args()
     rng = random.Random(1)
 
     with tempfile.TemporaryDirectory() as tmp:
-        sched, donors = build_scheduler(args, Path(tmp) / "audit.jsonl")
+        sched, donors = build_scheduler(args, Path(tmp) / "audit.jsonl" if args.audit == "file" else None)
         noop = NoOpConnectorScheduler(HarnessLlmArgs(TPB))
         target_block = args.pinned_blocks * 2  # targets never reuse donor blocks
         cut = args.prompt_tokens * 3 // 4
@@ -153,7 +160,10 @@ def main() -> None:
         sched.audit.close()
 
     base_p99 = percentiles(results["no-op connector (baseline)"])[1]
-    print(f"prompt {args.prompt_tokens} tokens, {pinned} pinned blocks in {len(donors)} donors, tokens_per_block {TPB}")
+    print(
+        f"prompt {args.prompt_tokens} tokens, {pinned} pinned blocks in {len(donors)} donors, "
+        f"tokens_per_block {TPB}, audit to {args.audit}"
+    )
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     print(f"promises: {promised}; declines by reason: {declined}")
     print("| case | n | p50 (µs) | p99 (µs) | p99 - baseline p99 (µs) |")

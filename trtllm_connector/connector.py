@@ -59,9 +59,11 @@ LORA_ATTRS = ("lora_task_id", "py_lora_task_id")
 
 def read_prompt(request: Any) -> list[int]:
     """The prompt token ids of an ``LlmRequest`` (beam 0, without generated tokens)."""
-    tokens = list(request.get_tokens(0))
+    tokens = request.get_tokens(0)
     prompt_len = getattr(request, "prompt_len", None)
-    return tokens[:prompt_len] if isinstance(prompt_len, int) else tokens
+    if isinstance(prompt_len, int) and prompt_len < len(tokens):
+        return list(tokens[:prompt_len])
+    return tokens if isinstance(tokens, list) else list(tokens)
 
 
 def read_cache_salt(request: Any) -> str | None:
