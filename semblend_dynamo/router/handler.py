@@ -416,8 +416,7 @@ class SemanticRouter:
         if self.discovery is None or self.discovery.embedder is None:
             return None
         try:
-            # The pipeline's own prompt embedding (same windows, same normalisation as its index).
-            return self.discovery._embed(tokens, None)
+            return self.discovery.embed_prompt(tokens)
         except Exception as exc:
             log.debug("donor embedding failed: %s", exc)
             return None
