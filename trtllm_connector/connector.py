@@ -266,10 +266,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             self._check_backend(load, salt)
         except Declined as d:
             return self._decline(request_id, d.reason, started, namespace=namespace, key=key, detail=d.detail)
-        donor_ids = tuple(dict.fromkeys(s.donor.donor_id for s in load.segments))
+        donors = {s.donor.donor_id: s.donor for s in load.segments}
+        donor_ids = tuple(donors)
         self._promises[request_id] = _Promise(load, key, namespace, started, donor_ids=donor_ids)
-        for seg in load.segments:
-            self.registry.lease(seg.donor)
+        for donor in donors.values():  # one lease per donor, returned once in build_connector_meta
+            self.registry.lease(donor)
         metrics.DECISIONS.labels("promised", "").inc()
         metrics.PROMISED_TOKENS.inc(load.tokens)
         self.audit.write(

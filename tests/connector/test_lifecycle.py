@@ -150,3 +150,13 @@ def test_donor_larger_than_the_budget_is_not_pinned(make_harness, fraction) -> N
     h = make_harness(pin_budget_fraction=fraction)
     assert h.run_request(prompt(40, 100)).pinned is False
     assert h.pinned_blocks == 0
+
+
+def test_leases_are_returned_after_a_multi_segment_load(make_harness) -> None:
+    h = make_harness(exact_materialization_only=False, isolation="no_block_reuse", max_deviation=0.9)
+    first, second = prompt(70, 32), prompt(71, 48)
+    h.run_request(prompt(72, 8) + first + prompt(73, 24) + second)  # both spans in one donor, separated
+    r = h.run_request(first + second + prompt(74, 9))
+    assert r.promised == 80
+    assert len(records(h, "materialized", r.request_id)) == 1
+    assert all(d.leases == 0 for d in h.scheduler.registry.donors())
