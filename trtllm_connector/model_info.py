@@ -5,6 +5,8 @@ the attention backend (head-major blocks for ``TRTLLM``, token-major otherwise),
 tensor-parallel size. From the model's Hugging Face ``config.json`` (``SEMBLEND_ROPE_CONFIG``, a path or inline
 JSON, else ``<model dir>/config.json``): the RoPE configuration and the KV head geometry. Anything missing or
 unsupported is recorded as a reason, so the scheduler declines the requests that would need it instead of failing.
+The namespace key carries the RoPE fingerprint only when it comes from ``SEMBLEND_ROPE_CONFIG``, the setting routers
+share (see :meth:`ModelInfo.namespace`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ class ModelInfo(BaseModel):
         if heads:
             values["num_kv_heads"] = max(1, int(heads) // tp)
         values.update(_rope_values(hf))
+        if cfg.rope_config is None:
+            # Routers see only SEMBLEND_ROPE_CONFIG: a fingerprint from the engine's model dir would make every hint's
+            # namespace differ from ours. One worker serves one model, so its donors still share one RoPE.
+            values["rope_fingerprint"] = ""
         if values.get("head_dim") is None and hf.get("hidden_size") and hf.get("num_attention_heads"):
             values["head_dim"] = int(hf["hidden_size"]) // int(hf["num_attention_heads"])
         if kv_dtype == "fp8" and values.get("rope_unsupported") is None:

@@ -9,6 +9,7 @@ from semblend_dynamo.config import ConfigError, SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
 from trtllm_connector.connector import SemBlendConnectorScheduler
 from trtllm_connector.harness import HarnessLlmArgs, PyExecutorHarness
+from trtllm_connector.model_info import ModelInfo
 
 from .conftest import BLOCK, decline_reason, prompt, records, relative_error
 
@@ -166,3 +167,20 @@ def test_short_finished_requests_do_not_become_donors(make_harness) -> None:
     h = make_harness(min_donor_tokens=64)
     assert h.run_request(prompt(25, 40)).pinned is False
     assert h.run_request(prompt(26, 80)).pinned is True
+
+
+def test_router_and_connector_build_the_same_namespace(make_harness) -> None:
+    h = make_harness()
+    router_side = ModelInfo.load(h.scheduler.cfg)  # a router has no llm_args, only the shared settings
+    assert router_side.namespace(tenant="t").digest() == h.scheduler.model.namespace(tenant="t").digest()
+    assert router_side.rope_fingerprint != ""  # SEMBLEND_ROPE_CONFIG is set: the fingerprint is in the key
+
+
+def test_rope_from_the_model_dir_is_not_in_the_namespace(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "llama", "num_attention_heads": 2, "num_key_value_heads": 2, "hidden_size": 32}'
+    )
+    cfg = SemblendConfig(block_size=BLOCK)
+    engine_side = ModelInfo.load(cfg, HarnessLlmArgs(BLOCK, model=str(tmp_path)))
+    assert engine_side.shift_supported and engine_side.head_dim == 16 and engine_side.num_kv_heads == 2
+    assert engine_side.namespace().digest() == ModelInfo.load(cfg).namespace().digest()
