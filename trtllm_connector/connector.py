@@ -22,6 +22,7 @@ Per request, in PyExecutor's order (reference/trtllm-connector.md §1.5):
 
 from __future__ import annotations
 
+import array
 import contextlib
 import logging
 import time
@@ -228,9 +229,10 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
-        prompt_list = read_prompt(request)
-        key = request_key(prompt_list)
-        prompt = np.fromiter(prompt_list, dtype=np.int64, count=len(prompt_list))
+        # One conversion of the token list: the u32 array feeds both the request key and the int64 view.
+        prompt_u32 = array.array("I", read_prompt(request))
+        key = request_key(prompt_u32)
+        prompt = np.frombuffer(prompt_u32, dtype=np.uint32).astype(np.int64)
         hint = self.hints.take(key)
         salt = read_cache_salt(request)
         namespace = self._namespace_digest(read_lora(request), tenant_of(salt))
