@@ -383,6 +383,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         if process.pop_taint(request_id):  # promised KV that was never loaded: wrong content
             metrics.DONORS.labels("tainted").inc()
             return False
+        if not self.cfg.enabled:
+            return False
         prompt = read_prompt(request)
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):

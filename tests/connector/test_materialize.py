@@ -184,3 +184,11 @@ def test_rope_from_the_model_dir_is_not_in_the_namespace(tmp_path) -> None:
     engine_side = ModelInfo.load(cfg, HarnessLlmArgs(BLOCK, model=str(tmp_path)))
     assert engine_side.shift_supported and engine_side.head_dim == 16 and engine_side.num_kv_heads == 2
     assert engine_side.namespace().digest() == ModelInfo.load(cfg).namespace().digest()
+
+
+def test_disabled_connector_neither_promises_nor_pins(make_harness) -> None:
+    h = make_harness(enabled=False)
+    donor = prompt(27, 100)
+    assert h.run_request(donor).pinned is False
+    r = h.run_request(donor[:72] + prompt(28, 30))
+    assert r.promised == 0 and decline_reason(h, r.request_id) == "semantic_disabled"
