@@ -182,7 +182,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             new_blocks = {
                 int(rd.request_id): list(rd.new_block_ids) for rd in getattr(scheduler_output, "new_requests", [])
             }
-            for request_id in [r for r, p in self._promises.items() if p.block_ids is not None]:
+            # Promise, allocation and this call happen in one PyExecutor iteration: a promise still without blocks
+            # here will never get them, so it is dropped (audited) rather than left holding its donors' leases.
+            for request_id in [r for r, p in self._promises.items() if p.block_ids is None]:
+                self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, "no block allocation reported")
+            for request_id in list(self._promises):
                 promise = self._promises.pop(request_id)
                 for donor_id in promise.donor_ids:
                     self.registry.unlease(donor_id)

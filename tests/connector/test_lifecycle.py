@@ -7,7 +7,7 @@ import random
 import pytest
 
 from semblend_dynamo.events.schemas import DonorHint, request_key
-from trtllm_connector.harness import PyExecutorHarness
+from trtllm_connector.harness import HarnessRequest, PyExecutorHarness
 
 from .conftest import decline_reason, prompt, records
 
@@ -160,3 +160,14 @@ def test_leases_are_returned_after_a_multi_segment_load(make_harness) -> None:
     assert r.promised == 80
     assert len(records(h, "materialized", r.request_id)) == 1
     assert all(d.leases == 0 for d in h.scheduler.registry.donors())
+
+
+def test_a_promise_without_allocation_is_dropped_and_its_leases_returned(make_harness) -> None:
+    h = make_harness()
+    donor_id, target = _donor_and_target(h)
+    request = HarnessRequest(500, target)
+    assert h.scheduler.get_num_new_matched_tokens(request, 0) == (72, False)
+    assert h.scheduler.registry.get(donor_id).leases == 1
+    h.idle_iteration()  # build_connector_meta without update_state_after_alloc for that request
+    assert h.scheduler.registry.get(donor_id).leases == 0
+    assert decline_reason(h, 500) == "internal_error"
