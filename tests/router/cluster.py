@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,11 +55,15 @@ class Proc:
                 line = self._lines.get(timeout=0.2)
             except queue.Empty:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.proc.args} exited {self.proc.returncode}; see {self.log_path}") from None
+                    raise RuntimeError(
+                        f"{self.proc.args} exited {self.proc.returncode}; see {self.log_path} (kept with SEMBLEND_KEEP_TEST_LOGS=1)"
+                    ) from None
                 continue
             if line.startswith(prefix):
                 return line.strip()
-        raise RuntimeError(f"{self.proc.args} not ready in {timeout}s; see {self.log_path}")
+        raise RuntimeError(
+            f"{self.proc.args} not ready in {timeout}s; see {self.log_path} (kept with SEMBLEND_KEEP_TEST_LOGS=1)"
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -165,9 +170,13 @@ class Cluster:
         return f"namespace.{self.namespace}.component.backend.endpoint.generate.{topic}"
 
     def close(self) -> None:
+        """Stop everything; the logs directory is removed unless SEMBLEND_KEEP_TEST_LOGS=1."""
         for proc in reversed(self.procs):
             proc.stop()
         self.nats.stop()
+        if os.environ.get("SEMBLEND_KEEP_TEST_LOGS") != "1":
+            shutil.rmtree(self.dir, ignore_errors=True)
+            shutil.rmtree(self.nats.store, ignore_errors=True)
 
 
 class TestWorkerHandle:
