@@ -117,6 +117,13 @@ class SemblendConfig(BaseModel):
     worker_component: str = Field("backend", min_length=1, description="Dynamo component of the workers")
     worker_endpoint: str = Field("generate", min_length=1, description="Dynamo endpoint of the workers")
     router_component: str = Field("semblend", min_length=1, description="Dynamo component of the router")
+    router_namespace: str | None = Field(
+        None, description="Dynamo namespace the router serves and registers its model card in (none: dynamo_namespace)"
+    )
+    register_model: bool = Field(True, description="register a model card for the router so a Dynamo Frontend finds it")
+    model_path: str | None = Field(
+        None, description="model dir or HF id whose tokenizer/chat template the router's card carries (none: no assets)"
+    )
     evidence_queue_size: int = Field(1024, ge=1, description="bounded evidence publish queue (drops counted)")
     placement_load_slack: int = Field(
         8, ge=0, description="router: max active requests a donor's worker may exceed the least loaded one by"

@@ -18,6 +18,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 from ..config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
@@ -88,6 +89,27 @@ def build_discovery(cfg: SemblendConfig) -> DonorDiscovery | None:
         index=DonorIndex.from_config(cfg, embedder.dim),
         aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
         tokenizer=TokenizerAdapter.from_config(cfg.tokenizer),
+    )
+
+
+async def register_router_model(cfg: SemblendConfig, endpoint: Any) -> None:
+    """Publish a model card (token input, chat + completions) for the router's endpoint.
+
+    A Dynamo Frontend serves the model cards it discovers in its namespace, so this is what puts the router in
+    the request path. Without ``model_path`` the card carries no tokenizer or chat template (tests, or clients
+    that send token ids on Dynamo's request plane).
+    """
+    from dynamo.llm import ModelInput, ModelType, WorkerType, register_model
+
+    await register_model(
+        ModelInput.Tokens,
+        ModelType.Chat | ModelType.Completions,
+        endpoint,
+        cfg.model_path or cfg.model_id,
+        cfg.model_id,
+        worker_type=WorkerType.Aggregated,
+        kv_cache_block_size=cfg.block_size,
+        skip_model_assets=cfg.model_path is None,
     )
 
 
@@ -197,8 +219,11 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     link.start()
     publisher.start()
 
-    router_ep = drt.endpoint(f"{cfg.dynamo_namespace}.{cfg.router_component}.generate")
+    router_namespace = cfg.router_namespace or cfg.dynamo_namespace
+    router_ep = drt.endpoint(f"{router_namespace}.{cfg.router_component}.generate")
     serving_future = asyncio.ensure_future(router_ep.serve_endpoint(router.generate))
+    if cfg.register_model:
+        await register_router_model(cfg, router_ep)
     worker_client = await worker_ep.client()
 
     async def watch_workers() -> None:
@@ -211,7 +236,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     log.info(
         "router %s serving %s.%s.generate -> %s.%s.%s (event plane %s, metrics port %s)",
         router_id[:8],
-        cfg.dynamo_namespace,
+        router_namespace,
         cfg.router_component,
         cfg.dynamo_namespace,
         cfg.worker_component,

@@ -7,10 +7,12 @@ restart test runs last.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -286,3 +288,17 @@ def test_g_a_departed_worker_takes_its_donors_with_it(cluster, workers, router_a
     leaving.proc.stop()
     wait_until(lambda: all(d["worker_id"] != leaving.worker_id for d in router_a.donors()), timeout=30)
     assert [d for d in router_a.donors() if d["worker_id"] == staying.worker_id] == kept
+
+
+def test_h_router_registers_a_model_card_a_frontend_can_discover(cluster, router_a) -> None:
+    """The Frontend serves the model cards it discovers: the router must publish one for its own endpoint."""
+    mdc = cluster.dir / "filekv" / "v1" / "mdc"
+    prefix = f"{cluster.namespace}%2Fsemblend%2Fgenerate%2F"
+
+    def router_cards() -> list[Path]:
+        return [p for p in mdc.rglob("*") if p.is_file() and prefix in p.name] if mdc.exists() else []
+
+    cards = wait_until(router_cards)
+    card = json.loads(cards[0].read_text())
+    assert "test-model" in json.dumps(card)
+    assert f"{router_a.instance:x}" in cards[0].name
