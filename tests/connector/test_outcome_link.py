@@ -17,7 +17,7 @@ from .conftest import prompt
 pytestmark = pytest.mark.nats
 
 
-async def _wait_for(predicate, timeout: float = 10.0) -> None:
+async def _wait_for(predicate, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -28,7 +28,7 @@ async def _wait_for(predicate, timeout: float = 10.0) -> None:
 async def test_outcomes_lifecycle_and_hints_travel_over_nats(make_harness, nats_server) -> None:
     h = make_harness(connector_nats=True, nats_url=nats_server.url, worker_id=7, pin_budget_fraction=0.3)
     link = h.scheduler.link
-    assert link is not None and link.connected.wait(10)
+    assert link is not None and link.connected.wait(30)
     subjects = Subjects.for_config(h.scheduler.cfg)
     nc = await nats.connect(nats_server.url)
     outcomes: list[OutcomeReport] = []
@@ -64,6 +64,7 @@ async def test_outcomes_lifecycle_and_hints_travel_over_nats(make_harness, nats_
     link.close()
 
     by_request = {o.request_id: o for o in outcomes}
+    assert {str(d.request_id), str(r.request_id)} <= set(by_request), (outcomes, lifecycle, link.dropped)
     assert by_request[str(d.request_id)].outcome == "backend_declined"
     assert by_request[str(d.request_id)].rejection_reason == "no_candidate"
     done = by_request[str(r.request_id)]
