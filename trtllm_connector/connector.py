@@ -132,6 +132,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self.planner = Planner(cfg.model_copy(update={"block_size": self.tokens_per_block}))
         deployment = deployment_digest(self.model.namespace())
         self.link = OutcomeLink.start(cfg, self.hints, deployment) if cfg.connector_nats else None
+        if self.link is not None:
+            process.publish_link(self.link)
         self._device_matched: dict[int, int] = {}
         self._promises: dict[int, _Promise] = {}
         self._digests: dict[tuple[str, str], str] = {}
@@ -503,8 +505,6 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         self.model = ModelInfo.load(cfg, llm_args)
         self.rank = _mpi_rank() if rank is None else rank
         self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
-        deployment = deployment_digest(self.model.namespace())
-        self.link = OutcomeLink.start(cfg, None, deployment) if cfg.connector_nats and self.rank == 0 else None
         self.pool: torch.Tensor | None = None
         self.layout: PagedKVLayout | None = None
         self._inv_freq: torch.Tensor | None = None
@@ -580,8 +580,9 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
                     mode=plan.mode,
                     latency_us=(time.perf_counter() - plan.promised_at) * 1e6,
                 )
-                if self.link is not None:
-                    self.link.outcome(
+                link = process.outcome_link() if self.cfg.connector_nats else None  # the rank-0 scheduler's
+                if link is not None:
+                    link.outcome(
                         str(plan.request_id),
                         plan.namespace,
                         Outcome.BACKEND_MATERIALIZED,

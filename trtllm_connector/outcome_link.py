@@ -1,8 +1,9 @@
 """The connector's NATS link: outcomes and donor lifecycle out, router hints in. Never blocks the scheduler.
 
 Enabled with ``SEMBLEND_CONNECTOR_NATS=1``. A daemon thread owns an asyncio loop and a nats-py connection to
-``SEMBLEND_NATS_URL``; the scheduler and the worker only ``put_nowait`` into a bounded queue
-(``SEMBLEND_EVIDENCE_QUEUE_SIZE``; overflow is counted in :attr:`OutcomeLink.dropped`). Hints arriving on this
+``SEMBLEND_NATS_URL``; the scheduler and the worker of one process share one link and only ``put_nowait`` into its
+bounded queue (``SEMBLEND_EVIDENCE_QUEUE_SIZE``; overflow is counted in :attr:`OutcomeLink.dropped`). Messages wait in
+the queue until the connection is up. Hints arriving on this
 worker's hint subject go to the :class:`~trtllm_connector.hints.HintInbox`. If NATS is down, messages are dropped
 and counted; serving never waits for it.
 """
@@ -42,6 +43,7 @@ class OutcomeLink:
         self.dropped: Counter[str] = Counter()
         self.published = 0
         self.connected = threading.Event()
+        self._closing = threading.Event()
         self._queue: queue.Queue[tuple[str, SemblendEvent] | None] = queue.Queue(cfg.evidence_queue_size)
         self._sequence = 0
         self._thread = threading.Thread(target=self._run, name="semblend-connector-nats", daemon=True)
@@ -90,6 +92,7 @@ class OutcomeLink:
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush what is queued (up to ``timeout``) and stop the thread."""
+        self._closing.set()
         with contextlib.suppress(queue.Full):
             self._queue.put(None, timeout=timeout)
         self._thread.join(timeout)
@@ -107,6 +110,9 @@ class OutcomeLink:
     async def _main(self) -> None:
         connecting = asyncio.create_task(self._connect())
         while True:
+            if not self.connected.is_set() and not self._closing.is_set():
+                await asyncio.sleep(POLL_S)  # hold messages until connected; overflow is counted as queue_full
+                continue
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from semblend_dynamo.audit import AuditWriter
 
 from .hints import HintInbox
+
+if TYPE_CHECKING:
+    from .outcome_link import OutcomeLink
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ _pool: PoolState | None = None
 _audits: dict[str | None, AuditWriter] = {}
 _hints: HintInbox | None = None
 _tainted: set[int] = set()
+_link: OutcomeLink | None = None
 
 
 def publish_pool(state: PoolState) -> None:
@@ -78,3 +83,15 @@ def pop_taint(request_id: int) -> bool:
             _tainted.discard(request_id)
             return True
         return False
+
+
+def publish_link(link: OutcomeLink) -> None:
+    """Called by the scheduler that started the process's NATS link; the rank-0 worker publishes through it too."""
+    global _link
+    with _lock:
+        _link = link
+
+
+def outcome_link() -> OutcomeLink | None:
+    with _lock:
+        return _link
