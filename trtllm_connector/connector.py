@@ -610,7 +610,12 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         on_cuda = pool.is_cuda and isinstance(stream, torch.cuda.Stream)
         ctx = torch.cuda.stream(stream) if on_cuda else contextlib.nullcontext()
         with ctx:
-            if plan.is_whole_block_copy(self.model.tokens_per_block):
+            # On CPU pools (the harness) whole unshifted blocks take a plain block copy. On the GPU every load goes
+            # through the Triton kernel: its delta-0 path is a single-pass copy, where index_select + index_copy_
+            # made a temporary and ran at a quarter of the bandwidth (benchmarks/bench_connector_worker.py).
+            # (A plain block copy also serves whole-block loads when the head geometry is unknown.)
+            block_copy = not pool.is_cuda or self.layout is None
+            if block_copy and plan.is_whole_block_copy(self.model.tokens_per_block):
                 src = rows[:, 0].to(pool.device)
                 dst = rows[:, 2].to(pool.device)
                 if bool(torch.isin(dst, src).any()):
@@ -626,7 +631,8 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
                     inv_freq = torch.ones(1, dtype=torch.float32)
                 rotary_dim = self.model.rotary_dim or 2
                 style = "gptj" if self.model.rope_style == "gptj" else "neox"
-                # Triton on the GPU; on CPU pools (the harness) the torch reference, which is the kernel's oracle.
+                # Triton on the GPU (its host-side plan check refuses overlapping reads and writes); on CPU pools
+                # the torch reference, which is the kernel's oracle.
                 copy = rope_delta_copy if pool.is_cuda else rope_delta_copy_reference
                 copy(pool, rows, inv_freq, self.layout, rotary_dim=rotary_dim, style=style)
             if on_cuda:
