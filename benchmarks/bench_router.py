@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from semblend_dynamo.config import SemblendConfig  # noqa: E402
-from semblend_dynamo.donor_index import DonorIndex  # noqa: E402
 from semblend_dynamo.embedder import build_embedder  # noqa: E402
 from semblend_dynamo.events.codec import decode_kv_events  # noqa: E402
 from semblend_dynamo.events.schemas import DonorRegistration  # noqa: E402
@@ -51,7 +50,6 @@ from semblend_dynamo.namespace import NamespaceKey  # noqa: E402
 from semblend_dynamo.pipeline import DonorDiscovery  # noqa: E402
 from semblend_dynamo.router.handler import discover_resident  # noqa: E402
 from semblend_dynamo.router.residency import Residency  # noqa: E402
-from semblend_dynamo.span_aligner import SpanAligner  # noqa: E402
 from semblend_dynamo.tokenizer import TokenizerAdapter  # noqa: E402
 
 BLOCK = 32
@@ -104,13 +102,8 @@ def bench_stage(n_donors: int, embedder_name: str, iterations: int) -> dict[str,
     cfg = SemblendConfig(block_size=BLOCK, embedder=embedder_name, min_span_tokens=64)
     cfg.index_capacity = max(n_donors, cfg.index_capacity)
     embedder = build_embedder(cfg)
-    discovery = DonorDiscovery(
-        cfg,
-        embedder=embedder,
-        index=DonorIndex.from_config(cfg, embedder.dim),
-        aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
-        tokenizer=TokenizerAdapter.from_config(None),
-        background=False,
+    discovery = DonorDiscovery.from_config(
+        cfg, embedder=embedder, tokenizer=TokenizerAdapter.from_config(None), background=False
     )
     ns = NamespaceKey(model_id=cfg.model_id, tokens_per_block=BLOCK)
     digest = ns.digest()

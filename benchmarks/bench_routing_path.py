@@ -23,25 +23,16 @@ import time
 import numpy as np
 
 from semblend_dynamo.config import SemblendConfig
-from semblend_dynamo.donor_index import DonorIndex
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.pipeline import DiscoveryResult, DonorDiscovery
 from semblend_dynamo.replay import load_embedder
-from semblend_dynamo.span_aligner import SpanAligner
 from semblend_dynamo.tokenizer import TokenizerAdapter
 from semblend_dynamo.workload import load_corpus
 
 
 def pipeline(cfg: SemblendConfig, tokenizer: TokenizerAdapter, notices: list[str]) -> DonorDiscovery:
     embedder = load_embedder(cfg, notices)
-    return DonorDiscovery(
-        cfg,
-        embedder=embedder,
-        index=DonorIndex.from_config(cfg, embedder.dim),
-        aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
-        tokenizer=tokenizer,
-        background=False,
-    )
+    return DonorDiscovery.from_config(cfg, embedder=embedder, tokenizer=tokenizer, background=False)
 
 
 def timed(discovery: DonorDiscovery, ns: NamespaceKey, target: list[int], n: int, embed: bool) -> list[DiscoveryResult]:

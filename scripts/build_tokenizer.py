@@ -41,8 +41,6 @@ N_DOCUMENTS = 44
 MIN_WORDS = 800
 MAX_WORDS = 1200
 VOCAB_SIZE = 8192
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-QWEN2_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 
 def _sections(tree: ast.Module) -> list[tuple[str, str]]:
@@ -122,29 +120,12 @@ def build_corpus() -> None:
 
 def build_tokenizer() -> None:
     """Train the byte-level BPE on the corpus files (sorted, so the result is reproducible)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from semblend_dynamo.tokenizer import train_byte_level_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
     lines: list[str] = []
     for path in sorted(CORPUS_DIR.glob("*.txt")):
         lines.extend(path.read_text(encoding="utf-8").splitlines(keepends=True))
-    tok.train_from_iterator(lines, trainer=trainer)
+    tok = train_byte_level_bpe(lines, VOCAB_SIZE)
     tok.save(str(TOKENIZER_PATH))
     print(f"tokenizer: vocab {tok.get_vocab_size()} -> {TOKENIZER_PATH}")
 

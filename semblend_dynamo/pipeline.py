@@ -121,6 +121,26 @@ class DonorDiscovery:
         self._pending: set[Future[None]] = set()
 
     # --- donors -----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: SemblendConfig,
+        *,
+        embedder: Embedder,
+        tokenizer: TokenizerAdapter | None = None,
+        background: bool = True,
+    ) -> DonorDiscovery:
+        """The pipeline with the configured donor index (sized for ``embedder``) and span aligner."""
+        return cls(
+            cfg,
+            embedder=embedder,
+            index=DonorIndex.from_config(cfg, embedder.dim),
+            aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
+            tokenizer=tokenizer,
+            background=background,
+        )
+
     def register_donor(
         self, donor_id: str, namespace: NamespaceKey, tokens: Sequence[int], text: str | None = None
     ) -> None:

@@ -28,12 +28,10 @@ from tqdm import tqdm
 
 from .audit import AuditEvent, AuditWriter
 from .config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
-from .donor_index import DonorIndex
 from .embedder import Embedder, HashEmbedder, build_embedder
 from .namespace import NamespaceKey
 from .outcomes import DeclineReason, Outcome
 from .pipeline import DiscoveryResult, DonorDiscovery, StageTimings
-from .span_aligner import SpanAligner
 from .tokenizer import TokenizerAdapter, TokenizerError
 from .workload import RequestKind, Workload, WorkloadDonor, WorkloadRequest, build_workload
 
@@ -298,14 +296,7 @@ def run_replay(
     except ValueError as exc:
         raise ConfigError(f"SEMBLEND_BLOCK_SIZE={cfg.block_size!r}: {exc}") from None
     emb = embedder if embedder is not None else load_embedder(cfg, notices)
-    discovery = DonorDiscovery(
-        cfg,
-        embedder=emb,
-        index=DonorIndex.from_config(cfg, emb.dim),
-        aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
-        tokenizer=tokenizer,
-        background=False,
-    )
+    discovery = DonorDiscovery.from_config(cfg, embedder=emb, tokenizer=tokenizer, background=False)
     exact_index = ExactPrefixIndex(cfg.block_size)
     audit_path = cfg.audit_path or DEFAULT_AUDIT_PATH
     reports: list[RequestReport] = []

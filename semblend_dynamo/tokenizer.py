@@ -8,7 +8,7 @@ model's own ``tokenizer.json`` plugs in the same way (``SEMBLEND_TOKENIZER``). T
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +17,41 @@ from .namespace import fingerprint_file
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+
+
+QWEN2_SPLIT_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+"""Qwen2's pre-tokenizer split (shared/reference/deps.md §5)."""
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def train_byte_level_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """A Qwen2-style byte-level BPE (NFC, Qwen2 split, ByteLevel) trained on ``texts`` with ``tokenizers``.
+
+    Deterministic for the same texts in the same order. Used for the bundled tokenizer and by the
+    engine-in-the-loop benchmark, which trains its own on the GPU machine's corpus.
+    """
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    tok = HFTokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
 
 
 class TokenizerError(ValueError):

@@ -29,8 +29,6 @@ from pydantic import BaseModel, ConfigDict
 
 TEXT_SUFFIXES = (".py", ".md", ".rst", ".txt")
 # Qwen2's pre-tokenizer split (see /work/shared/reference/deps.md §5): byte-level BPE that round-trips exactly.
-QWEN2_PAT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 class ModelShape(BaseModel):
@@ -93,27 +91,11 @@ def collect_corpus(max_bytes: int, heldout_percent: int) -> tuple[list[Document]
 
 def train_tokenizer(texts: list[str], vocab_size: int):  # -> PreTrainedTokenizerFast
     """A Qwen2-style byte-level BPE trained with ``tokenizers`` and wrapped for ``transformers``."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN2_PAT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
+    from semblend_dynamo.tokenizer import train_byte_level_bpe
+
+    tok = train_byte_level_bpe(texts, vocab_size)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 

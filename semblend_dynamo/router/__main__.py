@@ -22,14 +22,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
-from ..donor_index import DonorIndex
 from ..embedder import build_embedder
 from ..events.link import NatsLink
 from ..events.publisher import EvidencePublisher
 from ..events.schemas import DonorLifecycle, DonorRegistration, OutcomeReport, deployment_digest
 from ..events.subscriber import EventSubscriber
 from ..pipeline import DonorDiscovery
-from ..span_aligner import SpanAligner
 from ..tokenizer import TokenizerAdapter
 from .health import HealthServer, HealthStatus
 from .metrics import RouterMetrics
@@ -83,13 +81,7 @@ def build_discovery(cfg: SemblendConfig) -> DonorDiscovery | None:
     if not cfg.enabled:
         return None
     embedder = build_embedder(cfg)
-    return DonorDiscovery(
-        cfg,
-        embedder=embedder,
-        index=DonorIndex.from_config(cfg, embedder.dim),
-        aligner=SpanAligner(cfg.block_size, cfg.min_span_tokens),
-        tokenizer=TokenizerAdapter.from_config(cfg.tokenizer),
-    )
+    return DonorDiscovery.from_config(cfg, embedder=embedder, tokenizer=TokenizerAdapter.from_config(cfg.tokenizer))
 
 
 async def register_router_model(cfg: SemblendConfig, endpoint: Any) -> None:
