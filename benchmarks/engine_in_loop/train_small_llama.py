@@ -28,7 +28,6 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 TEXT_SUFFIXES = (".py", ".md", ".rst", ".txt")
-# Qwen2's pre-tokenizer split (see /work/shared/reference/deps.md §5): byte-level BPE that round-trips exactly.
 
 
 class ModelShape(BaseModel):
