@@ -24,6 +24,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 ENV_PREFIX = "SEMBLEND_"
+SECRET_SETTINGS = ("nats_password", "nats_token")
+"""Settings never printed: shown as ``***`` by ``redacted()`` and by every command that echoes configuration."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -199,6 +201,12 @@ class SemblendConfig(BaseModel):
                 text = str(value)
             out[env_name(name)] = text
         return out
+
+
+def redacted(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (keyed by field or env name) with the secret settings that are set replaced by ``***``."""
+    secret = set(SECRET_SETTINGS) | {env_name(n) for n in SECRET_SETTINGS}
+    return {k: ("***" if k in secret and v is not None else v) for k, v in values.items()}
 
 
 def env_name(field: str) -> str:

@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from .config import add_config_arguments, config_from_args
+from .config import add_config_arguments, config_from_args, redacted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,10 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.format == "env":
-        for key, value in sorted(cfg.to_env().items()):
+        for key, value in sorted(redacted(cfg.to_env()).items()):
             print(f"{key}={value}")
     elif args.format == "json":
-        print(json.dumps(cfg.model_dump(mode="json"), indent=2, sort_keys=True))
+        print(json.dumps(redacted(cfg.model_dump(mode="json")), indent=2, sort_keys=True))
     else:
-        print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=True), end="")
+        print(yaml.safe_dump(redacted(cfg.model_dump(mode="json")), sort_keys=True), end="")
     return 0

@@ -25,7 +25,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from semblend_dynamo.config import ConfigError, SemblendConfig, add_config_arguments, config_from_args, env_name
+from semblend_dynamo.config import (
+    ConfigError,
+    SemblendConfig,
+    add_config_arguments,
+    config_from_args,
+    env_name,
+    redacted,
+)
 
 from .engine_config import (
     CONNECTOR_MODULE,
@@ -36,7 +43,6 @@ from .engine_config import (
 )
 
 MIN_TRTLLM = (1, 2)
-SECRET_SETTINGS = ("nats_password", "nats_token")
 MODES = {
     "exact": {"discovery_only": False, "exact_materialization_only": True},
     "shifted": {"discovery_only": False, "exact_materialization_only": False},
@@ -182,9 +188,8 @@ def check_trtllm() -> None:
 
 
 def _shown_env(env: Mapping[str, str]) -> list[str]:
-    secret = {env_name(n) for n in SECRET_SETTINGS}
-    keys = sorted(k for k in env if k.startswith("SEMBLEND_") or k == "PYTHONPATH")
-    return [f"{k}={'***' if k in secret else env[k]}" for k in keys]
+    shown = redacted({k: v for k, v in env.items() if k.startswith("SEMBLEND_") or k == "PYTHONPATH"})
+    return [f"{k}={shown[k]}" for k in sorted(shown)]
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:

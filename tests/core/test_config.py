@@ -80,3 +80,13 @@ def test_to_env_round_trips() -> None:
     again = SemblendConfig.load(env=cfg.to_env())
     assert again == cfg
     assert again.mode == "discovery_only"
+
+
+def test_config_command_never_prints_secrets(capsys) -> None:
+    from semblend_dynamo.cli import main
+
+    for fmt in ("env", "yaml", "json"):
+        rc = main(["config", "--format", fmt, "--nats-password", "hunter2", "--nats-token", "tok-123"])
+        out = capsys.readouterr().out
+        assert rc == 0 and "hunter2" not in out and "tok-123" not in out
+        assert "***" in out
