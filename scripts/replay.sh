@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Install semblend-dynamo with the MiniLM embedder and run the embedded replay (no services needed).
+# Install semblend-dynamo with the MiniLM embedder and the ANN index, and run the embedded replay (no services needed).
 # Extra arguments go to `semblend-dynamo replay` (e.g. --json, --embedder hash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh embedder
+scripts/bootstrap.sh embedder,ann
 exec .venv/bin/semblend-dynamo replay "$@"
