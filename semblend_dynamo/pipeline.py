@@ -142,12 +142,19 @@ class DonorDiscovery:
         )
 
     def register_donor(
-        self, donor_id: str, namespace: NamespaceKey, tokens: Sequence[int], text: str | None = None
+        self,
+        donor_id: str,
+        namespace: NamespaceKey,
+        tokens: Sequence[int],
+        text: str | None = None,
+        *,
+        embedding: np.ndarray | None = None,
     ) -> None:
         """Make a finished request a donor: span-indexed now, embedded off the request path.
 
         Called when a request's KV becomes resident. A known id is replaced. Invalid tokens are counted
         (``invalid_donor``) and the donor is skipped; beyond ``index_capacity`` the oldest donor is evicted.
+        ``embedding``: the vector :meth:`embed_prompt` already gave for this prompt (indexed as is, not recomputed).
         """
         digest = namespace.digest()
         with self._lock:
@@ -169,6 +176,9 @@ class DonorDiscovery:
                 self._forget(oldest)
                 self.counters["donors_evicted"] += 1
         if self.embedder is None:
+            return
+        if embedding is not None:
+            self._index_donor(donor_id, generation, digest, embedding)
             return
         token_list = list(tokens)
         if self._executor is None:
@@ -222,8 +232,10 @@ class DonorDiscovery:
             self.counters["donor_embedding_errors"] += 1
             log.debug("donor %s not embedded: %s", donor_id, exc)
             return
-        if vector is None:
-            return
+        if vector is not None:
+            self._index_donor(donor_id, generation, digest, vector)
+
+    def _index_donor(self, donor_id: str, generation: int, digest: str, vector: np.ndarray) -> None:
         assert self.index is not None
         with self._lock:
             if self._donors.get(donor_id) != generation:

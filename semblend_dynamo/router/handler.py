@@ -455,8 +455,9 @@ class SemanticRouter:
                 self._forget_donor(donor_id)
             elif self.discovery is not None:
                 local = self._local_tokens.pop(donor_id, None)
-                if local is not None:  # registered here: spans from its tokens, embedding by the pipeline
-                    self.discovery.register_donor(donor_id, local[0], local[1])
+                if local is not None:  # registered here: spans from its tokens, the embedding already computed
+                    vector = entry.registration.vector() if entry.registration.embedding_dim else None
+                    self.discovery.register_donor(donor_id, local[0], local[1], embedding=vector)
                 elif self.discovery.index is not None and entry.registration.embedding_dim == self.discovery.index.dim:
                     reg = entry.registration
                     for evicted in self.discovery.index.insert(donor_id, reg.namespace, reg.vector()):

@@ -167,6 +167,20 @@ def test_embedding_failure_keeps_the_donor_span_indexed(tokenizer: TokenizerAdap
     assert result.decision.accepted and result.primary_donor == "d"
 
 
+def test_precomputed_donor_embedding_is_indexed_without_embedding_again(
+    tokenizer: TokenizerAdapter, docs: list[list[int]]
+) -> None:
+    """The router already embedded a finished prompt for its DonorRegistration: the pipeline must reuse it."""
+    vector = make(tokenizer).embed_prompt(docs[0][:640])
+    assert vector is not None
+    discovery = make(tokenizer, embedder=FailingEmbedder())  # would count an error if it embedded anything
+    discovery.register_donor("d", NS, docs[0][:640], embedding=vector)
+    assert discovery.counters["donor_embedding_errors"] == 0
+    assert discovery.index is not None
+    hits = discovery.index.search(NS.digest(), vector, 1)
+    assert hits[0].donor_id == "d" and hits[0].similarity == pytest.approx(1.0, abs=1e-3)
+
+
 def test_invalid_donor_tokens_are_counted_not_raised(tokenizer: TokenizerAdapter) -> None:
     discovery = make(tokenizer)
     discovery.register_donor("bad", NS, [1, -2, 3] * 50)
