@@ -214,6 +214,11 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _table(cols: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown lines: header, separator, one line per row of already formatted cells."""
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as the tables docs/benchmarks.md carries."""
     out = [f"hardware: {results['hardware']}", ""]
@@ -242,9 +247,7 @@ def markdown(results: dict[str, Any]) -> str:
         "greedy_agreement",
         "declined",
     ]
-    out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in results["fidelity"]:
-        out.append("| " + " | ".join(_fmt(row.get(c, "-")) for c in cols) + " |")
+    out += _table(cols, [[_fmt(row.get(c, "-")) for c in cols] for row in results["fidelity"]])
     out.append("")
     cols = [
         "model",
@@ -258,10 +261,13 @@ def markdown(results: dict[str, Any]) -> str:
         "worker_share_of_cold",
         "stages_ms",
     ]
-    out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in results["ttft"]:
-        cells = [_fmt({k: round(v, 3) for k, v in row[c].items()}) if c == "stages_ms" else _fmt(row[c]) for c in cols]
-        out.append("| " + " | ".join(cells) + " |")
+    out += _table(
+        cols,
+        [
+            [_fmt({k: round(v, 3) for k, v in row[c].items()}) if c == "stages_ms" else _fmt(row[c]) for c in cols]
+            for row in results["ttft"]
+        ],
+    )
     return "\n".join(out) + "\n"
 
 

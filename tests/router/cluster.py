@@ -25,6 +25,7 @@ import nats
 
 from tests.support.dynamo_test_worker import control_subject
 from tests.support.nats import NatsServer, free_port
+from tests.support.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 16
@@ -66,13 +67,7 @@ class Proc:
         )
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self._log.close()
 
 

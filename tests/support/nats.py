@@ -10,6 +10,8 @@ import subprocess
 import tempfile
 import time
 
+from tests.support.processes import stop_process
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -55,13 +57,8 @@ class NatsServer:
         raise RuntimeError(f"nats-server did not listen on 127.0.0.1:{self.port}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc is not None:
+            stop_process(self.proc, timeout=5)
         self.proc = None
 
     def restart(self) -> None:
