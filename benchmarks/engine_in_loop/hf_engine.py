@@ -4,14 +4,16 @@ What it is: the SemBlend connector (:class:`trtllm_connector.connector.SemBlendC
 ``SemBlendConnectorWorker``, unchanged) driven in PyExecutor's call order by
 :class:`trtllm_connector.harness.PyExecutorHarness`, over a real paged KV pool in TensorRT-LLM's layout. This module
 supplies the harness's "model" (:class:`HFKvWriter`): for every prefill it gathers the tokens already in the
-request's blocks (device prefix or donor KV the connector materialized, with the Triton RoPE-delta kernel) back into
-a ``transformers`` cache, runs the model on the remaining tokens only, and scatters their post-RoPE K and V into the
-pool, as TensorRT-LLM's attention kernel would.
+request's blocks (device prefix or donor KV the connector materialized, with the Triton RoPE-delta kernel) into a
+preallocated KV arena (:class:`~benchmarks.engine_in_loop.prefill_runner.KVArena`), runs the model on the remaining
+tokens only, writing their K/V in place after the prefix, and scatters the new post-RoPE K and V into the pool, as
+TensorRT-LLM's attention kernel would. With ``cuda_graphs=True`` the model's forward is replayed from a CUDA graph
+(:class:`~benchmarks.engine_in_loop.prefill_runner.PrefillRunner`); the cold baseline then uses graphs too.
 
-What it is not: TensorRT-LLM. There is no paged attention (the prefix is gathered into a contiguous cache, a cost
-reported separately as ``readback``), no batching, no chunked prefill, no CUDA graphs and no tensor parallelism, and
-the model runs Hugging Face's SDPA attention. The connector, the planner, the validation and the kernels are the
-production code; the timing of the model part is Hugging Face's, not TensorRT-LLM's.
+What it is not: TensorRT-LLM. There is no paged attention (the prefix is gathered into a contiguous arena, a cost
+reported separately as ``readback``), no batching, no chunked prefill and no tensor parallelism; the model runs
+Hugging Face's modules with SDPA attention and no kernel fusion. The connector, the planner, the validation and the
+kernels are the production code; the timing of the model part is Hugging Face's, not TensorRT-LLM's.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Any
 import torch
 from semblend_kernels.layout import PagedKVLayout
 
-from benchmarks.engine_in_loop.hf_model import KVGeometry, cache_from_layers, cache_layers, prefill
+from benchmarks.engine_in_loop.hf_model import KVGeometry
 from benchmarks.engine_in_loop.kv_pool import read_prefix, write_range
+from benchmarks.engine_in_loop.prefill_runner import PrefillRunner
 from semblend_dynamo.audit import AuditWriter
 from semblend_dynamo.config import SemblendConfig
 from trtllm_connector.connector import SemBlendConnectorScheduler, SemBlendConnectorWorker
@@ -70,7 +73,7 @@ class PrefillOutput:
     logits: torch.Tensor
     """fp32 logits of the last ``keep`` positions."""
     cache: Any
-    """The full ``transformers`` cache of the request after the prefill (prefix + computed tokens)."""
+    """A ``transformers`` cache over the request's K/V (prefix + computed tokens), valid until the next prefill."""
     start_pos: int
     """Tokens taken from the pool (device prefix + materialized) instead of computed."""
 
@@ -82,8 +85,8 @@ class HFKvWriter:
     many trailing positions' logits to keep. ``last`` holds the output of the latest prefill.
     """
 
-    def __init__(self, model: Any, clock: StageClock) -> None:
-        self.model = model
+    def __init__(self, runner: PrefillRunner, clock: StageClock) -> None:
+        self.runner = runner
         self.clock = clock
         self.keep = 1
         self.last: PrefillOutput | None = None
@@ -91,16 +94,13 @@ class HFKvWriter:
     def write_kv(
         self, pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], tokens: Sequence[int], start_pos: int
     ) -> None:
-        device = pool.device
-        past = None
+        arena = self.runner.reserve(-(-len(tokens) // layout.tokens_per_block) * layout.tokens_per_block)
         if start_pos:
-            layers = self.clock.timed("readback", read_prefix)(pool, layout, block_ids, start_pos)
-            past = cache_from_layers(layers, self.model.config)
-        ids = torch.tensor(list(tokens[start_pos:]), dtype=torch.long, device=device)
-        logits, cache = self.clock.timed("prefill", prefill)(self.model, ids, past, self.keep)
-        new = [(k[:, :, start_pos:], v[:, :, start_pos:]) for k, v in cache_layers(cache)]
+            self.clock.timed("readback", read_prefix)(pool, layout, block_ids, start_pos, arena.kv)
+        logits = self.clock.timed("prefill", self.runner.prefill)(tokens, start_pos, self.keep)
+        new = arena.kv[:, :, :, start_pos : len(tokens)]
         self.clock.timed("writeback", write_range)(pool, layout, block_ids, new, start_token=start_pos)
-        self.last = PrefillOutput(logits=logits, cache=cache, start_pos=start_pos)
+        self.last = PrefillOutput(logits=logits, cache=arena.cache(len(tokens)), start_pos=start_pos)
 
 
 @dataclass
@@ -141,8 +141,12 @@ class HFReferenceEngine:
         num_blocks: int,
         audit: AuditWriter | None = None,
         model_dir: str | None = None,
+        cuda_graphs: bool = False,
     ) -> None:
-        """Build the connector halves and the harness; the pool lives on the model's device, in its dtype."""
+        """Build the connector halves and the harness; the pool lives on the model's device, in its dtype.
+
+        ``cuda_graphs`` replays the model's forward from CUDA graphs captured per shape (see ``prefill_runner``).
+        """
         param = next(model.parameters())
         geometry = KVGeometry.of(model.config)
         if cfg.rope_config is None:
@@ -158,7 +162,8 @@ class HFReferenceEngine:
             setattr(scheduler, name, self.clock.timed("connector_scheduler", getattr(scheduler, name)))
         worker.start_load_kv = self.clock.timed("connector_worker", worker.start_load_kv)  # type: ignore[method-assign]
         layout = PagedKVLayout(geometry.num_layers, geometry.kv_heads, geometry.head_dim, cfg.block_size)
-        self.writer = HFKvWriter(model, self.clock)
+        self.runner = PrefillRunner(model, cuda_graphs=cuda_graphs)
+        self.writer = HFKvWriter(self.runner, self.clock)
         self.harness = PyExecutorHarness(
             scheduler, worker, layout, num_blocks, self.writer, dtype=param.dtype, device=param.device
         )
@@ -194,10 +199,14 @@ class HFReferenceEngine:
         return dict(self.audit.by_reason)
 
 
-def cold_prefill(model: Any, prompt: Sequence[int], *, keep: int = 1) -> tuple[torch.Tensor, Any, float]:
-    """A plain full prefill without the engine (the baseline): logits, cache, CUDA-synchronized seconds."""
-    param = next(model.parameters())
-    clock = StageClock(cuda=param.is_cuda)
-    ids = torch.tensor(list(prompt), dtype=torch.long, device=param.device)
-    logits, cache = clock.timed("prefill", prefill)(model, ids, None, keep)
-    return logits, cache, clock.seconds["prefill"]
+def cold_prefill(
+    model: Any, prompt: Sequence[int], *, keep: int = 1, runner: PrefillRunner | None = None
+) -> tuple[torch.Tensor, Any, float]:
+    """A plain full prefill without connector or pool (the baseline): logits, cache, CUDA-synchronized seconds.
+
+    Pass the engine's ``runner`` so the baseline runs the same forward (eager or CUDA graphs) as the engine.
+    """
+    runner = runner if runner is not None else PrefillRunner(model)
+    clock = StageClock(cuda=next(model.parameters()).is_cuda)
+    logits = clock.timed("prefill", runner.prefill)(prompt, 0, keep)
+    return logits, runner.arena.cache(len(prompt)), clock.seconds["prefill"]

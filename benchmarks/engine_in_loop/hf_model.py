@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.engine_in_loop.kv_pool import LayerKV
+LayerKV = tuple[torch.Tensor, torch.Tensor]
+"""One layer's (K, V), each ``[1, kv_heads, seq, head_dim]``."""
 
 
 @dataclass(frozen=True)
@@ -53,30 +54,29 @@ def sdpa_lower_right(
 
     Hugging Face's ``sdpa`` builds a boolean ``[q, k]`` mask whenever the queries do not start at position 0,
     which rules out the flash kernel; a prefill after a cached prefix is exactly what TensorRT-LLM's context FMHA
-    runs natively. ``causal_lower_right`` keeps SDPA on its fused kernels. Single requests only (no padding mask).
+    runs natively. ``causal_lower_right`` keeps SDPA on its fused kernels, and grouped K/V heads are passed as they
+    are (``enable_gqa``) rather than repeated. No mask is built for it (the implementation is not registered with
+    Hugging Face's mask interface), so single requests only (no padding).
     """
     from torch.nn.attention.bias import causal_lower_right
 
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    gqa = query.shape[1] != key.shape[1]
     q_len, k_len = query.shape[2], key.shape[2]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     if q_len == k_len:
-        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
+        out = sdpa(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
     elif q_len == 1:
-        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling)
+        out = sdpa(query, key, value, scale=scaling, enable_gqa=gqa)
     else:
         bias = causal_lower_right(q_len, k_len)
-        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scaling)
+        out = sdpa(query, key, value, attn_mask=bias, scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous(), None
 
 
 def _register_attention() -> None:
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
+    from transformers import AttentionInterface
 
     AttentionInterface.register(LOWER_RIGHT_SDPA, sdpa_lower_right)
-    AttentionMaskInterface.register(LOWER_RIGHT_SDPA, sdpa_mask)
 
 
 def load_model(model_dir: str | Path, device: str, dtype: torch.dtype = torch.bfloat16, attn: str = "sdpa") -> Any:

@@ -41,6 +41,7 @@ from benchmarks.engine_in_loop.hf_model import (
     random_llama,
     truncated,
 )
+from benchmarks.engine_in_loop.prefill_runner import PrefillRunner
 from benchmarks.engine_in_loop.workloads import Case, TokenSource, fidelity_cases, load_heldout, speed_cases
 from semblend_dynamo.config import SemblendConfig
 
@@ -140,11 +141,10 @@ def run_fidelity_case(model: Any, case: Case, mode: str, *, block_size: int, gre
     }
     if warm.materialized:
         # bf16 noise floor: the same split (prefix, then the rest with past KV) computed cold, without the pool.
-        device = cold_logits.device
-        m = warm.materialized
-        _, past = prefill(model, torch.tensor(case.prompt[:m], device=device), None, 1)
-        split_last, split_cache = prefill(model, torch.tensor(case.prompt[m:], device=device), past, 1)
-        split_logits, _ = _continue(model, split_last, split_cache, case, 0)
+        split = PrefillRunner(model)
+        split.prefill(case.prompt[: warm.materialized], 0)
+        split_last = split.prefill(case.prompt, warm.materialized)
+        split_logits, _ = _continue(model, split_last, split.arena.cache(n), case, 0)
         row["noise_floor_max_abs_logit_diff"] = float((cold_logits - split_logits).abs().max())
     return row
 
@@ -159,21 +159,33 @@ def run_ttft(
     repeats: int,
     block_size: int,
     vocab_size: int,
+    cuda_graphs: bool,
 ) -> list[dict[str, Any]]:
-    """Cold vs materialized TTFT per prompt length (medians over ``repeats``); ``shift`` > 0 is shifted mode."""
+    """Cold vs materialized TTFT per prompt length (medians over ``repeats``); ``shift`` > 0 is shifted mode.
+
+    Cold and materialized prefills run through the engine's one runner, so both are eager or both replay CUDA graphs;
+    the warm-up requests capture the graphs before anything is timed (``graph_captures_timed`` says if one was not).
+    """
     mode = "shifted" if shift else "exact"
     rows = []
     for length in lengths:
-        cases = speed_cases(vocab_size, length, share, repeats=repeats, seed=length, shift=shift)
-        engine = HFReferenceEngine(model, engine_config(mode, block_size), num_blocks=pool_blocks(cases, block_size))
-        engine.run(cases[0].donors[0])
-        cold_prefill(model, cases[0].prompt)  # warm-up (kernels, allocator) at this length
-        engine.run(speed_cases(vocab_size, length, share, repeats=1, seed=length + 1, shift=shift)[0].prompt)
+        # the first case warms up (kernels, allocator, CUDA graphs of both shapes); the others are timed
+        warmup, *cases = speed_cases(vocab_size, length, share, repeats=repeats + 1, seed=length, shift=shift)
+        engine = HFReferenceEngine(
+            model,
+            engine_config(mode, block_size),
+            num_blocks=pool_blocks([warmup, *cases], block_size),
+            cuda_graphs=cuda_graphs,
+        )
+        engine.run(warmup.donors[0])
+        cold_prefill(model, warmup.prompt, runner=engine.runner)
+        engine.run(warmup.prompt)
+        captures_before = engine.runner.captures
         cold_s, warm_runs = [], []
         for case in cases:
-            cold_s.append(cold_prefill(model, case.prompt)[2])
+            cold_s.append(cold_prefill(model, case.prompt, runner=engine.runner)[2])
             warm_runs.append(engine.run(case.prompt))
-            warm_runs[-1].cache = None  # only the timings are kept; caches of long prompts are GiBs each
+            warm_runs[-1].cache = None  # only the timings are kept
         stages = {k: statistics.median(r.stages.get(k, 0.0) for r in warm_runs) for k in warm_runs[0].stages}
         cold = statistics.median(cold_s)
         warm = statistics.median(r.ttft_s for r in warm_runs)
@@ -197,6 +209,8 @@ def run_ttft(
                 )
                 / warm,
                 "declined": warm_runs[-1].declined,
+                "cuda_graphs": cuda_graphs,
+                "graph_captures_timed": engine.runner.captures - captures_before,
             }
         )
         print(f"[ttft] {json.dumps(rows[-1])}")
@@ -259,6 +273,7 @@ def markdown(results: dict[str, Any]) -> str:
         "ratio",
         "ideal_ratio",
         "worker_share_of_cold",
+        "graph_captures_timed",
         "stages_ms",
     ]
     out += _table(
@@ -288,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-shift", type=int, default=100, help="donor offset of the shifted TTFT runs")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--attn",
-        choices=[LOWER_RIGHT_SDPA, "sdpa"],
-        default=LOWER_RIGHT_SDPA,
-        help="attention of the reference engine (the speed shape also runs plain sdpa for comparison)",
+        "--attn", choices=[LOWER_RIGHT_SDPA, "sdpa"], default=LOWER_RIGHT_SDPA, help="attention of the reference engine"
+    )
+    parser.add_argument(
+        "--prefill",
+        choices=["graphs", "eager"],
+        default=None,
+        help="TTFT runs replay CUDA graphs (default on a GPU) or run eagerly; the speed shape also runs the other, "
+        "exact mode only, for comparison",
     )
     parser.add_argument("--speed-shape", choices=["llama3-8b", "tiny", "none"], default="llama3-8b")
     args = parser.parse_args(argv)
@@ -301,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or platform.machine()})"
     )
     results: dict[str, Any] = {"hardware": hardware, "argv": sys.argv, "torch": torch.__version__}
+    prefill_mode = args.prefill or ("graphs" if device == "cuda" else "eager")
+    if prefill_mode == "graphs" and device != "cuda":
+        parser.error("--prefill graphs needs a CUDA device")
     started = time.perf_counter()
     args.results_dir.mkdir(parents=True, exist_ok=True)
 
@@ -356,29 +378,32 @@ def main(argv: list[str] | None = None) -> int:
         for shift in (0, args.ttft_shift):
             results["ttft"] += run_ttft(
                 model,
-                label="trained",
+                label=f"trained ({prefill_mode})",
                 lengths=[n for n in lengths if n + shift + 64 <= max_pos],
                 shift=shift,
                 vocab_size=len(tokenizer),
+                cuda_graphs=prefill_mode == "graphs",
                 **common,
             )
 
     def speed_phase() -> None:
         shape = LLAMA3_8B_SHAPE if args.speed_shape == "llama3-8b" else TINY_SPEED_SHAPE
-        for attn in dict.fromkeys([args.attn, "sdpa"]):
-            speed_model = random_llama(shape, device, attn=attn)
-            for shift in (0, args.ttft_shift) if attn == args.attn else (0,):
+        speed_model = random_llama(shape, device, attn=args.attn)
+        modes = [prefill_mode] + (["eager" if prefill_mode == "graphs" else "graphs"] if device == "cuda" else [])
+        for mode in modes:
+            for shift in (0, args.ttft_shift) if mode == prefill_mode else (0,):
                 results["ttft"] += run_ttft(
                     speed_model,
-                    label=f"{args.speed_shape} ({attn})",
+                    label=f"{args.speed_shape} ({mode})",
                     lengths=lengths,
                     shift=shift,
                     vocab_size=shape["vocab_size"],
+                    cuda_graphs=mode == "graphs",
                     **common,
                 )
-            del speed_model
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        del speed_model
 
     phase("fidelity", fidelity_phase, model)
     phase("ttft_trained", trained_ttft_phase, model)

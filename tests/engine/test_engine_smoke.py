@@ -21,10 +21,11 @@ from semblend_kernels.layout import PagedKVLayout  # noqa: E402
 from semblend_kernels.rope import RopeConfig  # noqa: E402
 from semblend_kernels.rope_delta import rotate_reference  # noqa: E402
 
-from benchmarks.engine_in_loop import run_engine_bench  # noqa: E402
+from benchmarks.engine_in_loop import kv_pool, run_engine_bench  # noqa: E402
 from benchmarks.engine_in_loop.hf_engine import HFReferenceEngine, cold_prefill  # noqa: E402
-from benchmarks.engine_in_loop.hf_model import KVGeometry, prefill  # noqa: E402
+from benchmarks.engine_in_loop.hf_model import KVGeometry, cache_layers, prefill  # noqa: E402
 from benchmarks.engine_in_loop.kv_pool import read_prefix, write_range  # noqa: E402
+from benchmarks.engine_in_loop.prefill_runner import PrefillRunner  # noqa: E402
 from semblend_dynamo.config import SemblendConfig  # noqa: E402
 
 BLOCK = 32
@@ -64,18 +65,45 @@ def _config(mode: str) -> SemblendConfig:
     return run_engine_bench.engine_config(mode, BLOCK)
 
 
-def test_pool_round_trip_is_lossless() -> None:
+def test_pool_round_trip_is_lossless(monkeypatch) -> None:
     layout = PagedKVLayout(num_layers=2, num_kv_heads=2, head_dim=8, tokens_per_block=4)
     pool = torch.zeros(10, 2, 2, layout.block_elems, dtype=torch.bfloat16)
-    layers = [(torch.randn(1, 2, 10, 8).bfloat16(), torch.randn(1, 2, 10, 8).bfloat16()) for _ in range(2)]
+    kv = torch.randn(2, 2, 2, 10, 8).bfloat16()  # [layers, K|V, heads, tokens, dim]
     blocks = [7, 2, 5]
-    write_range(pool, layout, blocks, [(k[:, :, :4], v[:, :, :4]) for k, v in layers], start_token=0)
-    write_range(pool, layout, blocks, [(k[:, :, 4:], v[:, :, 4:]) for k, v in layers], start_token=4)
-    back = read_prefix(pool, layout, blocks, 10)
-    for (k, v), (k2, v2) in zip(layers, back, strict=True):
-        assert torch.equal(k, k2) and torch.equal(v, v2)
+    write_range(pool, layout, blocks, kv[:, :, :, :4], start_token=0)
+    write_range(pool, layout, blocks, kv[:, :, :, 4:], start_token=4)
+    out = torch.full((2, 2, 2, 12, 8), float("nan"), dtype=torch.bfloat16)
+    assert torch.equal(read_prefix(pool, layout, blocks, 10, out), kv)
+    # consecutive block ids are copied run by run; a fragmented list is gathered: the same result either way
+    runs = [3, 4, 5]
+    write_range(pool, layout, runs, kv, start_token=0)
+    assert torch.equal(read_prefix(pool, layout, runs, 10, out.clone()), kv)
+    scattered = [9, 0, 8]
+    write_range(pool, layout, scattered, kv, start_token=0)
+    with monkeypatch.context() as m:
+        m.setattr(kv_pool, "MAX_RUN_COPIES", 1)
+        assert torch.equal(read_prefix(pool, layout, scattered, 10, out.clone()), kv)
+        assert torch.equal(read_prefix(pool, layout, runs, 10, out.clone()), kv)
     with pytest.raises(ValueError, match="multiple"):
-        write_range(pool, layout, blocks, layers, start_token=3)
+        write_range(pool, layout, blocks, kv, start_token=3)
+    with pytest.raises(ValueError, match="do not fit"):
+        read_prefix(pool, layout, blocks, 10, out[:, :, :, :11])
+
+
+def test_arena_prefill_matches_the_dynamic_cache_prefill(tiny_model) -> None:
+    """The arena (in-place K/V, views for attention) computes what transformers' own DynamicCache path computes."""
+    tokens = _tokens(9, 96)
+    runner = PrefillRunner(tiny_model)
+    runner.prefill(tokens[:64], 0)
+    split = runner.prefill(tokens, 64, keep=4)
+    _, past = prefill(tiny_model, torch.tensor(tokens[:64]), None, 1)
+    reference, reference_cache = prefill(tiny_model, torch.tensor(tokens[64:]), past, 4)
+    assert torch.allclose(split, reference, atol=1e-2, rtol=0)
+    for (k, v), (rk, rv) in zip(cache_layers(runner.arena.cache(96)), cache_layers(reference_cache), strict=True):
+        assert k.shape == rk.shape == (1, 2, 96, 16)
+        assert torch.allclose(k, rk, atol=1e-2, rtol=0) and torch.allclose(v, rv, atol=1e-2, rtol=0)
+    with pytest.raises(ValueError, match="CUDA"):
+        PrefillRunner(tiny_model, cuda_graphs=True)
 
 
 def test_exact_prefix_is_materialized_and_reproduces_the_cold_split(tiny_model) -> None:
@@ -87,11 +115,23 @@ def test_exact_prefix_is_materialized_and_reproduces_the_cold_split(tiny_model) 
     assert warm.materialized == 160 and warm.declined == {}
     assert engine.audit.by_event["materialized"] == 1
 
-    _, past = prefill(tiny_model, torch.tensor(shared), None, 1)
-    split, _ = prefill(tiny_model, torch.tensor(target_tail), past, 1)
+    split_runner = PrefillRunner(tiny_model)
+    split_runner.prefill(shared, 0)
+    split = split_runner.prefill(target, len(shared))
     cold, _, _ = cold_prefill(tiny_model, target)
     assert torch.equal(warm.logits, split)  # the pool round trip and the block copy lose nothing
     assert float((warm.logits - cold).abs().max()) <= float((split - cold).abs().max()) + 1e-6
+
+
+def test_a_baseline_on_the_engine_runner_leaves_the_engine_usable(tiny_model) -> None:
+    """The cold baseline may grow the engine's arena; the engine's readback then writes into the new one."""
+    engine = HFReferenceEngine(tiny_model, _config("exact"), num_blocks=64)
+    shared = _tokens(10, 192)
+    engine.run(shared + _tokens(11, 32))
+    cold, _, _ = cold_prefill(tiny_model, shared + _tokens(12, 320), runner=engine.runner)
+    warm = engine.run(shared + _tokens(12, 320))
+    assert warm.materialized == 192 and engine.runner.arena.capacity >= 512
+    assert float((warm.logits - cold).abs().max()) < 0.1
 
 
 def test_unrelated_donor_materializes_nothing(tiny_model) -> None:
@@ -112,15 +152,16 @@ def test_shifted_span_is_the_donor_kv_rotated_by_the_delta(tiny_model) -> None:
     geometry = KVGeometry.of(tiny_model.config)
     layout = PagedKVLayout(geometry.num_layers, geometry.kv_heads, geometry.head_dim, BLOCK)
     pool = engine.harness.pool
-    donor_kv = read_prefix(pool, layout, donor.block_ids, 200)
-    target_kv = read_prefix(pool, layout, warm.block_ids, 160)
+    shape = (geometry.num_layers, 2, geometry.kv_heads, 224, geometry.head_dim)
+    donor_kv = read_prefix(pool, layout, donor.block_ids, 200, pool.new_empty(shape))
+    target_kv = read_prefix(pool, layout, warm.block_ids, 160, pool.new_empty(shape))
     rope = RopeConfig.from_hf_config(tiny_model.config)
     delta = torch.full((160,), -40, dtype=torch.int64)
     for (dk, dv), (tk, tv) in zip(donor_kv, target_kv, strict=True):
-        assert torch.equal(tv, dv[:, :, 40:])  # V is position-free: copied bit for bit
-        src = dk[0, :, 40:].transpose(0, 1).float()  # [T, H, D]
+        assert torch.equal(tv, dv[:, 40:])  # V is position-free: copied bit for bit
+        src = dk[:, 40:].transpose(0, 1).float()  # [T, H, D]
         expected = rotate_reference(src, delta, rope.inv_freq(), rope.rotary_dim, rope.style)
-        err = (tk[0].transpose(0, 1).float() - expected).abs().max()
+        err = (tk.transpose(0, 1).float() - expected).abs().max()
         assert float(err) <= 2 * float(src.abs().max()) * 2**-8  # within bf16 rounding of the rotated value
 
 
