@@ -11,7 +11,7 @@ PY="${PYTHON:-python3}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [[ "${SMOKE:-0}" == "1" ]]; then
   set -- --train-seconds 20 --max-corpus-mb 10 --prompt-tokens 256 --continuation-tokens 32 --shares 0.5,0.9 \
-    --deltas 32,100 --ttft-lengths 512,1024 --repeats 2 --speed-shape tiny "$@"
+    --deltas 32,100 --ttft-lengths 512,1024 --share-sweep-tokens 1024 --repeats 2 --speed-shape tiny "$@"
 fi
 mkdir -p "$RESULTS"
 "$PY" -m benchmarks.engine_in_loop.run_engine_bench --out-dir /tmp/semblend-llama --results-dir "$RESULTS" "$@" \

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import platform
 import statistics
@@ -215,6 +216,7 @@ def run_ttft(
         )
         print(f"[ttft] {json.dumps(rows[-1])}")
         del engine
+        gc.collect()  # the stage-clock wrappers make reference cycles; the pool and graphs go only with them
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return rows
@@ -301,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-lengths", default="2048,8192,16384")
     parser.add_argument("--ttft-share", type=float, default=0.95)
     parser.add_argument("--ttft-shift", type=int, default=100, help="donor offset of the shifted TTFT runs")
+    parser.add_argument(
+        "--share-sweep",
+        default="0.5,0.75,0.9",
+        help="more materialized shares for the speed shape (exact mode, --share-sweep-tokens); empty for none",
+    )
+    parser.add_argument("--share-sweep-tokens", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--attn", choices=[LOWER_RIGHT_SDPA, "sdpa"], default=LOWER_RIGHT_SDPA, help="attention of the reference engine"
@@ -389,21 +397,25 @@ def main(argv: list[str] | None = None) -> int:
     def speed_phase() -> None:
         shape = LLAMA3_8B_SHAPE if args.speed_shape == "llama3-8b" else TINY_SPEED_SHAPE
         speed_model = random_llama(shape, device, attn=args.attn)
-        modes = [prefill_mode] + (["eager" if prefill_mode == "graphs" else "graphs"] if device == "cuda" else [])
-        for mode in modes:
-            for shift in (0, args.ttft_shift) if mode == prefill_mode else (0,):
-                results["ttft"] += run_ttft(
-                    speed_model,
-                    label=f"{args.speed_shape} ({mode})",
-                    lengths=lengths,
-                    shift=shift,
-                    vocab_size=shape["vocab_size"],
-                    cuda_graphs=mode == "graphs",
-                    **common,
-                )
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-        del speed_model
+
+        def speed(mode: str, shift: int, speed_lengths: list[int], share: float) -> None:
+            results["ttft"] += run_ttft(
+                speed_model,
+                label=f"{args.speed_shape} ({mode})",
+                lengths=speed_lengths,
+                shift=shift,
+                vocab_size=shape["vocab_size"],
+                cuda_graphs=mode == "graphs",
+                **{**common, "share": share},
+            )
+
+        other = ["eager" if prefill_mode == "graphs" else "graphs"] if device == "cuda" else []
+        for shift in (0, args.ttft_shift):
+            speed(prefill_mode, shift, lengths, args.ttft_share)
+        for mode in other:
+            speed(mode, 0, lengths, args.ttft_share)
+        for share in [float(x) for x in args.share_sweep.split(",") if x]:
+            speed(prefill_mode, 0, [args.share_sweep_tokens], share)
 
     phase("fidelity", fidelity_phase, model)
     phase("ttft_trained", trained_ttft_phase, model)

@@ -206,7 +206,11 @@ def test_benchmark_runner_end_to_end(tiny_model, tmp_path: Path) -> None:
             "--repeats",
             "1",
             "--speed-shape",
-            "none",
+            "tiny",
+            "--share-sweep",
+            "0.5",
+            "--share-sweep-tokens",
+            "256",
         ]
     )
     results = json.loads((results_dir / "results.json").read_text())
@@ -223,5 +227,7 @@ def test_benchmark_runner_end_to_end(tiny_model, tmp_path: Path) -> None:
     assert rows[("shifted_d40_s90", "shifted")]["materialized"] > 0
     assert all(r["materialized"] == 0 for r in results["fidelity"] if r["kind"] == "negative")
     assert {r["mode"] for r in results["ttft"]} == {"exact", "shifted"}
-    assert all(r["materialized"] > 0 for r in results["ttft"])
+    assert all(r["materialized"] > 0 and r["graph_captures_timed"] == 0 for r in results["ttft"])
+    speed = [(r["mode"], r["share"]) for r in results["ttft"] if r["model"] == "tiny (eager)"]
+    assert speed == [("exact", 0.875), ("shifted", 0.875), ("exact", 0.5)]  # 95% and 50% of 256, block aligned
     assert (results_dir / "results.md").read_text().count("| exact_prefix |") == 2
