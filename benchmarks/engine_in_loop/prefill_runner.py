@@ -8,7 +8,8 @@ views of it (``_ArenaLayer``).
 
 :class:`PrefillRunner` runs the model's forward over the arena. With ``cuda_graphs=True`` it captures one CUDA graph
 per ``(prefix tokens, new tokens, kept logits)`` shape on first use and replays it afterwards, removing the per-op
-Python dispatch of the eager model (about 25 ms per forward of a Llama-3-8B shape). This plays the role of
+Python dispatch of the eager model (on the H200, Llama-3-8B shape: 128 tokens after a 1920-token past 28.4 -> 9.7 ms,
+416 tokens after 7776 29.0 -> 25.2 ms; a long cold prefill is GPU-bound either way). This plays the role of
 TensorRT-LLM's prefill CUDA graphs (``prefill_cuda_graph_backend: piecewise`` with ``prefill_capture_num_tokens``,
 which capture everything but attention per token count); here attention is captured too, so a graph serves exactly
 one prefix length. Cold and materialized prefills go through the same runner, so both sides of a comparison get it.
@@ -16,6 +17,7 @@ one prefix length. Cold and materialized prefills go through the same runner, so
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,7 @@ import torch
 from benchmarks.engine_in_loop.hf_model import KVGeometry
 
 
+@functools.cache
 def _arena_layer_class() -> type:
     """``_ArenaLayer`` is defined lazily so that importing this module does not import ``transformers``."""
     from transformers.cache_utils import DynamicLayer
