@@ -22,12 +22,12 @@ import time
 
 import numpy as np
 
+from semblend_apps.replay.runner import load_embedder
+from semblend_apps.replay.workload import load_corpus
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.pipeline import DiscoveryResult, DonorDiscovery
-from semblend_dynamo.replay import load_embedder
 from semblend_dynamo.tokenizer import TokenizerAdapter
-from semblend_dynamo.workload import load_corpus
 
 
 def pipeline(cfg: SemblendConfig, tokenizer: TokenizerAdapter, notices: list[str]) -> DonorDiscovery:

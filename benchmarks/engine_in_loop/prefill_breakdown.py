@@ -3,7 +3,7 @@ lower-right SDPA).
 
 Times, CUDA-synchronized, median of 3: a cold 8K prefill, the last 416 tokens alone, and the same 416 tokens on top
 of a 7776-token past, first in a ``DynamicCache`` (what the reference engine did before the KV arena), then in the
-engine's :class:`~benchmarks.engine_in_loop.prefill_runner.PrefillRunner` eagerly and replaying a CUDA graph, and
+engine's :class:`~semblend_apps.reference_engine.prefill_runner.PrefillRunner` eagerly and replaying a CUDA graph, and
 profiles the eager ``DynamicCache`` and arena cases. Shows how much of the remaining prefill is the model on few
 tokens, the cache concatenation that a paged engine (TensorRT-LLM) does not do, and the per-op dispatch.
 
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.engine_in_loop.hf_model import LOWER_RIGHT_SDPA, random_llama
-from benchmarks.engine_in_loop.prefill_runner import PrefillRunner
 from benchmarks.engine_in_loop.run_engine_bench import LLAMA3_8B_SHAPE
+from semblend_apps.reference_engine.hf_model import LOWER_RIGHT_SDPA, random_llama
+from semblend_apps.reference_engine.prefill_runner import PrefillRunner
 
 
 def _median_ms(fn: Callable[[], Any], repeats: int = 3) -> float:

@@ -33,8 +33,9 @@ import torch
 
 from benchmarks.engine_in_loop import train_small_llama
 from benchmarks.engine_in_loop.fidelity import compare
-from benchmarks.engine_in_loop.hf_engine import HFReferenceEngine, cold_prefill
-from benchmarks.engine_in_loop.hf_model import (
+from benchmarks.engine_in_loop.workloads import Case, TokenSource, fidelity_cases, load_heldout, speed_cases
+from semblend_apps.reference_engine.hf_engine import HFReferenceEngine, cold_prefill
+from semblend_apps.reference_engine.hf_model import (
     LOWER_RIGHT_SDPA,
     greedy,
     load_model,
@@ -42,8 +43,7 @@ from benchmarks.engine_in_loop.hf_model import (
     random_llama,
     truncated,
 )
-from benchmarks.engine_in_loop.prefill_runner import PrefillRunner
-from benchmarks.engine_in_loop.workloads import Case, TokenSource, fidelity_cases, load_heldout, speed_cases
+from semblend_apps.reference_engine.prefill_runner import PrefillRunner
 from semblend_dynamo.config import SemblendConfig
 
 LLAMA3_8B_SHAPE: dict[str, Any] = {

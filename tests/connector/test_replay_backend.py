@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from semblend_apps.cli import main
 from semblend_dynamo.audit import read_audit
-from semblend_dynamo.cli import main
 
 
 def replay(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> tuple[dict[str, Any], list[dict]]:

@@ -83,7 +83,7 @@ def test_to_env_round_trips() -> None:
 
 
 def test_config_command_never_prints_secrets(capsys) -> None:
-    from semblend_dynamo.cli import main
+    from semblend_apps.cli import main
 
     for fmt in ("env", "yaml", "json"):
         rc = main(["config", "--format", fmt, "--nats-password", "hunter2", "--nats-token", "tok-123"])

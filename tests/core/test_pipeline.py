@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from semblend_apps.replay.workload import load_corpus
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.donor_index import DonorIndex
 from semblend_dynamo.embedder import EmbeddingError, HashEmbedder
@@ -15,7 +16,6 @@ from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.pipeline import DonorDiscovery
 from semblend_dynamo.span_aligner import SpanAligner
 from semblend_dynamo.tokenizer import TokenizerAdapter
-from semblend_dynamo.workload import load_corpus
 
 BS = 32
 NS = NamespaceKey(model_id="test-model", tokens_per_block=BS, cache_salt="tenant-a")

@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
+from semblend_apps.cli import main
+from semblend_apps.replay.runner import BackendOutcome, ReplayClass, load_embedder, run_replay
+from semblend_apps.replay.workload import RequestKind, WorkloadDonor, WorkloadRequest, build_workload
 from semblend_dynamo.audit import read_audit
-from semblend_dynamo.cli import main
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.pipeline import DiscoveryResult
-from semblend_dynamo.replay import BackendOutcome, ReplayClass, load_embedder, run_replay
 from semblend_dynamo.tokenizer import TokenizerAdapter
-from semblend_dynamo.workload import RequestKind, WorkloadDonor, WorkloadRequest, build_workload
 
 STAGES = ("exact_check", "align", "plan", "embed", "search", "total")
 

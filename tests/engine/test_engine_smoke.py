@@ -1,6 +1,6 @@
 """CPU smoke test of the engine-in-the-loop reference engine: a tiny random Llama, the real connector and kernels.
 
-The reference engine (benchmarks/engine_in_loop/hf_engine.py) drives SemBlend's scheduler and worker through the
+The reference engine (semblend_apps/reference_engine/hf_engine.py) drives SemBlend's scheduler and worker through the
 PyExecutor harness over a bf16 paged pool in TensorRT-LLM's layout; these tests check what it materializes, that
 exact reuse reproduces a cold computation of the same split, that shifted K is the donor's K rotated by the delta,
 and that the benchmark runner works end to end on a saved model directory.
@@ -21,11 +21,12 @@ from semblend_kernels.layout import PagedKVLayout  # noqa: E402
 from semblend_kernels.rope import RopeConfig  # noqa: E402
 from semblend_kernels.rope_delta import rotate_reference  # noqa: E402
 
-from benchmarks.engine_in_loop import kv_pool, run_engine_bench  # noqa: E402
-from benchmarks.engine_in_loop.hf_engine import HFReferenceEngine, cold_prefill  # noqa: E402
-from benchmarks.engine_in_loop.hf_model import KVGeometry, cache_layers, prefill  # noqa: E402
-from benchmarks.engine_in_loop.kv_pool import read_prefix, write_range  # noqa: E402
-from benchmarks.engine_in_loop.prefill_runner import PrefillRunner  # noqa: E402
+from benchmarks.engine_in_loop import run_engine_bench  # noqa: E402
+from semblend_apps.reference_engine import kv_pool  # noqa: E402
+from semblend_apps.reference_engine.hf_engine import HFReferenceEngine, cold_prefill  # noqa: E402
+from semblend_apps.reference_engine.hf_model import KVGeometry, cache_layers, prefill  # noqa: E402
+from semblend_apps.reference_engine.kv_pool import read_prefix, write_range  # noqa: E402
+from semblend_apps.reference_engine.prefill_runner import PrefillRunner  # noqa: E402
 from semblend_dynamo.config import SemblendConfig  # noqa: E402
 
 BLOCK = 32

@@ -8,9 +8,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from benchmarks.engine_in_loop import run_engine_bench  # noqa: E402
-from benchmarks.engine_in_loop.hf_engine import HFReferenceEngine, cold_prefill  # noqa: E402
-from benchmarks.engine_in_loop.hf_model import LOWER_RIGHT_SDPA, random_llama  # noqa: E402
-from benchmarks.engine_in_loop.prefill_runner import PrefillRunner  # noqa: E402
+from semblend_apps.reference_engine.hf_engine import HFReferenceEngine, cold_prefill  # noqa: E402
+from semblend_apps.reference_engine.hf_model import LOWER_RIGHT_SDPA, random_llama  # noqa: E402
+from semblend_apps.reference_engine.prefill_runner import PrefillRunner  # noqa: E402
 
 from .test_engine_smoke import TINY_LLAMA, _tokens  # noqa: E402
 

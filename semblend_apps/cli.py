@@ -12,13 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .config import ConfigError
+from semblend_dynamo import __version__
+from semblend_dynamo.config import ConfigError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "replay": ("semblend_dynamo.replay", "run the bundled workload in-process and print outcomes"),
+    "replay": ("semblend_apps.replay.runner", "run the bundled workload in-process and print outcomes"),
     "router": ("semblend_dynamo.router.__main__", "run the SemBlend semantic router as a Dynamo component"),
-    "config": ("semblend_dynamo.config_cmd", "validate and print the effective configuration"),
+    "config": ("semblend_apps.config_cmd", "validate and print the effective configuration"),
 }
 
 

@@ -85,7 +85,7 @@ def load_model(model_dir: str | Path, device: str, dtype: torch.dtype = torch.bf
 
     if attn == LOWER_RIGHT_SDPA:
         _register_attention()
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation=attn)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation=attn)
     return model.to(device).eval()
 
 
@@ -97,7 +97,7 @@ def random_llama(
 
     if attn == LOWER_RIGHT_SDPA:
         _register_attention()
-    config = LlamaConfig(attn_implementation=attn, **config_overrides)
+    config = LlamaConfig(**{"attn_implementation": attn, **config_overrides})
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

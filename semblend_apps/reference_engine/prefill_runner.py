@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.engine_in_loop.hf_model import KVGeometry
+from semblend_apps.reference_engine.hf_model import KVGeometry
 
 
 @functools.cache
@@ -59,6 +59,7 @@ def _arena_layer_class() -> type:
             self._v[:, :, self.filled : end].copy_(value_states)
             self.filled = end
             self._expose()
+            assert self.keys is not None and self.values is not None
             return self.keys, self.values
 
         def get_seq_length(self) -> int:

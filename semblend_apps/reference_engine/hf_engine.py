@@ -5,10 +5,10 @@ What it is: the SemBlend connector (:class:`trtllm_connector.connector.SemBlendC
 :class:`trtllm_connector.harness.PyExecutorHarness`, over a real paged KV pool in TensorRT-LLM's layout. This module
 supplies the harness's "model" (:class:`HFKvWriter`): for every prefill it gathers the tokens already in the
 request's blocks (device prefix or donor KV the connector materialized, with the Triton RoPE-delta kernel) into a
-preallocated KV arena (:class:`~benchmarks.engine_in_loop.prefill_runner.KVArena`), runs the model on the remaining
+preallocated KV arena (:class:`~semblend_apps.reference_engine.prefill_runner.KVArena`), runs the model on the remaining
 tokens only, writing their K/V in place after the prefix, and scatters the new post-RoPE K and V into the pool, as
 TensorRT-LLM's attention kernel would. With ``cuda_graphs=True`` the model's forward is replayed from a CUDA graph
-(:class:`~benchmarks.engine_in_loop.prefill_runner.PrefillRunner`); the cold baseline then uses graphs too.
+(:class:`~semblend_apps.reference_engine.prefill_runner.PrefillRunner`); the cold baseline then uses graphs too.
 
 What it is not: TensorRT-LLM. There is no paged attention (the prefix is gathered into a contiguous arena, a cost
 reported separately as ``readback``), no batching, no chunked prefill and no tensor parallelism; the model runs
@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from semblend_kernels.layout import PagedKVLayout
 
-from benchmarks.engine_in_loop.hf_model import KVGeometry
-from benchmarks.engine_in_loop.kv_pool import read_prefix, write_range
-from benchmarks.engine_in_loop.prefill_runner import PrefillRunner
+from semblend_apps.reference_engine.hf_model import KVGeometry
+from semblend_apps.reference_engine.kv_pool import read_prefix, write_range
+from semblend_apps.reference_engine.prefill_runner import PrefillRunner
 from semblend_dynamo.audit import AuditWriter
 from semblend_dynamo.config import SemblendConfig
 from trtllm_connector.connector import SemBlendConnectorScheduler, SemBlendConnectorWorker

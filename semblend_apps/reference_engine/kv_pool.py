@@ -4,7 +4,7 @@ TensorRT-LLM's PyTorch backend keeps one tensor ``[num_blocks, num_layers, 2, to
 head-major inside a block (a view ``[NB, NL, 2, H, T, D]``), with K stored after RoPE and V position-free
 (DESIGN.md §3.5). These functions move whole token ranges of one request in one gather/scatter each, between that
 layout and a request-contiguous ``[num_layers, 2, kv_heads, seq, head_dim]`` tensor (the reference engine's
-:class:`~benchmarks.engine_in_loop.prefill_runner.KVArena`).
+:class:`~semblend_apps.reference_engine.prefill_runner.KVArena`).
 
 TensorRT-LLM attends directly on the paged pool; the Hugging Face model needs the prefix gathered into a contiguous
 arena (:func:`read_prefix`), which is a cost of this reference engine, not of TensorRT-LLM.

@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from .config import add_config_arguments, config_from_args, redacted
+from semblend_dynamo.config import add_config_arguments, config_from_args, redacted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .tokenizer import TokenizerAdapter
+from semblend_dynamo.tokenizer import TokenizerAdapter
 
 __all__ = [
     "CorpusDocument",

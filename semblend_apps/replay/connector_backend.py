@@ -21,11 +21,11 @@ from semblend_dynamo.events.schemas import DonorHint, request_key
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.pipeline import DiscoveryResult
-from semblend_dynamo.replay import DEFAULT_AUDIT_PATH, BackendOutcome
-from semblend_dynamo.workload import WorkloadDonor, WorkloadRequest
+from trtllm_connector.harness import PyExecutorHarness
+from trtllm_connector.model_info import TENANT_SEPARATOR
 
-from .harness import PyExecutorHarness
-from .model_info import TENANT_SEPARATOR
+from .backend import DEFAULT_AUDIT_PATH, BackendOutcome
+from .workload import WorkloadDonor, WorkloadRequest
 
 POOL_BLOCKS = 32768
 """KV blocks of the harness pool: 1 layer x 1 head x 8 channels keeps it at 32 MiB of bf16."""

@@ -19,21 +19,23 @@ from collections import Counter
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import xxhash
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
-from .audit import AuditEvent, AuditWriter
-from .config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
-from .embedder import Embedder, HashEmbedder, build_embedder
-from .namespace import NamespaceKey
-from .outcomes import DeclineReason, Outcome
-from .pipeline import DiscoveryResult, DonorDiscovery, StageTimings
-from .tokenizer import TokenizerAdapter, TokenizerError
-from .workload import RequestKind, Workload, WorkloadDonor, WorkloadRequest, build_workload
+from semblend_dynamo.audit import AuditEvent, AuditWriter
+from semblend_dynamo.config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
+from semblend_dynamo.embedder import Embedder, HashEmbedder, build_embedder
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.outcomes import DeclineReason, Outcome
+from semblend_dynamo.pipeline import DonorDiscovery, StageTimings
+from semblend_dynamo.tokenizer import TokenizerAdapter, TokenizerError
+
+from .backend import DEFAULT_AUDIT_PATH, BackendOutcome, ReplayBackend
+from .workload import RequestKind, Workload, WorkloadRequest, build_workload
 
 __all__ = [
     "BackendOutcome",
@@ -48,7 +50,6 @@ __all__ = [
     "run_replay",
 ]
 
-DEFAULT_AUDIT_PATH = "./semblend-audit.jsonl"
 _STAGES = ("exact_check", "align", "plan", "embed", "search")
 
 
@@ -63,26 +64,6 @@ class ReplayClass(str, Enum):
     BACKEND_DECLINED = "backend_declined"  # a backend refused an accepted plan
     DECLINED = "declined"  # evidence or bad input, declined by a gate (see the reason)
     COLD = "cold"  # no evidence at all
-
-
-class BackendOutcome(BaseModel):
-    """What a backend did with an accepted plan."""
-
-    materialized_tokens: int = Field(ge=0)
-    reason: DeclineReason | None = None
-    detail: str = ""
-
-
-class ReplayBackend(Protocol):
-    """Extension point: the backend that receives donors and accepted plans (e.g. the TRT-LLM connector harness).
-
-    ``register_donor`` is called once per donor before any request; ``execute`` once per request whose plan
-    was accepted, and must audit its own ``materialized`` / ``declined`` records.
-    """
-
-    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None: ...
-
-    def execute(self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult) -> BackendOutcome: ...
 
 
 class RequestReport(BaseModel):
@@ -463,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
 def _connector_backend(cfg: SemblendConfig) -> Any:
     """The TensorRT-LLM connector backend (trtllm_connector), or None with a notice when torch is missing."""
     try:
-        from trtllm_connector.replay_backend import ConnectorReplayBackend
+        from .connector_backend import ConnectorReplayBackend
     except ImportError as exc:
         print(
             f"semblend-dynamo replay: notice: connector backend unavailable ({exc}); stopping at the plan",

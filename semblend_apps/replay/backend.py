@@ -1,0 +1,35 @@
+"""The replay backend seam: what receives donors and accepted plans, and what it reports back."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.outcomes import DeclineReason
+from semblend_dynamo.pipeline import DiscoveryResult
+
+from .workload import WorkloadDonor, WorkloadRequest
+
+DEFAULT_AUDIT_PATH = "./semblend-audit.jsonl"
+
+
+class BackendOutcome(BaseModel):
+    """What a backend did with an accepted plan."""
+
+    materialized_tokens: int = Field(ge=0)
+    reason: DeclineReason | None = None
+    detail: str = ""
+
+
+class ReplayBackend(Protocol):
+    """Extension point: the backend that receives donors and accepted plans (e.g. the TRT-LLM connector harness).
+
+    ``register_donor`` is called once per donor before any request; ``execute`` once per request whose plan
+    was accepted, and must audit its own ``materialized`` / ``declined`` records.
+    """
+
+    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None: ...
+
+    def execute(self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult) -> BackendOutcome: ...
