@@ -327,8 +327,8 @@ async def _consume_after_start(
 def bench_e2e(n_donors: int, requests: int) -> dict[str, float]:
     from semblend_dynamo.events.codec import encode
     from semblend_dynamo.events.schemas import deployment_digest
+    from semblend_dynamo.namespace import ModelIdentity
     from tests.router.cluster import Cluster, wait_until
-    from trtllm_connector.model_info import ModelInfo
 
     cluster = Cluster()
     try:
@@ -341,8 +341,7 @@ def bench_e2e(n_donors: int, requests: int) -> dict[str, float]:
         exact = cluster.start_router("bench-exact", enabled="0")
         wait_until(lambda: semantic.health()["status"] == "ok" and exact.health()["status"] == "ok", timeout=30)
         cfg = SemblendConfig(model_id="test-model", block_size=16, embedder="hash")
-        info = ModelInfo.load(cfg)
-        ns = info.namespace()
+        ns = ModelIdentity.from_config(cfg).namespace()
         rng = np.random.default_rng(3)
         embedder = build_embedder(cfg)
         messages = []

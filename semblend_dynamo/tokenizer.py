@@ -8,12 +8,11 @@ model's own ``tokenizer.json`` plugs in the same way (``SEMBLEND_TOKENIZER``). T
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from .namespace import fingerprint_file
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -56,6 +55,20 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 
 class TokenizerError(ValueError):
     """A tokenizer file is missing or unreadable, or token ids are out of range."""
+
+
+def fingerprint_file(path: str) -> str:
+    """BLAKE2b fingerprint of a file (e.g. a ``tokenizer.json``), used as the tokenizer fingerprint."""
+    h = hashlib.blake2b(digest_size=8)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tokenizer_fingerprint(path: str | None) -> str:
+    """The fingerprint of the tokenizer a deployment uses (``SEMBLEND_TOKENIZER``, else the bundled one)."""
+    return fingerprint_file(str(path) if path else str(bundled_tokenizer_path()))
 
 
 def bundled_tokenizer_path() -> Path:

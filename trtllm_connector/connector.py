@@ -38,6 +38,7 @@ from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_co
 from semblend_dynamo.audit import AuditEvent, AuditWriter
 from semblend_dynamo.config import ConfigError, SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
+from semblend_dynamo.namespace import has_isolating_salt, tenant_of
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.planner import Planner
 from semblend_dynamo.span_aligner import Span, SpanAligner
@@ -47,7 +48,7 @@ from .base import KvCacheConnectorScheduler, KvCacheConnectorWorker
 from .donors import Donor, DonorRegistry
 from .hints import HintInbox
 from .metadata import ConnectorMetadata, LoadPlan
-from .model_info import ModelInfo, has_isolating_salt, tenant_of
+from .model_info import ModelInfo
 from .outcome_link import OutcomeLink
 from .process import PoolState
 from .validation import Declined, ValidatedLoad, validate_load

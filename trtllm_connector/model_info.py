@@ -11,17 +11,14 @@ share (see :meth:`ModelInfo.namespace`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from semblend_dynamo.config import ConfigError, SemblendConfig
-from semblend_dynamo.namespace import NamespaceKey, fingerprint_file
-
-TENANT_SEPARATOR = "|"
-"""A cache salt ``<tenant>|<nonce>`` names the tenant before the separator (see :func:`tenant_of`)."""
+from semblend_dynamo.namespace import ModelIdentity, NamespaceKey, read_model_config
+from semblend_dynamo.tokenizer import tokenizer_fingerprint
 
 
 class ModelInfo(BaseModel):
@@ -48,18 +45,21 @@ class ModelInfo(BaseModel):
     def shift_supported(self) -> bool:
         return self.rope_unsupported is None
 
-    def namespace(self, *, lora: str = "", tenant: str = "") -> NamespaceKey:
-        """The namespace key of a request (DESIGN.md §3.3); routers build the same key from the same settings."""
-        return NamespaceKey(
+    @property
+    def identity(self) -> ModelIdentity:
+        """The deployment-wide part of this engine's namespace keys (the same one routers derive from the settings)."""
+        return ModelIdentity(
             model_id=self.model_id,
             tokenizer_fingerprint=self.tokenizer_fingerprint,
             tokens_per_block=self.tokens_per_block,
             kv_dtype=self.kv_dtype,
-            kv_layout=f"trtllm_{self.layout_order}",
-            lora=lora,
-            cache_salt=tenant,
+            layout_order=self.layout_order,
             rope_fingerprint=self.rope_fingerprint,
         )
+
+    def namespace(self, *, lora: str = "", tenant: str = "") -> NamespaceKey:
+        """The namespace key of one request on this engine."""
+        return self.identity.namespace(lora=lora, tenant=tenant)
 
     @classmethod
     def load(cls, cfg: SemblendConfig, llm_args: Any = None) -> ModelInfo:
@@ -83,7 +83,7 @@ class ModelInfo(BaseModel):
             "kv_dtype": kv_dtype,
             "layout_order": order,
             "tp_size": tp,
-            "tokenizer_fingerprint": fingerprint_file(cfg.tokenizer) if cfg.tokenizer else "",
+            "tokenizer_fingerprint": tokenizer_fingerprint(cfg.tokenizer),
         }
         if hf is None:
             values["rope_unsupported"] = source_error
@@ -101,20 +101,6 @@ class ModelInfo(BaseModel):
         if kv_dtype == "fp8" and values.get("rope_unsupported") is None:
             values["rope_unsupported"] = "fp8 KV needs per-layer scales to rotate"
         return cls(**values)
-
-
-def tenant_of(cache_salt: str | None) -> str:
-    """The tenant part of a cache salt: donors are shared within a tenant, never across.
-
-    With ``isolation=cache_salt`` each SemBlend-eligible request carries ``<tenant>|<unique nonce>``: the nonce keeps
-    its (possibly approximate) blocks out of everyone's exact prefix cache, the tenant keeps donor search in bounds.
-    """
-    return (cache_salt or "").split(TENANT_SEPARATOR, 1)[0]
-
-
-def has_isolating_salt(cache_salt: str | None) -> bool:
-    """True when the salt carries a per-request nonce after the tenant."""
-    return bool(cache_salt) and TENANT_SEPARATOR in str(cache_salt) and bool(str(cache_salt).split("|", 1)[1])
 
 
 def _tp_size(llm_args: Any) -> int:
@@ -135,14 +121,7 @@ def _hf_config(cfg: SemblendConfig, llm_args: Any) -> tuple[dict[str, Any] | Non
         if candidate is None or not candidate.is_file():
             return None, "no model config (set SEMBLEND_ROPE_CONFIG to the model's config.json)"
         source = str(candidate)
-    text = source.strip()
-    try:
-        data = json.loads(text) if text.startswith("{") else json.loads(Path(text).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: not a readable JSON model config: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: expected a JSON object")
-    return data, ""
+    return read_model_config(source), ""
 
 
 def _rope_values(hf: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.pipeline import DiscoveryResult
 
@@ -29,6 +29,11 @@ class ReplayBackend(Protocol):
     ``register_donor`` is called once per donor before any request; ``execute`` once per request whose plan
     was accepted, and must audit its own ``materialized`` / ``declined`` records.
     """
+
+    @property
+    def identity(self) -> ModelIdentity:
+        """The model identity of the engine behind the backend: replay's namespace keys are built from it."""
+        ...
 
     def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None: ...
 

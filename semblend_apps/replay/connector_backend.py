@@ -6,9 +6,7 @@ accepted plan becomes a :class:`~semblend_dynamo.events.schemas.DonorHint` (what
 ``extra_args["semblend"]``) and the request is prefilled through the harness, where the connector validates the hint
 against its own state and materializes or declines. The connector's records land in replay's audit file.
 
-Glue the real deployment does not need: replay's router-side namespace key lacks the worker's RoPE fingerprint,
-so hints are stamped with the connector's own namespace digest for the tenant; and replay targets are unpinned after
-they run, so (as in replay's own chain) only the workload's donors are donors.
+Replay targets are unpinned after they run, so (as in replay's own chain) only the workload's donors are donors.
 """
 
 from __future__ import annotations
@@ -18,11 +16,10 @@ from typing import Any
 from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
-from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.namespace import ModelIdentity, NamespaceKey, isolating_salt
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.pipeline import DiscoveryResult
 from trtllm_connector.harness import PyExecutorHarness
-from trtllm_connector.model_info import TENANT_SEPARATOR
 
 from .backend import DEFAULT_AUDIT_PATH, BackendOutcome
 from .workload import WorkloadDonor, WorkloadRequest
@@ -56,10 +53,14 @@ class ConnectorReplayBackend:
         self.scheduler = self.harness.scheduler
         self._donor_ids: dict[str, str] = {}  # replay donor id -> connector donor id
 
+    @property
+    def identity(self) -> ModelIdentity:
+        return self.scheduler.model.identity
+
     def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None:
         """Called once per replay donor, before any request: prefill it and let the connector pin it."""
         result = self.harness.run_request(
-            donor.tokens, cache_salt=_salt(donor.tenant, donor.donor_id), capture_kv=False
+            donor.tokens, cache_salt=isolating_salt(donor.tenant, donor.donor_id), capture_kv=False
         )
         if result.pinned:
             self._donor_ids[donor.donor_id] = self.scheduler.registry.donor_id_for(result.request_id)
@@ -77,14 +78,14 @@ class ConnectorReplayBackend:
                 request_id=request.request_id,
                 donor_id=connector_donor,
                 worker_id=self.scheduler.cfg.worker_id,
-                namespace=self.scheduler.model.namespace(tenant=request.tenant).digest(),
+                namespace=namespace.digest(),
                 similarity=result.best_similarity,
                 spans=[(s.donor_start, s.target_start, s.length) for s in plan.spans if s.donor_id == donor],
                 decision=Outcome.SEMANTIC_PLACEMENT,
             )
         )
         run = self.harness.run_request(
-            request.tokens, cache_salt=_salt(request.tenant, request.request_id), capture_kv=False
+            request.tokens, cache_salt=isolating_salt(request.tenant, request.request_id), capture_kv=False
         )
         if run.pinned:  # replay targets are not donors
             self.scheduler.evict_donor(self.scheduler.registry.donor_id_for(run.request_id))
@@ -102,7 +103,3 @@ class ConnectorReplayBackend:
 
     def close(self) -> None:
         self.audit.close()
-
-
-def _salt(tenant: str, nonce: str) -> str:
-    return f"{tenant}{TENANT_SEPARATOR}{nonce}"

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from semblend_dynamo.audit import AuditEvent, AuditWriter
 from semblend_dynamo.config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from semblend_dynamo.embedder import Embedder, HashEmbedder, build_embedder
-from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.pipeline import DonorDiscovery, StageTimings
 from semblend_dynamo.tokenizer import TokenizerAdapter, TokenizerError
@@ -136,17 +136,6 @@ class ReplayReport(BaseModel):
     audit_path: str
     notices: list[str]
     requests: list[RequestReport] = Field(default_factory=list, exclude=True)
-
-
-def namespace_for(cfg: SemblendConfig, tokenizer: TokenizerAdapter, tenant: str) -> NamespaceKey:
-    """The namespace key of a replayed tenant (its cache salt is the tenant)."""
-    return NamespaceKey(
-        model_id=cfg.model_id,
-        tokenizer_fingerprint=tokenizer.fingerprint,
-        tokens_per_block=cfg.block_size,
-        kv_dtype=cfg.kv_dtype,
-        cache_salt=tenant,
-    )
 
 
 def replay_request(
@@ -279,12 +268,13 @@ def run_replay(
     emb = embedder if embedder is not None else load_embedder(cfg, notices)
     discovery = DonorDiscovery.from_config(cfg, embedder=emb, tokenizer=tokenizer, background=False)
     exact_index = ExactPrefixIndex(cfg.block_size)
+    identity = backend.identity if backend is not None else ModelIdentity.from_config(cfg)
     audit_path = cfg.audit_path or DEFAULT_AUDIT_PATH
     reports: list[RequestReport] = []
     with AuditWriter(audit_path) as audit:
         t0 = time.perf_counter()
         for donor in _bar(workload.donors, "donors", progress):
-            namespace = namespace_for(cfg, tokenizer, donor.tenant)
+            namespace = identity.namespace(tenant=donor.tenant)
             discovery.register_donor(donor.donor_id, namespace, donor.tokens)
             exact_index.add(namespace.digest(), donor.tokens)
             audit.write(
@@ -298,7 +288,7 @@ def run_replay(
                 backend.register_donor(donor, namespace)
         registration_s = time.perf_counter() - t0
         for request in _bar(workload.requests, "requests", progress):
-            namespace = namespace_for(cfg, tokenizer, request.tenant)
+            namespace = identity.namespace(tenant=request.tenant)
             reports.append(
                 replay_request(
                     request, namespace, discovery=discovery, exact_index=exact_index, audit=audit, backend=backend

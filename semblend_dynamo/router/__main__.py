@@ -27,6 +27,7 @@ from ..events.link import NatsLink
 from ..events.publisher import EvidencePublisher
 from ..events.schemas import DonorLifecycle, DonorRegistration, OutcomeReport, deployment_digest
 from ..events.subscriber import EventSubscriber
+from ..namespace import ModelIdentity, tenant_of
 from ..pipeline import DonorDiscovery
 from ..tokenizer import TokenizerAdapter
 from .health import HealthServer, HealthStatus
@@ -110,8 +111,6 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     from dynamo.llm import KvRouter, KvRouterConfig
     from dynamo.runtime import DistributedRuntime
 
-    from trtllm_connector.model_info import ModelInfo, tenant_of
-
     from .handler import SemanticRouter
 
     loop = asyncio.get_running_loop()
@@ -163,8 +162,8 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
             "NATS %s unreachable at start: Dynamo runtime uses the zmq event plane; routing exact-only", cfg.nats_url
         )
 
-    model_info = ModelInfo.load(cfg)
-    deployment = deployment_digest(model_info.namespace())
+    identity = ModelIdentity.from_config(cfg)
+    deployment = deployment_digest(identity.namespace())
     drt = DistributedRuntime(loop, os.environ.get("DYN_DISCOVERY_BACKEND", "etcd"), "tcp", event_plane=event_plane)
     worker_ep = drt.endpoint(f"{cfg.dynamo_namespace}.{cfg.worker_component}.{cfg.worker_endpoint}")
     kv_router = KvRouter(worker_ep, cfg.block_size, KvRouterConfig())
@@ -183,7 +182,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
         link=link,
         publisher=publisher,
         metrics=metrics,
-        namespace_of=lambda lora, salt: model_info.namespace(lora=lora, tenant=tenant_of(salt)),
+        namespace_of=lambda lora, salt: identity.namespace(lora=lora, tenant=tenant_of(salt)),
         deployment=deployment,
         router_id=router_id,
     )

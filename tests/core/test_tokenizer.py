@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from semblend_dynamo.namespace import fingerprint_file
-from semblend_dynamo.tokenizer import TokenizerAdapter, TokenizerError, bundled_tokenizer_path
+from semblend_dynamo.tokenizer import TokenizerAdapter, TokenizerError, bundled_tokenizer_path, fingerprint_file
 
 CORPUS = Path(bundled_tokenizer_path()).parent / "corpus"
 

@@ -11,7 +11,7 @@ from semblend_apps.replay.runner import BackendOutcome, ReplayClass, load_embedd
 from semblend_apps.replay.workload import RequestKind, WorkloadDonor, WorkloadRequest, build_workload
 from semblend_dynamo.audit import read_audit
 from semblend_dynamo.config import SemblendConfig
-from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.pipeline import DiscoveryResult
 from semblend_dynamo.tokenizer import TokenizerAdapter
@@ -120,6 +120,7 @@ class RecordingBackend:
     def __init__(self) -> None:
         self.donors: list[str] = []
         self.executed: list[str] = []
+        self.identity = ModelIdentity.from_config(SemblendConfig(embedder="hash"))
 
     def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None:
         self.donors.append(donor.donor_id)
