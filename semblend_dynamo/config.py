@@ -92,6 +92,18 @@ class SemblendConfig(BaseModel):
         0.50, ge=0.0, le=1.0, description="exact prefix coverage at or above which exact routing wins"
     )
 
+    # --- prefill chain (shifted mode: donor spans behind the recipient's own words) -------------------------
+    chain_enabled: bool = Field(
+        False, description="run a router-orchestrated prefill chain for non-prefix spans (shifted mode only)"
+    )
+    chain_head_tokens: int = Field(16, ge=0, le=4096, description="tokens at the head of each span recomputed")
+    chain_step_overhead_tokens: int = Field(
+        256, ge=0, description="cost of one chain step (a scheduling round trip), in prefill-token equivalents"
+    )
+    chain_min_speedup: float = Field(1.5, ge=1.0, description="predicted cold/chain cost a chain must reach")
+    chain_max_steps: int = Field(4, ge=1, le=64, description="most prefill-only steps before the real request")
+    chain_step_timeout_s: float = Field(10.0, gt=0.0, description="a chain step slower than this cancels the chain")
+
     # --- connector ------------------------------------------------------------------------------
     min_donor_tokens: int = Field(128, ge=1, description="finished requests shorter than this are not donors")
     pin_budget_fraction: float = Field(0.10, ge=0.0, le=0.9, description="max share of KV blocks pinned by donors")

@@ -41,6 +41,8 @@ class DeclineReason(str, Enum):
     ISOLATION_REQUIRED = "isolation_required"
     ALIGNMENT_NOT_BLOCK_ALIGNED = "alignment_not_block_aligned"
     NOT_PREFIX_CONTIGUOUS = "not_prefix_contiguous"
+    CHAIN_DOES_NOT_PAY = "chain_does_not_pay"
+    CHAIN_STEP_FAILED = "chain_step_failed"
     EXACT_PREFIX_WINS = "exact_prefix_wins"
     PROMPT_TOO_SHORT = "prompt_too_short"
     EMPTY_PROMPT = "empty_prompt"

@@ -87,17 +87,18 @@ class PlanDecision(BaseModel):
         return self.reason is None and self.plan is not None
 
 
-def span_deviation(length: int, delta: int) -> float:
+def span_deviation(length: int, delta: int, *, skipped: int = 0) -> float:
     """Estimated mean deviation of a shifted span's KV from a fresh prefill, in [0, 1].
 
-    Per token at distance k after the span start: ``floor + (1 - floor) * exp(-k / tau)``, averaged over the
-    span (closed form), plus a context-displacement term growing with |delta| and a small RoPE-numerics term
-    growing with log |delta|.
+    Per token at distance k after the changed-context boundary: ``floor + (1 - floor) * exp(-k / tau)``, averaged
+    over the span (closed form), plus a context-displacement term growing with |delta| and a small RoPE-numerics
+    term growing with log |delta|. ``skipped`` tokens after the boundary were recomputed in the new context, so the
+    span's first loaded token sits at k = ``skipped``.
     """
     if length <= 0:
         return 0.0
     tau = BOUNDARY_DECAY_TOKENS
-    boundary = tau / length * (1.0 - math.exp(-length / tau))
+    boundary = tau / length * math.exp(-skipped / tau) * (1.0 - math.exp(-length / tau))
     rope = ROPE_NUMERIC * math.log2(1 + abs(delta)) / 17.0
     displacement = DISPLACEMENT_WEIGHT * min(2.0, abs(delta) / DISPLACEMENT_TOKENS)
     return min(1.0, CONTEXT_FLOOR + (1.0 - CONTEXT_FLOOR) * boundary + displacement + rope)
