@@ -7,12 +7,17 @@ For every query the benchmark first churns the index (deletes one random donor, 
 every 10th query deletes that query's current true top-1), then searches. The baseline is exact numpy brute force
 (``DonorIndex`` with the numpy backend) fed the same operations in the same run; its answers are the ground truth.
 
+Every timed search also records whether a garbage-collector pass ran inside it (``gc.callbacks``), which is how the
+1M tail was traced to full collections over per-donor Python objects. ``--legacy-gc-load N`` adds N tracked objects
+per donor (what the index held before it switched to flat maps) so the same run shows the tail with and without them.
+
 Usage: .venv/bin/python benchmarks/bench_donor_search.py [--sizes 10000,100000,1000000] [--ef 64,128]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import time
 
@@ -37,11 +42,31 @@ def clustered(n: int, rng: np.random.Generator, centers: np.ndarray, proj: np.nd
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+class GcWatch:
+    """Counts garbage-collector passes and their duration while installed."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.full_passes = 0
+        self.seconds = 0.0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.passes += 1
+            self.full_passes += info["generation"] == 2
+            self.seconds += time.perf_counter() - self._t0
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def run_size(n: int, efs: list[int], n_queries: int, expansion_add: int, seed: int) -> list[dict[str, object]]:
+def run_size(
+    n: int, efs: list[int], n_queries: int, expansion_add: int, seed: int, legacy_gc_load: int = 0
+) -> list[dict[str, object]]:
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((1000, 48)).astype(np.float32)
     proj = rng.standard_normal((48, DIM)).astype(np.float32)
@@ -56,6 +81,7 @@ def run_size(n: int, efs: list[int], n_queries: int, expansion_add: int, seed: i
     for start in range(0, n, 100_000):  # chunks keep peak memory of the f32->f16 conversion low
         ann.insert_batch(ids[start : start + 100_000], NS, data[start : start + 100_000])
     build_s = time.perf_counter() - t0
+    ballast = [tuple([i, i]) for i in range(n * legacy_gc_load)]  # tracked objects, as (namespace, key) tuples were
     print(f"  N={n:,}: usearch f16 HNSW build {build_s:.1f} s (M=16, efC={expansion_add})", flush=True)
 
     queries = clustered(n_queries, rng, centers, proj)
@@ -70,6 +96,9 @@ def run_size(n: int, efs: list[int], n_queries: int, expansion_add: int, seed: i
             ann.search(NS, q, K)
         t_exact: list[float] = []
         t_ann: list[float] = []
+        gc_hit_ann = gc_full_passes = 0
+        watch = GcWatch()
+        gc.callbacks.append(watch)
         recall = 0.0
         leaked = deleted_top1 = 0
         deleted: set[str] = set()
@@ -93,15 +122,23 @@ def run_size(n: int, efs: list[int], n_queries: int, expansion_add: int, seed: i
             s = time.perf_counter_ns()
             truth = exact.search(NS, q, K)
             t_exact.append((time.perf_counter_ns() - s) / 1e6)
+            before = watch.passes
             s = time.perf_counter_ns()
             got = ann.search(NS, q, K)
             t_ann.append((time.perf_counter_ns() - s) / 1e6)
+            gc_hit_ann += watch.passes > before
             recall += len({h.donor_id for h in got} & {h.donor_id for h in truth}) / K
             leaked += sum(h.donor_id in deleted for h in got)
+        gc.callbacks.remove(watch)
+        gc_full_passes = watch.full_passes
         rows.append(
             {
                 "n": n,
                 "ef": ef,
+                "legacy_gc_load": legacy_gc_load,
+                "gc_hit_ann": gc_hit_ann,
+                "gc_full_passes": gc_full_passes,
+                "gc_ms": watch.seconds * 1e3,
                 "ann_p50": pct(t_ann, 50),
                 "ann_p99": pct(t_ann, 99),
                 "exact_p50": pct(t_exact, 50),
@@ -117,9 +154,11 @@ def run_size(n: int, efs: list[int], n_queries: int, expansion_add: int, seed: i
         print(
             f"  N={n:,} ef={ef}: usearch p50 {r['ann_p50']:.3f} ms p99 {r['ann_p99']:.3f} ms recall@8 "
             f"{r['recall']:.4f} | numpy exact p50 {r['exact_p50']:.3f} ms p99 {r['exact_p99']:.3f} ms | "
-            f"deleted {len(deleted)} (leaked {leaked})",
+            f"deleted {len(deleted)} (leaked {leaked}) | gc passes inside ANN searches {gc_hit_ann}, "
+            f"full passes {gc_full_passes}, gc total {watch.seconds * 1e3:.1f} ms",
             flush=True,
         )
+    del ballast
     return rows
 
 
@@ -130,6 +169,12 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=1000, help="queries per size and ef (<=300 at 1M)")
     parser.add_argument("--expansion-add", type=int, default=128, help="HNSW efConstruction")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--legacy-gc-load",
+        type=int,
+        default=0,
+        help="also run each size with this many extra GC-tracked objects per donor (the old index's tuples): 1",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     efs = [int(e) for e in args.ef.split(",")]
@@ -138,15 +183,17 @@ def main() -> int:
     for n in sizes:
         n_queries = min(args.queries, 300) if n >= 1_000_000 else args.queries
         rows += run_size(n, efs, n_queries, args.expansion_add, args.seed)
+        if args.legacy_gc_load:
+            rows += run_size(n, efs, n_queries, args.expansion_add, args.seed, args.legacy_gc_load)
     print()
-    print("| donors | usearch f16 HNSW ef | p50 ms | p99 ms | recall@8 | numpy exact p50 ms | p99 ms | p50 speed-up | "
-          "deleted during run (leaked) | HNSW build s |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| donors | tracked objects per donor | usearch f16 HNSW ef | p50 ms | p99 ms | recall@8 | numpy exact p50 ms | "
+          "p99 ms | p50 speed-up | deleted during run (leaked) | searches with a GC pass inside | HNSW build s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['n']:,} | {r['ef']} | {r['ann_p50']:.3f} | {r['ann_p99']:.3f} | {r['recall']:.4f} | "
+            f"| {r['n']:,} | {r['legacy_gc_load']} | {r['ef']} | {r['ann_p50']:.3f} | {r['ann_p99']:.3f} | {r['recall']:.4f} | "
             f"{r['exact_p50']:.3f} | {r['exact_p99']:.3f} | {r['exact_p50'] / r['ann_p50']:.1f}x | "  # type: ignore[operator]
-            f"{r['deletes']} ({r['leaked']}) | {r['build_s']:.1f} |"
+            f"{r['deletes']} ({r['leaked']}) | {r['gc_hit_ann']} | {r['build_s']:.1f} |"
         )
     return 0
 

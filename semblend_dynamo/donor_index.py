@@ -184,9 +184,11 @@ class DonorIndex:
         self._expansion_search = expansion_search
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
-        # donor id -> (namespace, key), least recently used first
-        self._lru: OrderedDict[str, tuple[str, int]] = OrderedDict()
-        self._ids: dict[int, str] = {}
+        # Flat maps of strings and ints only: per-donor tuples would be objects the garbage collector must walk, and at
+        # 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search).
+        self._lru: OrderedDict[str, int] = OrderedDict()  # donor id -> key, least recently used first
+        self._ids: dict[int, str] = {}  # key -> donor id
+        self._key_namespace: dict[int, str] = {}
         self._next_key = 0
 
     @classmethod
@@ -254,8 +256,9 @@ class DonorIndex:
                 part = self._partitions[namespace] = self._new_partition()
             part.add(keys, unit)
             for donor_id, key in zip(ids, keys.tolist(), strict=True):
-                self._lru[donor_id] = (namespace, key)
+                self._lru[donor_id] = key
                 self._ids[key] = donor_id
+                self._key_namespace[key] = namespace
             evicted = dropped
             while len(self._lru) > self.capacity:
                 old_id = next(iter(self._lru))
@@ -269,11 +272,11 @@ class DonorIndex:
             return self._remove_locked(donor_id)
 
     def _remove_locked(self, donor_id: str) -> bool:
-        entry = self._lru.pop(donor_id, None)
-        if entry is None:
+        key = self._lru.pop(donor_id, None)
+        if key is None:
             return False
-        namespace, key = entry
         del self._ids[key]
+        namespace = self._key_namespace.pop(key)
         part = self._partitions[namespace]
         part.remove(key)
         if len(part) == 0:
@@ -330,5 +333,5 @@ class DonorIndex:
     def namespace_of(self, donor_id: str) -> str | None:
         """The namespace a donor is indexed under, or None."""
         with self._lock:
-            entry = self._lru.get(donor_id)
-            return entry[0] if entry else None
+            key = self._lru.get(donor_id)
+            return self._key_namespace[key] if key is not None else None
