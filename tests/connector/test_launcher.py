@@ -87,9 +87,10 @@ def test_user_yaml_is_merged_but_cannot_change_safety_keys(capsys, tmp_path) -> 
     user.write_text("kv_connector_config:\n  connector_module: lmcache.integration\n")
     rc, out, err = _run(capsys, "print-config", "--extra-llm-api-options", str(user))
     assert rc == 0 and "kv_connector_config" in err and "replaced" in err
-    assert yaml.safe_load(out)["kv_connector_config"] == yaml.safe_load(render_engine_yaml(EngineConfigSettings()))[
-        "kv_connector_config"
-    ]
+    assert (
+        yaml.safe_load(out)["kv_connector_config"]
+        == yaml.safe_load(render_engine_yaml(EngineConfigSettings()))["kv_connector_config"]
+    )
 
 
 def test_shifted_without_isolation_is_one_line_error(capsys) -> None:
