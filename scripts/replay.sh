@@ -3,5 +3,6 @@
 # Extra arguments go to `semblend-dynamo replay` (e.g. --json, --embedder hash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh embedder,ann
+# torch (CPU build) only for the TensorRT-LLM connector harness the replay drives; the embedder needs no torch.
+WITH_TORCH=1 scripts/bootstrap.sh embedder,ann
 exec .venv/bin/semblend-dynamo replay "$@"

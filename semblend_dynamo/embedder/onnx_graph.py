@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 OPSET = 17
 # Bump when the graph layout changes: it is part of the cache key.
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2  # 2: fused without ONNX Runtime's torch-importing level-1 pass
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "sentence_embedding"
 
@@ -171,8 +171,14 @@ def optimize_for_ort(model_path: Path, out_path: Path, shape: BertShape) -> bool
     except ImportError:
         return False
     try:
+        # opt_level=0: the Python fusion passes only. Levels >= 1 first run ONNX Runtime's own pass, which imports
+        # torch (to read its version); the session applies those optimizations at load time anyway.
         opt = optimizer.optimize_model(
-            str(model_path), model_type="bert", num_heads=shape.num_attention_heads, hidden_size=shape.hidden_size
+            str(model_path),
+            model_type="bert",
+            num_heads=shape.num_attention_heads,
+            hidden_size=shape.hidden_size,
+            opt_level=0,
         )
         fused = opt.get_fused_operator_statistics()
         opt.save_model_to_file(str(out_path))

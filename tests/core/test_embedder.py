@@ -3,7 +3,9 @@ the hash fallback, build_embedder and bad input."""
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -205,3 +207,31 @@ def test_embed_token_windows_covers_a_long_prompt(minilm: MiniLMEmbedder) -> Non
     with pytest.raises(EmbeddingError, match="outside a prompt"):
         embed_token_windows(minilm, tok, ids[:100], windows)
     assert embed_token_windows(minilm, tok, [], []).shape == (0, 384)
+
+
+NO_TORCH_EMBED = """
+import importlib.abc, json, sys
+from pathlib import Path
+
+class BlockTorch(importlib.abc.MetaPathFinder):  # the embedder extra installs no torch: make it unimportable
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "sentence_transformers"):
+            raise ImportError(f"{name} is not installed")
+
+sys.meta_path.insert(0, BlockTorch())
+from semblend_dynamo.embedder.minilm import MiniLMEmbedder
+
+emb = MiniLMEmbedder(cache_dir=Path(sys.argv[1]))
+print(json.dumps({"graph": emb.graph_path.name, "vectors": emb.embed(json.loads(sys.argv[2])).tolist(),
+                  "torch": any(m.split(".")[0] == "torch" for m in sys.modules)}))
+"""
+
+
+def test_minilm_builds_its_fused_graph_and_embeds_without_torch(minilm: MiniLMEmbedder, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_TORCH_EMBED, str(tmp_path), json.dumps(TEXTS)],
+        capture_output=True, text=True, timeout=240, check=True,
+    )  # fmt: skip
+    out = json.loads(proc.stdout)
+    assert out["torch"] is False and out["graph"].endswith("-ortopt.onnx"), (out["graph"], proc.stderr)
+    np.testing.assert_allclose(np.asarray(out["vectors"], dtype=np.float32), minilm.embed(TEXTS), atol=1e-5)
