@@ -1,7 +1,8 @@
 """MessagePack codec for SemBlend events and the decoder of Dynamo's ``kv-events``.
 
-Wire form (mimics Dynamo's event plane, reference/dynamo.md §1.2): a msgpack map
-``{publisher_id, sequence, published_at, topic, payload}`` whose ``payload`` is the msgpack map of one
+Wire form (mimics Dynamo's event plane): a msgpack map
+``{publisher_id, sequence, published_at, topic, payload}`` (only ``topic`` and ``payload`` are required; extra
+keys such as ``published_at_ns`` are ignored) whose ``payload`` is the msgpack map of one
 model (wire key ``schema`` = ``semblend.<kind>/v1``). Every decoder raises :class:`RejectedMessage`
 with a short ``reason`` (counted by the caller) for anything malformed, truncated, oversized,
 wrong-version or from another deployment; it never raises anything else.
@@ -30,7 +31,10 @@ from .subjects import KV_EVENTS_TOPIC, TOPIC_BY_KIND
 
 M = TypeVar("M", bound=SemblendEvent)
 
-ENVELOPE_KEYS = frozenset({"publisher_id", "sequence", "published_at", "topic", "payload"})
+ENVELOPE_KEYS = frozenset({"topic", "payload"})
+"""The envelope keys a decoder needs; any other key (``published_at_ns`` ...) is accepted and ignored."""
+ENVELOPE_HEADER_KEYS = ("publisher_id", "sequence", "published_at")
+"""Optional u64 header fields (0 when absent, range-checked when present)."""
 
 REJECT_REASONS = (
     "oversized",
@@ -98,11 +102,11 @@ def _open_envelope(data: bytes, max_bytes: int) -> tuple[dict[str, Any], bytes]:
     if len(data) > max_bytes:
         raise RejectedMessage("oversized", f"{len(data)} > {max_bytes} bytes")
     env = _unpack(bytes(data), "envelope")
-    if not isinstance(env, dict) or set(env) != ENVELOPE_KEYS:
-        raise RejectedMessage("bad_envelope", "expected {publisher_id, sequence, published_at, topic, payload}")
+    if not isinstance(env, dict) or not ENVELOPE_KEYS <= env.keys():
+        raise RejectedMessage("bad_envelope", "expected a map with topic and payload")
     payload = env["payload"]
-    for key in ("publisher_id", "sequence", "published_at"):
-        value = env[key]
+    for key in ENVELOPE_HEADER_KEYS:
+        value = env.setdefault(key, 0)
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _U64:
             raise RejectedMessage("bad_envelope", f"{key} is not a u64")
     if not isinstance(env["topic"], str) or not isinstance(payload, bytes):

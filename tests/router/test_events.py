@@ -266,3 +266,22 @@ def test_subjects_sit_beside_dynamo_kv_events() -> None:
         Subjects.for_endpoint("a.b", "c", "d")
     with pytest.raises(ValueError):
         Subjects.for_endpoint("a", "*", "d")
+
+
+def test_envelope_requires_only_the_keys_used_and_ignores_extras() -> None:
+    """Upstream Dynamo adds ``published_at_ns``; extra keys are ignored, the used ones still required."""
+    registration = _registration()
+    env = msgpack.unpackb(encode(registration), raw=False)
+    extended = msgpack.packb(dict(env, published_at_ns=1795282782115000000, future={"x": 1}), use_bin_type=True)
+    assert decode(extended, DonorRegistration, max_bytes=MAX) == registration
+    minimal = msgpack.packb({"topic": env["topic"], "payload": env["payload"]}, use_bin_type=True)
+    assert decode(minimal, DonorRegistration, max_bytes=MAX) == registration
+    for missing in ("topic", "payload"):
+        assert _reason(msgpack.packb({k: v for k, v in env.items() if k != missing})) == "bad_envelope"
+    assert _reason(msgpack.packb(dict(env, sequence=-1))) == "bad_envelope"
+
+    kv = msgpack.unpackb(_kv_message([_router_event(1, "cleared")]), raw=False)
+    batch = decode_kv_events(msgpack.packb(dict(kv, published_at_ns=1, sequence=9), use_bin_type=True), max_bytes=MAX)
+    assert (batch.sequence, len(batch.events)) == (9, 1)
+    bare = decode_kv_events(msgpack.packb({"topic": "kv-events", "payload": kv["payload"]}), max_bytes=MAX)
+    assert (bare.publisher_id, bare.sequence, len(bare.events)) == (0, 0, 1)
