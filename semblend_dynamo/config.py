@@ -143,6 +143,16 @@ class SemblendConfig(BaseModel):
         8, ge=0, description="router: max active requests a donor's worker may exceed the least loaded one by"
     )
     max_message_bytes: int = Field(1 << 20, ge=1024, description="messages larger than this are rejected")
+    sync_page_donors: int = Field(256, ge=1, le=4096, description="router: donor registrations per sync reply page")
+    sync_rate_per_s: float = Field(
+        20.0, gt=0, description="router: sync requests answered per second per requesting router (excess counted)"
+    )
+    embed_queue_size: int = Field(
+        64, ge=1, description="router: prompts waiting for an embedding (beyond: routed exact-only, counted)"
+    )
+    embed_budget_ms: float = Field(
+        50.0, gt=0, description="router: longest a request waits for its prompt embedding (beyond: exact-only, counted)"
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
     metrics_host: str = Field("127.0.0.1", description="bind address of the metrics/health server")
 

@@ -189,6 +189,31 @@ class DonorDiscovery:
                 self._pending.add(future)
             future.add_done_callback(self._pending_done)
 
+    def register_embedding(self, donor_id: str, namespace_digest: str, vector: np.ndarray) -> list[str]:
+        """Index a donor known only by its embedding (a peer's registration: no tokens, so no spans).
+
+        A known id is replaced. Returns the donor ids the index pushed out by its capacity bound.
+        """
+        if self.index is None:
+            return []
+        with self._lock:
+            self._generation += 1
+            self._donors.pop(donor_id, None)
+            self._forget(donor_id)
+            self._donors[donor_id] = self._generation
+            try:
+                evicted = self.index.insert(donor_id, namespace_digest, vector)
+            except DonorIndexError as exc:
+                del self._donors[donor_id]
+                self.counters["donor_embedding_errors"] += 1
+                log.debug("donor %s not indexed: %s", donor_id, exc)
+                return []
+            for gone in evicted:
+                if self._donors.pop(gone, None) is not None:
+                    self.aligner.remove_donor(gone)
+                    self.counters["donors_evicted"] += 1
+            return evicted
+
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (evicted or released on its worker). False if unknown."""
         with self._lock:

@@ -102,7 +102,7 @@ def _open_envelope(data: bytes, max_bytes: int) -> tuple[dict[str, Any], bytes]:
     if len(data) > max_bytes:
         raise RejectedMessage("oversized", f"{len(data)} > {max_bytes} bytes")
     env = _unpack(bytes(data), "envelope")
-    if not isinstance(env, dict) or not ENVELOPE_KEYS <= env.keys():
+    if not isinstance(env, dict) or not env.keys() >= ENVELOPE_KEYS:
         raise RejectedMessage("bad_envelope", "expected a map with topic and payload")
     payload = env["payload"]
     for key in ENVELOPE_HEADER_KEYS:

@@ -30,9 +30,9 @@ from ..events.subscriber import EventSubscriber
 from ..namespace import ModelIdentity, tenant_of
 from ..pipeline import DonorDiscovery
 from ..tokenizer import TokenizerAdapter
+from .catalog import DonorCatalog
 from .health import HealthServer, HealthStatus
 from .metrics import RouterMetrics
-from .residency import Residency
 
 log = logging.getLogger("semblend_dynamo.router")
 
@@ -123,7 +123,6 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     link = NatsLink(cfg, name=f"semblend-router-{router_id[:8]}")
     os.environ.setdefault("NATS_SERVER", cfg.nats_url)
     event_plane = "nats" if nats_reachable(os.environ["NATS_SERVER"]) else "zmq"
-    residency = Residency(cfg.index_capacity)
     serving = False
 
     def health() -> HealthStatus:
@@ -140,11 +139,13 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
             nats_connected=link.connected,
             event_plane=event_plane,
             reasons=reasons,
-            donors=len(residency),
-            workers=len(residency.workers()),
+            donors=len(catalog),
+            workers=len(catalog.workers()),
         )
 
     router: SemanticRouter | None = None
+    discovery = build_discovery(cfg)
+    catalog = DonorCatalog(cfg.index_capacity, discovery)
 
     def exposition() -> bytes:
         if router is not None:
@@ -154,7 +155,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     http: HealthServer | None = None
     if cfg.metrics_port:
         http = HealthServer(
-            cfg.metrics_host, cfg.metrics_port, health=health, metrics=exposition, donors=residency.snapshot
+            cfg.metrics_host, cfg.metrics_port, health=health, metrics=exposition, donors=catalog.snapshot
         )
         await http.start()
     if event_plane != "nats":
@@ -167,7 +168,6 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     drt = DistributedRuntime(loop, os.environ.get("DYN_DISCOVERY_BACKEND", "etcd"), "tcp", event_plane=event_plane)
     worker_ep = drt.endpoint(f"{cfg.dynamo_namespace}.{cfg.worker_component}.{cfg.worker_endpoint}")
     kv_router = KvRouter(worker_ep, cfg.block_size, KvRouterConfig())
-    discovery = build_discovery(cfg)
     publisher = EvidencePublisher(
         link,
         queue_size=cfg.evidence_queue_size,
@@ -178,7 +178,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
         cfg,
         kv_router=kv_router,
         discovery=discovery,
-        residency=residency,
+        catalog=catalog,
         link=link,
         publisher=publisher,
         metrics=metrics,

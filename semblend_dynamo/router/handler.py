@@ -5,7 +5,7 @@
 1. exact first: Dynamo's own overlap (``KvRouter.get_overlap_scores``, with the request's LoRA and cache
    namespace). Coverage at or above ``exact_route_threshold`` -> ``exact_prefix_route``, no semantic work;
 2. otherwise the core pipeline (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) over the donors that
-   :class:`~semblend_dynamo.router.residency.Residency` says are resident on live workers in the request's
+   :class:`~semblend_dynamo.router.catalog.DonorCatalog` says are resident on live workers in the request's
    namespace: token-exact spans first, the prompt embedding only when spans find nothing
    (:func:`discover_resident`);
 3. evidence with a resident primary donor whose worker is within ``placement_load_slack`` of the least
@@ -28,7 +28,6 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -55,8 +54,8 @@ from ..events.subjects import Subjects
 from ..namespace import NamespaceKey
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
+from .catalog import DonorCatalog
 from .metrics import RouterMetrics
-from .residency import Residency
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +63,6 @@ EXTRA_ARGS_KEY = "semblend"
 """``extra_args[EXTRA_ARGS_KEY]`` carries the DonorHint (schema ``semblend.hint/v1``) to the worker."""
 
 GAP_RESYNC_DELAY_S = 1.0
-PENDING_LOCAL_DONORS = 4096
-"""Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
 
 
@@ -138,7 +135,7 @@ class SemanticRouter:
         *,
         kv_router: KvRouterLike,
         discovery: DonorDiscovery | None,
-        residency: Residency,
+        catalog: DonorCatalog,
         link: NatsLink,
         publisher: EvidencePublisher,
         metrics: RouterMetrics,
@@ -149,7 +146,7 @@ class SemanticRouter:
         self.cfg = cfg
         self.kv_router = kv_router
         self.discovery = discovery
-        self.residency = residency
+        self.catalog = catalog
         self.link = link
         self.publisher = publisher
         self.metrics = metrics
@@ -161,8 +158,6 @@ class SemanticRouter:
         self._embedding_tasks: set[asyncio.Future[Any]] = set()
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
-        self._local_tokens: OrderedDict[str, tuple[NamespaceKey, list[int]]] = OrderedDict()
-        self._gauges_stale = True
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -244,8 +239,8 @@ class SemanticRouter:
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
         self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)
         decision.reason = result.decision.reason
-        donor = self.residency.donor(result.primary_donor) if result.primary_donor else None
-        if donor is None or not self.residency.is_resident(donor.donor_id):
+        donor = self.catalog.resident_donor(result.primary_donor) if result.primary_donor else None
+        if donor is None:
             decision.reason = decision.reason or DeclineReason.NO_CANDIDATE
             return
         worker_id, dp_rank = donor.worker
@@ -428,58 +423,17 @@ class SemanticRouter:
         except Exception:
             log.exception("donor registration failed")
             return
-        self._local_tokens[registration.donor_id] = (routed.namespace, routed.tokens)
-        while len(self._local_tokens) > PENDING_LOCAL_DONORS:
-            self._local_tokens.popitem(last=False)
-        self._add_donor(registration)
+        self.catalog.add(registration, local=(routed.namespace, routed.tokens))
         self.publisher.offer(self.subjects.donors, registration)
-
-    def _add_donor(self, registration: DonorRegistration) -> None:
-        known = self.residency.donor(registration.donor_id)
-        if known is not None and known.registration.registered_at >= registration.registered_at:
-            return
-        for evicted in self.residency.add_donor(registration):
-            self._forget_donor(evicted)
-        self._apply_residency_changes()
-
-    def _apply_residency_changes(self) -> None:
-        """Keep the pipeline's donors equal to the resident ones: add on arrival, drop on eviction."""
-        changes = self.residency.take_changes()
-        if not changes:
-            return
-        for donor_id, resident in changes:
-            entry = self.residency.donor(donor_id)
-            if entry is None:
-                continue
-            if not resident:
-                self._forget_donor(donor_id)
-            elif self.discovery is not None:
-                local = self._local_tokens.pop(donor_id, None)
-                if local is not None:  # registered here: spans from its tokens, the embedding already computed
-                    vector = entry.registration.vector() if entry.registration.embedding_dim else None
-                    self.discovery.register_donor(donor_id, local[0], local[1], embedding=vector)
-                elif self.discovery.index is not None and entry.registration.embedding_dim == self.discovery.index.dim:
-                    reg = entry.registration
-                    for evicted in self.discovery.index.insert(donor_id, reg.namespace, reg.vector()):
-                        self._forget_donor(evicted)
-        self._gauges_stale = True
-
-    def _forget_donor(self, donor_id: str) -> None:
-        self.residency.remove_donor(donor_id)
-        self._local_tokens.pop(donor_id, None)
-        if self.discovery is not None:
-            self.discovery.remove_donor(donor_id)
-            if self.discovery.index is not None:
-                self.discovery.index.delete(donor_id)
 
     def refresh_gauges(self) -> None:
         """Called before each metrics scrape: the donor gauges cost a pass over the catalog, so not per event."""
-        if not self._gauges_stale:
+        if not self.catalog.changed:
             return
-        self._gauges_stale = False
-        self.metrics.donors_total.set(len(self.residency))
+        self.catalog.changed = False
+        self.metrics.donors_total.set(len(self.catalog))
         self.metrics.donors.clear()
-        for (worker_id, dp_rank), (total, resident) in self.residency.donors_per_worker().items():
+        for (worker_id, dp_rank), (total, resident) in self.catalog.donors_per_worker().items():
             self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "indexed").set(total)
             self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "resident").set(resident)
 
@@ -491,14 +445,9 @@ class SemanticRouter:
     # --- event handlers -------------------------------------------------------------------------
     def on_kv_events(self, batch: KvEventBatch) -> None:
         """Called for each decoded kv-events message."""
-        blocks = 0
-        gaps = self.residency.event_gaps
-        for event in batch.events:
-            self.residency.apply(event)
-            blocks += event.num_blocks
-        self.metrics.kv_blocks_in.inc(blocks)
-        self._apply_residency_changes()
-        if self.residency.event_gaps > gaps and self._gap_resync is None:
+        gaps = self.catalog.apply_kv_events(batch.events)
+        self.metrics.kv_blocks_in.inc(sum(event.num_blocks for event in batch.events))
+        if gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
 
     async def _resync_after_gap(self) -> None:
@@ -513,10 +462,9 @@ class SemanticRouter:
         """A registration (peer or sync reply) or a connector's lifecycle event."""
         if isinstance(event, DonorRegistration):
             if event.router_id != self.router_id:
-                self._add_donor(event)
+                self.catalog.add(event)
         elif isinstance(event, DonorLifecycle) and event.event == "evicted":
-            self._forget_donor(event.donor_id)
-            self._gauges_stale = True
+            self.catalog.forget(event.donor_id)
 
     def on_outcome(self, event: SemblendEvent, msg: Msg) -> None:
         """A connector's outcome for a request; donors the backend reports gone leave the index."""
@@ -524,16 +472,16 @@ class SemanticRouter:
             return
         self.metrics.outcomes_reported.labels(event.outcome).inc()
         if event.donor_id and event.rejection_reason in _GONE_REASONS:
-            self._forget_donor(event.donor_id)
-            self._gauges_stale = True
+            self.catalog.forget(event.donor_id)
 
     async def on_sync_request(self, msg: Msg) -> None:
         """A starting peer asks for every registration this replica holds; replies go to its inbox."""
         if not msg.reply or msg.reply == self.sync_inbox:
             return
-        for i, entry in enumerate(list(self.residency.donors())):
+        registrations, _ = self.catalog.page(0, len(self.catalog) + 1)
+        for i, registration in enumerate(registrations):
             try:
-                await self.link.publish(msg.reply, self.publisher.encode(entry.registration))
+                await self.link.publish(msg.reply, self.publisher.encode(registration))
             except ConnectionError:
                 return
             if i % 256 == 255:
@@ -551,8 +499,7 @@ class SemanticRouter:
         except RejectedMessage as exc:
             log.warning("KV index dump unusable (%s); keeping the live mirror", exc)
             return False
-        self.residency.merge_dump(events)
-        self._apply_residency_changes()
+        self.catalog.merge_dump(events)
         return True
 
     def retain_workers(self, live_worker_ids: Sequence[int]) -> None:
@@ -560,12 +507,9 @@ class SemanticRouter:
         if not live_worker_ids and not self._live_workers_seen:
             return
         self._live_workers_seen = True
-        removed = self.residency.retain_workers(set(live_worker_ids))
-        for donor_id in removed:
-            self._forget_donor(donor_id)
+        removed = self.catalog.retain_workers(live_worker_ids)
         if removed:
             log.info("workers left: %d donors removed", len(removed))
-            self._gauges_stale = True
 
 
 def discover_resident(

@@ -23,9 +23,9 @@ from semblend_dynamo.events.schemas import (
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.router.__main__ import build_discovery
+from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.handler import BadRequest, SemanticRouter
 from semblend_dynamo.router.metrics import RouterMetrics
-from semblend_dynamo.router.residency import Residency
 
 W1, W2 = 101, 202
 BLOCK = 16
@@ -75,11 +75,12 @@ def _router(
     cfg = SemblendConfig(block_size=BLOCK, embedder="hash", min_span_tokens=32, min_donor_tokens=64, **settings)
     link = link_cls(cfg, name="test")
     kv = KvRouterTestDouble()
+    discovery = build_discovery(cfg)
     router = SemanticRouter(
         cfg,
         kv_router=kv,
-        discovery=build_discovery(cfg),
-        residency=Residency(100),
+        discovery=discovery,
+        catalog=DonorCatalog(100, discovery),
         link=link,
         publisher=EvidencePublisher(link, queue_size=8),
         metrics=RouterMetrics(),
@@ -102,9 +103,8 @@ def _prompt(order: tuple[int, ...]) -> list[int]:
 def _make_resident_donor(router: SemanticRouter, tokens: list[int], worker: int) -> None:
     """What the router does after serving ``tokens`` on ``worker``, then the worker's stored event."""
     routed = router.parse({"token_ids": tokens})
-    router._local_tokens["donor"] = (routed.namespace, tokens)
     hashes = compute_block_hash_for_seq(tokens, BLOCK)
-    router._add_donor(
+    router.catalog.add(
         DonorRegistration(
             donor_id="donor",
             donor_key=request_key(tokens),
@@ -116,7 +116,8 @@ def _make_resident_donor(router: SemanticRouter, tokens: list[int], worker: int)
             block_hashes=hashes,
             embedding=b"",
             embedding_dim=0,
-        )
+        ),
+        local=(routed.namespace, tokens),
     )
     stored = KvStored(block_hashes=list(range(1, len(hashes) + 1)), tokens_hashes=hashes)
     router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=worker, event_id=1, data=stored)]))
@@ -138,7 +139,7 @@ def test_bad_requests_get_a_clear_error(bad: dict[str, Any]) -> None:
 async def test_reordered_prompt_is_placed_on_the_donor_worker_with_a_hint() -> None:
     router, kv = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
-    assert router.residency.is_resident("donor")
+    assert router.catalog.is_resident("donor")
     target = _prompt((2, 0, 1))
     outputs = await _run(router, {"token_ids": target})
     assert outputs[0]["routing_data"]["worker_id"]["decode_worker_id"] == W1
@@ -195,9 +196,9 @@ async def test_connector_reports_of_eviction_remove_the_donor() -> None:
         donor_id="donor",
     )
     router.on_outcome(report, None)  # type: ignore[arg-type]
-    assert "donor" not in router.residency and "donor" not in router.discovery
+    assert "donor" not in router.catalog and "donor" not in router.discovery
     assert router.metrics.outcomes_reported.labels("backend_declined")._value.get() == 1
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
     lifecycle = DonorLifecycle(donor_id="donor", worker_id=W1, deployment="dep", namespace="n", event="evicted")
     router.on_donor_event(lifecycle, None)  # type: ignore[arg-type]
-    assert "donor" not in router.residency
+    assert "donor" not in router.catalog

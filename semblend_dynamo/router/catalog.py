@@ -1,0 +1,207 @@
+"""The router's donor state behind one object: the catalog, residency and the pipeline's donors, one lock.
+
+:class:`DonorCatalog` is the only writer of the router's donor set. It keeps three things equal:
+
+* the catalog of :class:`DonorRegistration` (local and peers'), with its resident sets (:class:`Residency`);
+* the discovery pipeline's donors (spans and embedding index): exactly the resident ones, added on arrival and
+  dropped on eviction, through :class:`~semblend_dynamo.pipeline.DonorDiscovery`'s own methods;
+* the sync cursor order (:meth:`page`): registrations in the order they were last added.
+
+Every method takes the catalog's lock, so the event loop, registration threads and the metrics scrape may call
+it concurrently. Nothing here awaits.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
+
+from ..events.schemas import DonorRegistration, KvEvent
+from ..namespace import NamespaceKey
+from ..pipeline import DonorDiscovery
+from .residency import DonorEntry, Residency, WorkerKey
+
+PENDING_LOCAL_DONORS = 4096
+"""Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
+
+
+class DonorCatalog:
+    """Owns every donor the router knows; see the module docstring."""
+
+    def __init__(self, capacity: int, discovery: DonorDiscovery | None) -> None:
+        self._lock = threading.RLock()
+        self._residency = Residency(capacity)
+        self._discovery = discovery
+        self._local_tokens: OrderedDict[str, tuple[NamespaceKey, list[int]]] = OrderedDict()
+        self._seq = 0
+        self._seq_of: dict[str, int] = {}
+        self._order: list[int] = []  # sequence numbers in add order (stale ones skipped, compacted when many)
+        self._id_at: dict[int, str] = {}
+        self.changed = True
+        """Set on every change; the metrics scrape clears it after refreshing the donor gauges."""
+
+    # --- writes ----------------------------------------------------------------------------------
+    def add(self, registration: DonorRegistration, local: tuple[NamespaceKey, list[int]] | None = None) -> bool:
+        """Add a registration (a peer's, a sync page's, or ``local`` with its prompt tokens for spans).
+
+        An older copy of a known donor is ignored (returns False).
+        """
+        with self._lock:
+            donor_id = registration.donor_id
+            known = self._residency.donor(donor_id)
+            if known is not None and known.registration.registered_at >= registration.registered_at:
+                return False
+            if local is not None:
+                self._local_tokens[donor_id] = local
+                while len(self._local_tokens) > PENDING_LOCAL_DONORS:
+                    self._local_tokens.popitem(last=False)
+            for evicted in self._residency.add_donor(registration):
+                self._forget_locked(evicted)
+            self._sequence(donor_id)
+            self._sync_pipeline()
+            self.changed = True
+            return True
+
+    def forget(self, donor_id: str) -> bool:
+        """A donor is gone (evicted on its worker, reported gone by a connector). False if unknown."""
+        with self._lock:
+            known = donor_id in self._residency
+            self._forget_locked(donor_id)
+            self.changed = True
+            return known
+
+    def apply_kv_events(self, events: Iterable[KvEvent]) -> int:
+        """Apply Dynamo kv-events in arrival order; returns the event-id gaps they revealed."""
+        with self._lock:
+            gaps = self._residency.event_gaps
+            for event in events:
+                self._residency.apply(event)
+            self._sync_pipeline()
+            return self._residency.event_gaps - gaps
+
+    def merge_dump(self, events: Iterable[KvEvent]) -> None:
+        """Stored blocks recovered from Dynamo's index (see :meth:`Residency.merge_dump`)."""
+        with self._lock:
+            self._residency.merge_dump(events)
+            self._sync_pipeline()
+
+    def retain_workers(self, live_worker_ids: Collection[int]) -> list[str]:
+        """Donors of departed workers leave; returns their ids."""
+        with self._lock:
+            removed = self._residency.retain_workers(set(live_worker_ids))
+            for donor_id in removed:
+                self._forget_locked(donor_id)
+            if removed:
+                self.changed = True
+            return removed
+
+    # --- reads -----------------------------------------------------------------------------------
+    def resident_donor(self, donor_id: str) -> DonorEntry | None:
+        """The donor if it is known and resident now."""
+        with self._lock:
+            entry = self._residency.donor(donor_id)
+            return entry if entry is not None and self._residency.is_resident(donor_id) else None
+
+    def is_resident(self, donor_id: str) -> bool:
+        with self._lock:
+            return self._residency.is_resident(donor_id)
+
+    def page(self, after: int, limit: int) -> tuple[list[DonorRegistration], int | None]:
+        """Up to ``limit`` registrations added after cursor ``after`` (0: from the start) and the next cursor.
+
+        The cursor is the catalog's add sequence, so a page never repeats or skips a donor that stayed known;
+        the next cursor is None on the last page.
+        """
+        with self._lock:
+            out: list[DonorRegistration] = []
+            last = after
+            for seq in self._order[bisect.bisect_right(self._order, after) :]:
+                donor_id = self._id_at.get(seq)
+                if donor_id is None:
+                    continue
+                if len(out) == limit:
+                    return out, last
+                entry = self._residency.donor(donor_id)
+                if entry is not None:
+                    out.append(entry.registration)
+                    last = seq
+            return out, None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._residency)
+
+    def __contains__(self, donor_id: object) -> bool:
+        with self._lock:
+            return donor_id in self._residency
+
+    @property
+    def event_gaps(self) -> int:
+        return self._residency.event_gaps
+
+    def workers(self) -> list[WorkerKey]:
+        with self._lock:
+            return self._residency.workers()
+
+    def donors_per_worker(self) -> dict[WorkerKey, tuple[int, int]]:
+        with self._lock:
+            return self._residency.donors_per_worker()
+
+    def snapshot(self) -> list[dict[str, object]]:
+        with self._lock:
+            return self._residency.snapshot()
+
+    def resident(self, namespace: str) -> set[str]:
+        """A copy of the donor ids resident in ``namespace``."""
+        with self._lock:
+            return set(self._residency.resident(namespace))
+
+    # --- internals (lock held) -------------------------------------------------------------------
+    def _sequence(self, donor_id: str) -> None:
+        old = self._seq_of.pop(donor_id, None)
+        if old is not None:
+            self._id_at.pop(old, None)
+        self._seq += 1
+        self._seq_of[donor_id] = self._seq
+        self._id_at[self._seq] = donor_id
+        self._order.append(self._seq)
+        if len(self._order) > 2 * len(self._id_at) + 1024:
+            self._order = [s for s in self._order if s in self._id_at]
+
+    def _forget_locked(self, donor_id: str) -> None:
+        self._residency.remove_donor(donor_id)
+        self._local_tokens.pop(donor_id, None)
+        seq = self._seq_of.pop(donor_id, None)
+        if seq is not None:
+            self._id_at.pop(seq, None)
+        if self._discovery is not None:
+            self._discovery.remove_donor(donor_id)
+
+    def _sync_pipeline(self) -> None:
+        """Keep the pipeline's donors equal to the resident ones."""
+        changes = self._residency.take_changes()
+        if not changes:
+            return
+        self.changed = True
+        for donor_id, resident in changes:
+            entry = self._residency.donor(donor_id)
+            if entry is None:
+                continue
+            if not resident:  # its KV is partly gone: a peer's copy would have to be re-registered anyway
+                self._forget_locked(donor_id)
+            elif self._discovery is not None:
+                self._index(entry, self._local_tokens.pop(donor_id, None))
+
+    def _index(self, entry: DonorEntry, local: tuple[NamespaceKey, Sequence[int]] | None) -> None:
+        assert self._discovery is not None
+        reg = entry.registration
+        vector = reg.vector() if reg.embedding_dim else None
+        if local is not None:  # registered here: spans from its tokens, the embedding already computed
+            self._discovery.register_donor(reg.donor_id, local[0], local[1], embedding=vector)
+            return
+        index = self._discovery.index
+        if vector is not None and index is not None and reg.embedding_dim == index.dim:
+            for evicted in self._discovery.register_embedding(reg.donor_id, reg.namespace, vector):
+                self._forget_locked(evicted)

@@ -1,0 +1,110 @@
+"""DonorCatalog: the one owner of the router's donors keeps catalog, residency and the pipeline equal."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvRemoved, KvStored
+from semblend_dynamo.router.__main__ import build_discovery
+from semblend_dynamo.router.catalog import DonorCatalog
+
+W1 = 11
+
+
+def _donor(donor_id: str, hashes: list[int], dim: int, registered_at: float = 1.0) -> DonorRegistration:
+    vector = np.random.default_rng(len(donor_id) + hashes[0]).standard_normal(dim).astype(np.float32)
+    embedding, edim = DonorRegistration.pack_embedding(vector / np.linalg.norm(vector))
+    return DonorRegistration(
+        donor_id=donor_id,
+        worker_id=W1,
+        deployment="d",
+        namespace="ns",
+        num_tokens=16 * len(hashes),
+        block_size=16,
+        block_hashes=hashes,
+        embedding=embedding,
+        embedding_dim=edim,
+        registered_at=registered_at,
+    )
+
+
+def _stored(event_id: int, *hashes: int) -> KvEvent:
+    return KvEvent(W1, event_id, KvStored([1000 + h for h in hashes], list(hashes)))
+
+
+def _catalog(capacity: int = 100) -> tuple[DonorCatalog, int]:
+    discovery = build_discovery(SemblendConfig(block_size=16, embedder="hash"))
+    assert discovery is not None and discovery.index is not None
+    return DonorCatalog(capacity, discovery), discovery.index.dim
+
+
+def test_a_peer_donor_enters_the_pipeline_only_while_resident() -> None:
+    catalog, dim = _catalog()
+    discovery = catalog._discovery
+    assert discovery is not None and discovery.index is not None
+    assert catalog.add(_donor("peer", [1, 2], dim))
+    assert "peer" in catalog and "peer" not in discovery.index
+    catalog.apply_kv_events([_stored(1, 1, 2)])
+    assert catalog.resident_donor("peer") is not None and "peer" in discovery and "peer" in discovery.index
+    catalog.apply_kv_events([KvEvent(W1, 2, KvRemoved([1001]))])
+    assert "peer" not in catalog and "peer" not in discovery and "peer" not in discovery.index
+    assert catalog.changed
+
+
+def test_older_copies_are_ignored_and_capacity_evicts_from_the_pipeline_too() -> None:
+    catalog, dim = _catalog(capacity=2)
+    discovery = catalog._discovery
+    assert discovery is not None
+    catalog.apply_kv_events([_stored(1, 1, 2, 3)])
+    assert catalog.add(_donor("a", [1], dim, registered_at=5.0))
+    assert not catalog.add(_donor("a", [1], dim, registered_at=4.0))
+    catalog.add(_donor("b", [2], dim))
+    catalog.add(_donor("c", [3], dim))
+    assert "a" not in catalog and "a" not in discovery and {"b", "c"} <= set(catalog.resident("ns"))
+    assert catalog.forget("b") and not catalog.forget("b") and "b" not in discovery
+
+
+def test_pages_cover_every_donor_once_while_the_catalog_changes() -> None:
+    catalog, dim = _catalog(capacity=1000)
+    for i in range(25):
+        catalog.add(_donor(f"d{i:02d}", [i + 1], dim))
+    seen: list[str] = []
+    page, cursor = catalog.page(0, 10)
+    seen += [r.donor_id for r in page]
+    catalog.forget("d15")
+    catalog.add(_donor("late", [99], dim))
+    while cursor is not None:
+        page, cursor = catalog.page(cursor, 10)
+        seen += [r.donor_id for r in page]
+    assert len(seen) == len(set(seen)) == 25  # 24 originals (d15 left) + the late one
+    assert "d15" not in seen and "late" in seen
+
+
+def test_concurrent_writers_and_readers_keep_catalog_and_pipeline_equal() -> None:
+    catalog, dim = _catalog(capacity=10_000)
+    discovery = catalog._discovery
+    assert discovery is not None
+    catalog.apply_kv_events([_stored(1, *range(1, 401))])
+    errors: list[BaseException] = []
+
+    def writer(offset: int) -> None:
+        try:
+            for i in range(200):
+                catalog.add(_donor(f"w{offset}-{i}", [offset * 200 + i + 1], dim))
+                if i % 3 == 0:
+                    catalog.forget(f"w{offset}-{i}")
+                catalog.page(0, 50)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    known = {f"w{k}-{i}" for k in range(2) for i in range(200) if i % 3}
+    assert {d for d in known if d in catalog} == known and len(catalog) == len(known) == len(discovery)
