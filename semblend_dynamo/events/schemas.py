@@ -197,12 +197,49 @@ class OutcomeReport(SemblendEvent):
     ts: float = Field(default_factory=time.time)
 
 
+MAX_SYNC_PAGE = 4096
+
+
+class DonorSyncRequest(SemblendEvent):
+    """A router asks its peers for their donor registrations, one page per request (``...donors.sync``).
+
+    The reply goes to the requester's own sync inbox (``_INBOX.semblend.<router_id>``, checked by the responder).
+    ``target`` None asks every peer for its first page; a follow-up names the peer whose ``next_cursor`` it sends.
+    """
+
+    KIND: ClassVar[str] = "sync"
+    schema_: Literal["semblend.sync/v1"] = Field("semblend.sync/v1", alias="schema")
+    router_id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    deployment: Digest
+    target: str | None = Field(None, max_length=64)
+    cursor: NonNeg = 0
+
+
+class DonorSyncPage(SemblendEvent):
+    """One page of a peer's donor catalog, the one reply to one :class:`DonorSyncRequest`."""
+
+    KIND: ClassVar[str] = "syncpage"
+    schema_: Literal["semblend.syncpage/v1"] = Field("semblend.syncpage/v1", alias="schema")
+    router_id: Identifier
+    deployment: Digest
+    registrations: list[DonorRegistration] = Field(max_length=MAX_SYNC_PAGE)
+    next_cursor: NonNeg | None = None
+
+    @model_validator(mode="after")
+    def _one_deployment(self) -> DonorSyncPage:
+        if any(r.deployment != self.deployment for r in self.registrations):
+            raise ValueError("a sync page carries registrations of another deployment")
+        return self
+
+
 EVENT_MODELS: tuple[type[SemblendEvent], ...] = (
     DonorHint,
     RouteEvidence,
     DonorRegistration,
     DonorLifecycle,
     OutcomeReport,
+    DonorSyncRequest,
+    DonorSyncPage,
 )
 MODEL_BY_SCHEMA: dict[str, type[SemblendEvent]] = {f"semblend.{m.KIND}/v1": m for m in EVENT_MODELS}
 KIND_BY_PREFIX: dict[str, type[SemblendEvent]] = {f"semblend.{m.KIND}/": m for m in EVENT_MODELS}

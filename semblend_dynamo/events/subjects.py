@@ -18,6 +18,7 @@ EVIDENCE_TOPIC = "semblend.evidence"
 DONORS_TOPIC = "semblend.donors"
 OUTCOMES_TOPIC = "semblend.outcomes"
 HINTS_TOPIC = "semblend.hints"
+DONORS_SYNC_TOPIC = DONORS_TOPIC + ".sync"
 
 TOPIC_BY_KIND: dict[str, str] = {
     "evidence": EVIDENCE_TOPIC,
@@ -25,6 +26,8 @@ TOPIC_BY_KIND: dict[str, str] = {
     "lifecycle": DONORS_TOPIC,
     "outcome": OUTCOMES_TOPIC,
     "hint": HINTS_TOPIC,
+    "sync": DONORS_SYNC_TOPIC,
+    "syncpage": DONORS_SYNC_TOPIC,
 }
 """Envelope ``topic`` of each message kind (registrations and lifecycle share the donors subject)."""
 
@@ -73,8 +76,8 @@ class Subjects(BaseModel):
 
     @property
     def donors_sync(self) -> str:
-        """Where a starting router asks its peers for every donor registration they hold (reply = its inbox)."""
-        return self.topic(DONORS_TOPIC + ".sync")
+        """Where a router asks its peers for their donor registrations, a page per request (reply = its inbox)."""
+        return self.topic(DONORS_SYNC_TOPIC)
 
     @property
     def outcomes(self) -> str:

@@ -25,7 +25,14 @@ from ..config import ConfigError, SemblendConfig, add_config_arguments, config_f
 from ..embedder import build_embedder
 from ..events.link import NatsLink
 from ..events.publisher import EvidencePublisher
-from ..events.schemas import DonorLifecycle, DonorRegistration, OutcomeReport, deployment_digest
+from ..events.schemas import (
+    DonorLifecycle,
+    DonorRegistration,
+    DonorSyncPage,
+    DonorSyncRequest,
+    OutcomeReport,
+    deployment_digest,
+)
 from ..events.subscriber import EventSubscriber
 from ..namespace import ModelIdentity, tenant_of
 from ..pipeline import DonorDiscovery
@@ -196,9 +203,9 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     subjects = router.subjects
     subscriber.kv_events(subjects.kv_events, router.on_kv_events)
     subscriber.semblend(subjects.donors, (DonorRegistration, DonorLifecycle), router.on_donor_event, stream="donors")
-    subscriber.semblend(router.sync_inbox, (DonorRegistration,), router.on_donor_event, stream="donors")
+    subscriber.semblend(router.sync_inbox, (DonorSyncPage,), router.on_sync_page, stream="sync_pages")
     subscriber.semblend(subjects.outcomes, (OutcomeReport,), router.on_outcome, stream="outcomes")
-    link.subscribe(subjects.donors_sync, router.on_sync_request)
+    subscriber.semblend(subjects.donors_sync, (DonorSyncRequest,), router.on_sync_request, stream="donors_sync")
 
     async def on_connect() -> None:
         await router.request_sync()

@@ -108,26 +108,23 @@ class DonorCatalog:
         with self._lock:
             return self._residency.is_resident(donor_id)
 
-    def page(self, after: int, limit: int) -> tuple[list[DonorRegistration], int | None]:
-        """Up to ``limit`` registrations added after cursor ``after`` (0: from the start) and the next cursor.
+    def page(self, after: int, limit: int) -> tuple[list[tuple[int, DonorRegistration]], bool]:
+        """Up to ``limit`` ``(cursor, registration)`` pairs added after cursor ``after`` (0: from the start).
 
-        The cursor is the catalog's add sequence, so a page never repeats or skips a donor that stayed known;
-        the next cursor is None on the last page.
+        The cursor is the catalog's add sequence, so paging never repeats or skips a donor that stayed known.
+        The flag says whether more follow.
         """
         with self._lock:
-            out: list[DonorRegistration] = []
-            last = after
+            out: list[tuple[int, DonorRegistration]] = []
             for seq in self._order[bisect.bisect_right(self._order, after) :]:
                 donor_id = self._id_at.get(seq)
-                if donor_id is None:
+                entry = None if donor_id is None else self._residency.donor(donor_id)
+                if entry is None:
                     continue
                 if len(out) == limit:
-                    return out, last
-                entry = self._residency.donor(donor_id)
-                if entry is not None:
-                    out.append(entry.registration)
-                    last = seq
-            return out, None
+                    return out, True
+                out.append((seq, entry.registration))
+            return out, False
 
     def __len__(self) -> int:
         with self._lock:

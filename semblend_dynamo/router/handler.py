@@ -44,6 +44,8 @@ from ..events.schemas import (
     DonorHint,
     DonorLifecycle,
     DonorRegistration,
+    DonorSyncPage,
+    DonorSyncRequest,
     KvEventBatch,
     OutcomeReport,
     RouteEvidence,
@@ -56,6 +58,7 @@ from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
 from .catalog import DonorCatalog
 from .metrics import RouterMetrics
+from .sync import SyncLimiter, build_page, check_request, sync_inbox
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +157,8 @@ class SemanticRouter:
         self.deployment = deployment
         self.router_id = router_id or uuid.uuid4().hex
         self.subjects = Subjects.for_config(cfg)
-        self.sync_inbox = f"_INBOX.semblend.{self.router_id}"
+        self.sync_inbox = sync_inbox(self.router_id)
+        self._sync_limiter = SyncLimiter(cfg.sync_rate_per_s)
         self._embedding_tasks: set[asyncio.Future[Any]] = set()
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
@@ -474,23 +478,50 @@ class SemanticRouter:
         if event.donor_id and event.rejection_reason in _GONE_REASONS:
             self.catalog.forget(event.donor_id)
 
-    async def on_sync_request(self, msg: Msg) -> None:
-        """A starting peer asks for every registration this replica holds; replies go to its inbox."""
-        if not msg.reply or msg.reply == self.sync_inbox:
+    async def on_sync_request(self, event: SemblendEvent, msg: Msg) -> None:
+        """A peer asks for a page of this replica's registrations: at most one reply, to its own inbox."""
+        if not isinstance(event, DonorSyncRequest):
             return
-        registrations, _ = self.catalog.page(0, len(self.catalog) + 1)
-        for i, registration in enumerate(registrations):
-            try:
-                await self.link.publish(msg.reply, self.publisher.encode(registration))
-            except ConnectionError:
-                return
-            if i % 256 == 255:
-                await asyncio.sleep(0)
+        reason = check_request(event, msg.reply, self.router_id)
+        if reason is None and not self._sync_limiter.allow(event.router_id):
+            reason = "rate_limited"
+        if reason:
+            self.metrics.events_rejected.labels("donors_sync", reason).inc()
+        if reason is not None:
+            return
+        entries, more = self.catalog.page(event.cursor, self.cfg.sync_page_donors)
+        page = build_page(
+            entries,
+            more,
+            router_id=self.router_id,
+            deployment=self.deployment,
+            fits=lambda p: len(self.publisher.encode(p)) <= self.cfg.max_message_bytes,
+        )
+        try:
+            await self.link.publish(msg.reply, self.publisher.encode(page))
+        except ConnectionError:
+            self.metrics.events_dropped.labels("syncpage", "disconnected").inc()
+            return
+        self.metrics.sync_replies.inc()
+
+    async def on_sync_page(self, event: SemblendEvent, msg: Msg) -> None:
+        """A peer's page: index its registrations, then ask that peer for the next page."""
+        if not isinstance(event, DonorSyncPage):
+            return
+        for registration in event.registrations:
+            if registration.router_id != self.router_id:
+                self.catalog.add(registration)
+        if event.next_cursor is not None and event.router_id != self.router_id:
+            await self._ask_sync(target=event.router_id, cursor=event.next_cursor)
 
     async def request_sync(self) -> None:
         """Called on every NATS (re)connect: ask peers for the registrations missed meanwhile."""
+        await self._ask_sync(target=None, cursor=0)
+
+    async def _ask_sync(self, *, target: str | None, cursor: int) -> None:
+        request = DonorSyncRequest(router_id=self.router_id, deployment=self.deployment, target=target, cursor=cursor)
         with contextlib.suppress(ConnectionError):
-            await self.link.publish(self.subjects.donors_sync, b"", reply=self.sync_inbox)
+            await self.link.publish(self.subjects.donors_sync, self.publisher.encode(request), reply=self.sync_inbox)
 
     async def resync_blocks(self) -> bool:
         """Recover stored blocks from Dynamo's KV index (after a reconnect or a gap)."""

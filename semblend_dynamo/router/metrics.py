@@ -8,7 +8,9 @@ from ..events.codec import REJECT_REASONS
 from ..outcomes import Outcome
 
 _LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
-STREAMS = ("kv_events", "donors", "outcomes")
+STREAMS = ("kv_events", "donors", "outcomes", "donors_sync", "sync_pages")
+SYNC_REJECT_REASONS = ("no_reply", "bad_reply_subject", "rate_limited")
+"""Why a decoded sync request got no reply (besides the codec's reasons)."""
 
 
 class RouterMetrics:
@@ -51,6 +53,9 @@ class RouterMetrics:
         )
         self.donors_total = Gauge("semblend_router_donors_total", "donors in the index", registry=r)
         self.nats_connected = Gauge("semblend_router_nats_connected", "1 while NATS is connected", registry=r)
+        self.sync_replies = Counter(
+            "semblend_router_sync_replies", "donor sync pages sent (one per valid request at most)", registry=r
+        )
         self.forward_retries = Counter(
             "semblend_router_forward_retries", "placements retried without restriction", ["reason"], registry=r
         )
@@ -60,6 +65,8 @@ class RouterMetrics:
             self.events_in.labels(stream)
             for reason in (*REJECT_REASONS, "handler_error"):
                 self.events_rejected.labels(stream, reason)
+        for reason in SYNC_REJECT_REASONS:
+            self.events_rejected.labels("donors_sync", reason)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
