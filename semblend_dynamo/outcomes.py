@@ -49,4 +49,6 @@ class DeclineReason(str, Enum):
     INVALID_EMBEDDING = "invalid_embedding"
     SEMANTIC_DISABLED = "semantic_disabled"
     CAPACITY = "capacity"
+    TENANT_UNKNOWN = "tenant_unknown"
+    """The request's tenant could not be established: it is its own tenant (neither gets nor gives donor KV)."""
     INTERNAL_ERROR = "internal_error"

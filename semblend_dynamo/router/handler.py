@@ -53,7 +53,7 @@ from ..events.schemas import (
     request_key,
 )
 from ..events.subjects import Subjects
-from ..namespace import NamespaceKey
+from ..namespace import NamespaceKey, tenant_of
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
 from .catalog import DonorCatalog
@@ -97,6 +97,8 @@ class RoutedRequest:
     cache_salt: str
     namespace: NamespaceKey
     key: str
+    tenant_known: bool = True
+    """False when the salt is unreadable or names no tenant: the request is its own tenant."""
 
 
 @dataclass
@@ -111,21 +113,29 @@ class Decision:
     latency_us: dict[str, float] = field(default_factory=dict)
 
 
-def routing_fields(request: Mapping[str, Any]) -> tuple[str, str]:
-    """``(lora_name, cache_salt)`` of a request.
+def routing_fields(request: Mapping[str, Any]) -> tuple[str, str | None]:
+    """``(lora_name, cache_salt)`` of a request; the salt is None when it is present but unreadable.
 
     The cache salt is Dynamo's ``routing.cache_namespace`` (what Dynamo hashes blocks with), else the
     ``extra_args.nvext.cache_salt`` that the stock frontend passes to backends; LoRA is ``routing.lora_name``.
+    A salt that is not a string (an integer salt id, a list) or names no tenant (``"|nonce"``) is unreadable:
+    the tenant cannot be established from it.
     """
     routing = request.get("routing") or {}
     extra = request.get("extra_args") or {}
     if not isinstance(routing, Mapping) or not isinstance(extra, Mapping):
         raise BadRequest("routing and extra_args must be maps")
-    nvext = extra.get("nvext") or {}
-    salt = routing.get("cache_namespace") or (nvext.get("cache_salt") if isinstance(nvext, Mapping) else None) or ""
     lora = routing.get("lora_name") or ""
-    if not isinstance(salt, str) or not isinstance(lora, str):
-        raise BadRequest("cache namespace / lora_name must be strings")
+    if not isinstance(lora, str):
+        raise BadRequest("lora_name must be a string")
+    nvext = extra.get("nvext")
+    salt: object = routing.get("cache_namespace")
+    if salt is None and nvext is not None:
+        salt = nvext.get("cache_salt") if isinstance(nvext, Mapping) else nvext
+    if salt is None or salt == "":
+        return lora, ""
+    if not isinstance(salt, str) or not tenant_of(salt):
+        return lora, None
     return lora, salt
 
 
@@ -198,6 +208,9 @@ class SemanticRouter:
             raise BadRequest(str(exc)) from None
         lora, salt = routing_fields(request)
         request_id = _context_id(context) or uuid.uuid4().hex
+        if salt is None:  # its own tenant: a namespace no other request has
+            unique = f"tenant_unknown:{uuid.uuid4().hex}"
+            return RoutedRequest(request_id, tokens, lora, "", self.namespace_of(lora, unique), key, tenant_known=False)
         return RoutedRequest(request_id, tokens, lora, salt, self.namespace_of(lora, salt), key)
 
     async def decide(self, routed: RoutedRequest) -> Decision:
@@ -223,6 +236,9 @@ class SemanticRouter:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
         if not self.cfg.enabled or self.discovery is None:
             decision.reason = DeclineReason.SEMANTIC_DISABLED
+            return decision
+        if not routed.tenant_known:
+            decision.reason = DeclineReason.TENANT_UNKNOWN
             return decision
         if not self.link.connected:
             decision.reason = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
@@ -378,7 +394,7 @@ class SemanticRouter:
     # --- donors ---------------------------------------------------------------------------------
     def _register_donor(self, routed: RoutedRequest, served: tuple[int, int]) -> None:
         """The finished prompt becomes a donor on the worker that served it (embedding computed off-loop)."""
-        if len(routed.tokens) < max(self.cfg.min_donor_tokens, self.cfg.block_size):
+        if not routed.tenant_known or len(routed.tokens) < max(self.cfg.min_donor_tokens, self.cfg.block_size):
             return
         future = asyncio.get_running_loop().run_in_executor(None, self._donor_registration, routed, served)
         self._embedding_tasks.add(future)
