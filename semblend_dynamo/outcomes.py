@@ -49,6 +49,8 @@ class DeclineReason(str, Enum):
     INVALID_EMBEDDING = "invalid_embedding"
     SEMANTIC_DISABLED = "semantic_disabled"
     CAPACITY = "capacity"
+    EMBEDDING_OVERLOADED = "embedding_overloaded"
+    """The router's embedding queue was full or the prompt's embedding missed its budget: routed exact-only."""
     TENANT_UNKNOWN = "tenant_unknown"
     """The request's tenant could not be established: it is its own tenant (neither gets nor gives donor KV)."""
     INTERNAL_ERROR = "internal_error"

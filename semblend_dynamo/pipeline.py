@@ -16,6 +16,7 @@ Routing-path rules (docs/pipeline.md):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -32,7 +33,7 @@ from .embedder import Embedder, EmbeddingError, embed_token_windows
 from .namespace import NamespaceKey
 from .outcomes import DeclineReason
 from .planner import PlanDecision, Planner
-from .segmenter import WindowSegmenter
+from .segmenter import Window, WindowSegmenter
 from .span_aligner import Span, SpanAligner
 from .tokenizer import TokenizerAdapter, TokenizerError
 
@@ -288,17 +289,57 @@ class DonorDiscovery:
         """One unit vector for a prompt: the normalized mean of a bounded sample of its windows."""
         assert self.embedder is not None
         if self.tokenizer is not None and len(tokens) > 0:
-            windows = self.segmenter.sample(self.segmenter.windows(len(tokens)), self.cfg.max_embed_windows)
-            vectors = embed_token_windows(self.embedder, self.tokenizer, tokens, windows)
+            vectors = embed_token_windows(self.embedder, self.tokenizer, tokens, self._windows(len(tokens)))
         elif text:
             vectors = self.embedder.embed([text])
         else:
             return None
-        mean = vectors.mean(axis=0)
-        norm = float(np.linalg.norm(mean))
-        if not np.isfinite(norm) or norm <= 1e-12:
-            raise EmbeddingError("mean embedding is not a finite non-zero vector")
-        return (mean / norm).astype(np.float32)
+        return _mean_unit(vectors)
+
+    def _windows(self, n: int) -> list[Window]:
+        return list(self.segmenter.sample(self.segmenter.windows(n), self.cfg.max_embed_windows))
+
+    def embed_prompts(self, prompts: Sequence[Sequence[int]]) -> list[np.ndarray | None]:
+        """:meth:`embed_prompt` for several prompts with one embedder call (blocking; run it off the event loop).
+
+        A prompt that cannot be embedded gets None (counted ``prompt_embedding_errors``); one bad prompt does not
+        fail the others.
+        """
+        if self.embedder is None or self.tokenizer is None:
+            return [None] * len(prompts)
+        texts: list[str] = []
+        bounds: list[tuple[int, int] | None] = []
+        for tokens in prompts:
+            try:
+                windows = self._windows(len(tokens)) if len(tokens) else []
+                window_texts = [self.tokenizer.decode(tokens[w.start : w.end]) for w in windows]
+            except (TokenizerError, ValueError, TypeError) as exc:
+                log.debug("prompt not embedded: %s", exc)
+                window_texts = []
+            bounds.append((len(texts), len(texts) + len(window_texts)) if window_texts else None)
+            texts += window_texts
+        try:
+            vectors = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dim), np.float32)
+        except EmbeddingError:  # one prompt's window broke the batch: embed each alone
+            return [self._embed_or_none(tokens) for tokens in prompts]
+        out: list[np.ndarray | None] = []
+        for span in bounds:
+            vector = None
+            if span is not None:
+                with contextlib.suppress(EmbeddingError):
+                    vector = _mean_unit(vectors[span[0] : span[1]])
+            if vector is None:
+                self.counters["prompt_embedding_errors"] += 1
+            out.append(vector)
+        return out
+
+    def _embed_or_none(self, tokens: Sequence[int]) -> np.ndarray | None:
+        try:
+            return self._embed(tokens, None)
+        except (EmbeddingError, TokenizerError) as exc:
+            self.counters["prompt_embedding_errors"] += 1
+            log.debug("prompt not embedded: %s", exc)
+            return None
 
     # --- requests ---------------------------------------------------------------------------------
     def discover(
@@ -311,13 +352,15 @@ class DonorDiscovery:
         device_prefix_tokens: int = 0,
         resident: Collection[str] | None = None,
         embed: bool = True,
+        prompt_vector: np.ndarray | None = None,
     ) -> DiscoveryResult:
         """Find donors for one request; never raises on the request's content.
 
         ``exact_prefix_tokens``: the exact-prefix overlap the exact router found (it wins at or above
         ``exact_route_threshold`` of the prompt). ``device_prefix_tokens``: prompt tokens the chosen worker
         already holds (the plan extends them). ``resident``: restrict to these donor ids (None: all of the
-        namespace). ``embed=False`` keeps to token-exact evidence.
+        namespace). ``embed=False`` keeps to token-exact evidence. ``prompt_vector``: the prompt's embedding,
+        computed beforehand (:meth:`embed_prompts`), searched instead of embedding here.
         """
         timings = StageTimings()
         digest = namespace.digest()
@@ -378,7 +421,7 @@ class DonorDiscovery:
         embedded = False
         exact_plan = decision.plan is not None and decision.plan.mode == "exact"
         if embed and self.embedder is not None and n > self.cfg.block_size and not exact_plan:
-            embedded, hits, kth = self._search(digest, target, resident, timings)
+            embedded, hits, kth = self._search(digest, target, resident, timings, prompt_vector)
             similarity = _span_similarity(spans, hits, kth, self.cfg.min_similarity)
             if spans and similarity is not None:
                 t0 = time.perf_counter()
@@ -387,7 +430,12 @@ class DonorDiscovery:
         return self._result(request_id, digest, n, exact_prefix_tokens, spans, hits, embedded, decision, timings)
 
     def _search(
-        self, digest: str, target: np.ndarray, resident: Collection[str] | None, timings: StageTimings
+        self,
+        digest: str,
+        target: np.ndarray,
+        resident: Collection[str] | None,
+        timings: StageTimings,
+        prompt_vector: np.ndarray | None = None,
     ) -> tuple[bool, dict[str, float], float | None]:
         """Embed a bounded sample of the prompt's windows and search the namespace; counted on failure.
 
@@ -396,7 +444,7 @@ class DonorDiscovery:
         assert self.index is not None
         t0 = time.perf_counter()
         try:
-            vector = self._embed(target.tolist(), None)
+            vector = prompt_vector if prompt_vector is not None else self._embed(target.tolist(), None)
         except (EmbeddingError, TokenizerError) as exc:
             self.counters["prompt_embedding_errors"] += 1
             log.debug("prompt not embedded: %s", exc)
@@ -505,6 +553,14 @@ def _span_similarity(spans: list[Span], hits: dict[str, float], kth: float | Non
     if kth is not None and kth < threshold:
         return kth
     return None
+
+
+def _mean_unit(vectors: np.ndarray) -> np.ndarray:
+    mean = vectors.mean(axis=0) if len(vectors) else np.zeros(0, np.float32)
+    norm = float(np.linalg.norm(mean))
+    if not np.isfinite(norm) or norm <= 1e-12:
+        raise EmbeddingError("mean embedding is not a finite non-zero vector")
+    return (mean / norm).astype(np.float32)
 
 
 def _us(t0: float) -> float:

@@ -248,6 +248,8 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     watcher.cancel()
     await publisher.flush(timeout=2.0)
     await router.drain_registrations(timeout=2.0)
+    if router.embeddings is not None:
+        router.embeddings.close()
     serving_future.cancel()
     await publisher.close()
     await link.close()

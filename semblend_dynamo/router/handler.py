@@ -6,8 +6,9 @@
    namespace). Coverage at or above ``exact_route_threshold`` -> ``exact_prefix_route``, no semantic work;
 2. otherwise the core pipeline (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) over the donors that
    :class:`~semblend_dynamo.router.catalog.DonorCatalog` says are resident on live workers in the request's
-   namespace: token-exact spans first, the prompt embedding only when spans find nothing
-   (:func:`discover_resident`);
+   namespace: token-exact spans first (on the loop: they are fast), the prompt embedding only when spans find
+   nothing, computed by :class:`~semblend_dynamo.router.embedding.PromptEmbeddings` off the loop within
+   ``embed_budget_ms`` (over budget or queue full: exact-only, ``embedding_overloaded``);
 3. evidence with a resident primary donor whose worker is within ``placement_load_slack`` of the least
    loaded worker -> ``semantic_placement``: the request goes out with ``routing.allowed_worker_ids =
    [donor worker]`` (Dynamo still applies its own load logic and books the request) and a
@@ -32,7 +33,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 from dynamo.llm import compute_block_hash_for_seq
 from nats.aio.msg import Msg
 
@@ -57,6 +57,7 @@ from ..namespace import NamespaceKey, tenant_of
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
 from .catalog import DonorCatalog
+from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .metrics import RouterMetrics
 from .sync import SyncLimiter, build_page, check_request, sync_inbox
 
@@ -169,7 +170,14 @@ class SemanticRouter:
         self.subjects = Subjects.for_config(cfg)
         self.sync_inbox = sync_inbox(self.router_id)
         self._sync_limiter = SyncLimiter(cfg.sync_rate_per_s)
-        self._embedding_tasks: set[asyncio.Future[Any]] = set()
+        self.embeddings = (
+            PromptEmbeddings(
+                discovery.embed_prompts, queue_size=cfg.embed_queue_size, budget_s=cfg.embed_budget_ms / 1000
+            )
+            if discovery is not None and discovery.embedder is not None
+            else None
+        )
+        self._registrations: set[asyncio.Task[None]] = set()
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
 
@@ -255,7 +263,25 @@ class SemanticRouter:
     async def _semantic(self, routed: RoutedRequest, decision: Decision, exact_tokens: int) -> None:
         assert self.discovery is not None
         t0 = time.perf_counter()
-        result = discover_resident(self.discovery, routed.request_id, routed.namespace, routed.tokens, exact_tokens)
+        result = self.discovery.discover(
+            routed.request_id, routed.namespace, routed.tokens, exact_prefix_tokens=exact_tokens, embed=False
+        )
+        if not (result.spans or result.exact_wins) and self.embeddings is not None:
+            try:
+                vector = await self.embeddings.for_request(routed.tokens)
+            except EmbeddingUnavailable as exc:
+                self.metrics.embeddings.labels(exc.reason).inc()
+                decision.reason = DeclineReason.EMBEDDING_OVERLOADED
+                return
+            self.metrics.embeddings.labels("ok" if vector is not None else "error").inc()
+            if vector is not None:
+                result = self.discovery.discover(
+                    routed.request_id,
+                    routed.namespace,
+                    routed.tokens,
+                    exact_prefix_tokens=exact_tokens,
+                    prompt_vector=vector,
+                )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
         self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)
         decision.reason = result.decision.reason
@@ -393,22 +419,19 @@ class SemanticRouter:
 
     # --- donors ---------------------------------------------------------------------------------
     def _register_donor(self, routed: RoutedRequest, served: tuple[int, int]) -> None:
-        """The finished prompt becomes a donor on the worker that served it (embedding computed off-loop)."""
+        """The finished prompt becomes a donor on the worker that served it (embedded off the loop, after requests)."""
         if not routed.tenant_known or len(routed.tokens) < max(self.cfg.min_donor_tokens, self.cfg.block_size):
             return
-        future = asyncio.get_running_loop().run_in_executor(None, self._donor_registration, routed, served)
-        self._embedding_tasks.add(future)
-        future.add_done_callback(self._registration_ready)
+        task = asyncio.ensure_future(self._register(routed, served))
+        self._registrations.add(task)
+        task.add_done_callback(self._registrations.discard)
 
-    def _donor_registration(
-        self, routed: RoutedRequest, served: tuple[int, int]
-    ) -> tuple[DonorRegistration, RoutedRequest]:
-        """Runs in a worker thread: block hashes as Dynamo computes them, plus the prompt embedding."""
+    async def _register(self, routed: RoutedRequest, served: tuple[int, int]) -> None:
         worker_id, dp_rank = served
+        vector = await self.embeddings.for_donor(routed.tokens) if self.embeddings is not None else None
         hashes = compute_block_hash_for_seq(
             routed.tokens, self.cfg.block_size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
         )
-        vector = self._embed(routed.tokens)
         embedding, dim = DonorRegistration.pack_embedding(vector) if vector is not None else (b"", 0)
         namespace = routed.namespace.digest()
         registration = DonorRegistration(
@@ -425,24 +448,6 @@ class SemanticRouter:
             embedding=embedding,
             embedding_dim=dim,
         )
-        return registration, routed
-
-    def _embed(self, tokens: Sequence[int]) -> np.ndarray | None:
-        if self.discovery is None or self.discovery.embedder is None:
-            return None
-        try:
-            return self.discovery.embed_prompt(tokens)
-        except Exception as exc:
-            log.debug("donor embedding failed: %s", exc)
-            return None
-
-    def _registration_ready(self, future: asyncio.Future[Any]) -> None:
-        self._embedding_tasks.discard(future)
-        try:
-            registration, routed = future.result()
-        except Exception:
-            log.exception("donor registration failed")
-            return
         self.catalog.add(registration, local=(routed.namespace, routed.tokens))
         self.publisher.offer(self.subjects.donors, registration)
 
@@ -459,8 +464,8 @@ class SemanticRouter:
 
     async def drain_registrations(self, timeout: float = 10.0) -> None:
         """Wait for donor registrations still being computed (tests, shutdown)."""
-        if self._embedding_tasks:
-            await asyncio.wait(list(self._embedding_tasks), timeout=timeout)
+        if self._registrations:
+            await asyncio.wait(list(self._registrations), timeout=timeout)
 
     # --- event handlers -------------------------------------------------------------------------
     def on_kv_events(self, batch: KvEventBatch) -> None:
@@ -557,22 +562,6 @@ class SemanticRouter:
         removed = self.catalog.retain_workers(live_worker_ids)
         if removed:
             log.info("workers left: %d donors removed", len(removed))
-
-
-def discover_resident(
-    discovery: DonorDiscovery, request_id: str, namespace: NamespaceKey, tokens: Sequence[int], exact_tokens: int
-) -> DiscoveryResult:
-    """The router's semantic stage: token-exact spans first, the prompt embedding only when they find nothing.
-
-    Spans are what a worker can materialize; a similarity on top of them is telemetry, so the router does
-    not pay for the embedding (the slowest part of the stage, ~130 ms for MiniLM on 2 CPU cores) when spans
-    already name a donor. The pipeline holds only resident donors (added and dropped on residency changes),
-    so no per-request resident filter is passed.
-    """
-    result = discovery.discover(request_id, namespace, tokens, exact_prefix_tokens=exact_tokens, embed=False)
-    if result.spans or result.exact_wins:
-        return result
-    return discovery.discover(request_id, namespace, tokens, exact_prefix_tokens=exact_tokens, embed=True)
 
 
 def _context_id(context: Any) -> str | None:

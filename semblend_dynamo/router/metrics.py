@@ -53,6 +53,14 @@ class RouterMetrics:
         )
         self.donors_total = Gauge("semblend_router_donors_total", "donors in the index", registry=r)
         self.nats_connected = Gauge("semblend_router_nats_connected", "1 while NATS is connected", registry=r)
+        self.embeddings = Counter(
+            "semblend_router_prompt_embeddings",
+            "prompt embeddings asked for by requests, by result (ok, error, budget, queue_full)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("ok", "error", "budget", "queue_full"):
+            self.embeddings.labels(result)
         self.sync_replies = Counter(
             "semblend_router_sync_replies", "donor sync pages sent (one per valid request at most)", registry=r
         )
