@@ -25,14 +25,7 @@ from ..config import ConfigError, SemblendConfig, add_config_arguments, config_f
 from ..embedder import build_embedder
 from ..events.link import NatsLink
 from ..events.publisher import EvidencePublisher
-from ..events.schemas import (
-    DonorLifecycle,
-    DonorRegistration,
-    DonorSyncPage,
-    DonorSyncRequest,
-    OutcomeReport,
-    deployment_digest,
-)
+from ..events.schemas import deployment_digest
 from ..events.subscriber import EventSubscriber
 from ..namespace import ModelIdentity, tenant_of
 from ..pipeline import DonorDiscovery
@@ -200,12 +193,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
         on_received=lambda stream: metrics.events_in.labels(stream).inc(),
         on_rejected=lambda stream, reason: metrics.events_rejected.labels(stream, reason).inc(),
     )
-    subjects = router.subjects
-    subscriber.kv_events(subjects.kv_events, router.on_kv_events)
-    subscriber.semblend(subjects.donors, (DonorRegistration, DonorLifecycle), router.on_donor_event, stream="donors")
-    subscriber.semblend(router.sync_inbox, (DonorSyncPage,), router.on_sync_page, stream="sync_pages")
-    subscriber.semblend(subjects.outcomes, (OutcomeReport,), router.on_outcome, stream="outcomes")
-    subscriber.semblend(subjects.donors_sync, (DonorSyncRequest,), router.on_sync_request, stream="donors_sync")
+    router.subscribe(subscriber)
 
     async def on_connect() -> None:
         await router.request_sync()

@@ -25,7 +25,6 @@ decline and the request is forwarded unrestricted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -53,6 +52,7 @@ from ..events.schemas import (
     request_key,
 )
 from ..events.subjects import Subjects
+from ..events.subscriber import EventSubscriber
 from ..namespace import NamespaceKey, tenant_of
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
@@ -468,6 +468,15 @@ class SemanticRouter:
             await asyncio.wait(list(self._registrations), timeout=timeout)
 
     # --- event handlers -------------------------------------------------------------------------
+    def subscribe(self, subscriber: EventSubscriber) -> None:
+        """Every subject the router consumes, each with its decoder and its counted stream."""
+        subjects = self.subjects
+        subscriber.kv_events(subjects.kv_events, self.on_kv_events)
+        subscriber.semblend(subjects.donors, (DonorRegistration, DonorLifecycle), self.on_donor_event, stream="donors")
+        subscriber.semblend(self.sync_inbox, (DonorSyncPage,), self.on_sync_page, stream="sync_pages")
+        subscriber.semblend(subjects.outcomes, (OutcomeReport,), self.on_outcome, stream="outcomes")
+        subscriber.semblend(subjects.donors_sync, (DonorSyncRequest,), self.on_sync_request, stream="donors_sync")
+
     def on_kv_events(self, batch: KvEventBatch) -> None:
         """Called for each decoded kv-events message."""
         gaps = self.catalog.apply_kv_events(batch.events)
@@ -541,8 +550,11 @@ class SemanticRouter:
 
     async def _ask_sync(self, *, target: str | None, cursor: int) -> None:
         request = DonorSyncRequest(router_id=self.router_id, deployment=self.deployment, target=target, cursor=cursor)
-        with contextlib.suppress(ConnectionError):
+        try:
             await self.link.publish(self.subjects.donors_sync, self.publisher.encode(request), reply=self.sync_inbox)
+        except ConnectionError:
+            return
+        self.metrics.events_out.labels("sync").inc()
 
     async def resync_blocks(self) -> bool:
         """Recover stored blocks from Dynamo's KV index (after a reconnect or a gap)."""
