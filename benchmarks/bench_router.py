@@ -2,8 +2,8 @@
 
 Every figure is printed next to a baseline measured in the same run:
 
-* ``stage``: the router's semantic stage (``router.handler.discover_resident``: token-exact spans first, the
-  prompt embedding only when they find nothing) for an 8,192-token prompt, with N donors indexed (512-token
+* ``stage``: the router's semantic stage (token-exact spans first, the prompt embedding only when they find
+  nothing; the router computes that embedding on its embedding worker, here it is computed inline) for an 8,192-token prompt, with N donors indexed (512-token
   donors, every one resident): ``spans`` = the prompt reorders 8 donors among random tokens; ``no spans`` = a
   prompt sharing no span with any donor, so the embedding search runs. Baseline: the exact-only path of the
   same request in-process (``compute_block_hash_for_seq`` + Dynamo ``RadixTree.find_matches`` over the same
@@ -47,8 +47,7 @@ from semblend_dynamo.embedder import build_embedder  # noqa: E402
 from semblend_dynamo.events.codec import decode_kv_events  # noqa: E402
 from semblend_dynamo.events.schemas import DonorRegistration  # noqa: E402
 from semblend_dynamo.namespace import NamespaceKey  # noqa: E402
-from semblend_dynamo.pipeline import DonorDiscovery  # noqa: E402
-from semblend_dynamo.router.handler import discover_resident  # noqa: E402
+from semblend_dynamo.pipeline import DiscoveryResult, DonorDiscovery  # noqa: E402
 from semblend_dynamo.router.residency import Residency  # noqa: E402
 from semblend_dynamo.tokenizer import TokenizerAdapter  # noqa: E402
 
@@ -96,6 +95,15 @@ def removed_event(event_id: int, ext: list[int]) -> dict:
 
 
 # --- stage -----------------------------------------------------------------------------------------
+def discover_resident(discovery: DonorDiscovery, ns: NamespaceKey, tokens: list[int]) -> DiscoveryResult:
+    """The router's semantic stage in one thread: spans first, the prompt embedding only when they find nothing."""
+    result = discovery.discover("bench", ns, tokens, embed=False)
+    if result.spans or result.exact_wins:
+        return result
+    vector = discovery.embed_prompts([tokens])[0]
+    return discovery.discover("bench", ns, tokens, prompt_vector=vector)
+
+
 def bench_stage(n_donors: int, embedder_name: str, iterations: int) -> dict[str, float]:
     rng = np.random.default_rng(n_donors)
     # The router's default index capacity (100K: usearch HNSW when installed), as a deployment would run it.
@@ -146,13 +154,13 @@ def bench_stage(n_donors: int, embedder_name: str, iterations: int) -> dict[str,
     assert len(target) == TARGET_TOKENS
 
     def semantic() -> None:
-        result = discover_resident(discovery, "bench", ns, target, 0)  # exactly the router's semantic stage
+        result = discover_resident(discovery, ns, target)
         assert result.primary_donor is not None
 
     unrelated = rng.integers(100, 7000, size=TARGET_TOKENS).tolist()
 
     def no_spans() -> None:
-        result = discover_resident(discovery, "bench", ns, unrelated, 0)
+        result = discover_resident(discovery, ns, unrelated)
         assert result.embedded and not result.spans
 
     def exact() -> None:
