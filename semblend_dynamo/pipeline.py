@@ -353,6 +353,7 @@ class DonorDiscovery:
         resident: Collection[str] | None = None,
         embed: bool = True,
         prompt_vector: np.ndarray | None = None,
+        known_spans: Sequence[Span] | None = None,
     ) -> DiscoveryResult:
         """Find donors for one request; never raises on the request's content.
 
@@ -360,7 +361,8 @@ class DonorDiscovery:
         ``exact_route_threshold`` of the prompt). ``device_prefix_tokens``: prompt tokens the chosen worker
         already holds (the plan extends them). ``resident``: restrict to these donor ids (None: all of the
         namespace). ``embed=False`` keeps to token-exact evidence. ``prompt_vector``: the prompt's embedding,
-        computed beforehand (:meth:`embed_prompts`), searched instead of embedding here.
+        computed beforehand (:meth:`embed_prompts`), searched instead of embedding here. ``known_spans``: the
+        spans an earlier call for the same request found (not aligned again).
         """
         timings = StageTimings()
         digest = namespace.digest()
@@ -409,8 +411,13 @@ class DonorDiscovery:
             )
 
         t0 = time.perf_counter()
-        with self._lock:
-            spans = self.aligner.align(digest, target, candidates=resident, max_spans=min(2 * self.cfg.max_spans, 64))
+        if known_spans is not None:
+            spans = list(known_spans)
+        else:
+            with self._lock:
+                spans = self.aligner.align(
+                    digest, target, candidates=resident, max_spans=min(2 * self.cfg.max_spans, 64)
+                )
         timings.align = _us(t0)
 
         t0 = time.perf_counter()

@@ -56,8 +56,9 @@ class PromptEmbeddings:
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.budget_s)
         except TimeoutError:
-            future.cancel()  # a batch that has not taken it skips it
             raise EmbeddingUnavailable("budget") from None
+        finally:
+            future.cancel()  # over budget or the request cancelled: a batch that has not taken it skips it
 
     async def for_donor(self, tokens: Sequence[int]) -> np.ndarray | None:
         """A donor's vector, after every queued request; None when the background queue is full."""

@@ -131,7 +131,7 @@ def routing_fields(request: Mapping[str, Any]) -> tuple[str, str | None]:
         raise BadRequest("lora_name must be a string")
     nvext = extra.get("nvext")
     salt: object = routing.get("cache_namespace")
-    if salt is None and nvext is not None:
+    if salt in (None, "") and nvext is not None:
         salt = nvext.get("cache_salt") if isinstance(nvext, Mapping) else nvext
     if salt is None or salt == "":
         return lora, ""
@@ -281,6 +281,7 @@ class SemanticRouter:
                     routed.tokens,
                     exact_prefix_tokens=exact_tokens,
                     prompt_vector=vector,
+                    known_spans=result.spans,
                 )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
         self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)

@@ -49,3 +49,12 @@ async def test_unknown_tenants_do_not_share_with_each_other() -> None:
     b = router.parse({"token_ids": [1, 2, 3], "routing": {"cache_namespace": 7}})
     assert not a.tenant_known and not b.tenant_known and a.namespace != b.namespace
     assert router.parse({"token_ids": [1, 2, 3]}).tenant_known
+
+
+def test_an_empty_cache_namespace_falls_back_to_the_frontend_salt() -> None:
+    router, _ = _router()
+    routed = router.parse(
+        {"token_ids": [1], "routing": {"cache_namespace": ""}, "extra_args": {"nvext": {"cache_salt": "acme|n1"}}}
+    )
+    assert routed.tenant_known and routed.cache_salt == "acme|n1"
+    assert routed.namespace == router.parse({"token_ids": [1], "routing": {"cache_namespace": "acme|n1"}}).namespace
