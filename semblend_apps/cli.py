@@ -18,6 +18,7 @@ from semblend_dynamo.config import ConfigError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("semblend_apps.replay.runner", "run the bundled workload in-process and print outcomes"),
     "router": ("semblend_dynamo.router.__main__", "run the SemBlend semantic router as a Dynamo component"),
+    "up": ("semblend_apps.up", "start a local Dynamo graph: nats-server, Frontend, SemBlend router, mocker workers"),
     "config": ("semblend_apps.config_cmd", "validate and print the effective configuration"),
 }
 
