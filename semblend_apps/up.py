@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlparse
@@ -177,7 +178,9 @@ class LocalGraph:
             self._spawn(f"mocker{i}", self._mocker_cmd(model_dir), env)
         self._wait(lambda: len(self._instances(self.worker_namespace)) >= self.cfg.workers, "workers registered")
         metrics_port = free_port()
-        self._spawn("router", [sys.executable, "-m", "semblend_dynamo.router"], self._router_env(model_dir, metrics_port))
+        self._spawn(
+            "router", [sys.executable, "-m", "semblend_dynamo.router"], self._router_env(model_dir, metrics_port)
+        )
         router = self.children[-1]
         self._wait(lambda: "SEMBLEND_ROUTER_READY" in router.log_tail(100_000), "router ready")
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
@@ -213,7 +216,12 @@ class LocalGraph:
         cmd = [sys.executable, "-m", "dynamo.mocker", "--model-path", str(model_dir), "--model-name", cfg.model_name]
         cmd += ["--engine-type", "trtllm", "--block-size", str(cfg.block_size)]
         cmd += ["--num-gpu-blocks-override", str(cfg.gpu_blocks), "--enable-prefix-caching"]
-        cmd += ["--speedup-ratio", str(cfg.speedup_ratio), "--endpoint", f"dyn://{self.worker_namespace}.backend.generate"]
+        cmd += [
+            "--speedup-ratio",
+            str(cfg.speedup_ratio),
+            "--endpoint",
+            f"dyn://{self.worker_namespace}.backend.generate",
+        ]
         return cmd
 
     def _router_env(self, model_dir: Path, metrics_port: int) -> dict[str, str]:
@@ -237,8 +245,7 @@ class LocalGraph:
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         self.children.append(Child(name, cmd, env, self.dir / f"{name}.log"))
 
-    def _wait(self, ready: object, what: str, timeout: float = READY_TIMEOUT_S) -> None:
-        assert callable(ready)
+    def _wait(self, ready: Callable[[], bool], what: str, timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
             dead = next((c for c in self.children if not c.alive()), None)
@@ -293,22 +300,23 @@ def banner(graph: LocalGraph, seconds: float) -> str:
             f"replay: semblend-dynamo replay --target {graph.http_url} --router-metrics {graph.metrics_url} "
             f"--model {cfg.model_name} --block-size {cfg.block_size}",
             f"logs: {graph.dir}",
+            "pids: " + " ".join(f"{c.name}={c.pid}" for c in graph.children),
             "Ctrl-C stops everything.",
         ]
     )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    fields = UpConfig.model_fields
-    parser.add_argument("--workers", type=int, default=2, help=fields["workers"].description + " (default 2)")
-    parser.add_argument("--nats-url", default=None, help=fields["nats_url"].description)
-    parser.add_argument("--http-port", type=int, default=0, help=fields["http_port"].description)
-    parser.add_argument("--model-name", default="semblend-demo", help=fields["model_name"].description)
-    parser.add_argument("--block-size", type=int, default=16, help=fields["block_size"].description + " (default 16)")
-    parser.add_argument("--gpu-blocks", type=int, default=2048, help=fields["gpu_blocks"].description)
-    parser.add_argument("--embedder", choices=("minilm", "hash"), default="minilm", help=fields["embedder"].description)
-    parser.add_argument("--grace-s", type=float, default=5.0, help=fields["grace_s"].description)
-    parser.add_argument("--workdir", type=Path, default=None, help=fields["workdir"].description)
+    helps = {name: field.description or "" for name, field in UpConfig.model_fields.items()}
+    parser.add_argument("--workers", type=int, default=2, help=helps["workers"] + " (default 2)")
+    parser.add_argument("--nats-url", default=None, help=helps["nats_url"])
+    parser.add_argument("--http-port", type=int, default=0, help=helps["http_port"])
+    parser.add_argument("--model-name", default="semblend-demo", help=helps["model_name"])
+    parser.add_argument("--block-size", type=int, default=16, help=helps["block_size"] + " (default 16)")
+    parser.add_argument("--gpu-blocks", type=int, default=2048, help=helps["gpu_blocks"])
+    parser.add_argument("--embedder", choices=("minilm", "hash"), default="minilm", help=helps["embedder"])
+    parser.add_argument("--grace-s", type=float, default=5.0, help=helps["grace_s"])
+    parser.add_argument("--workdir", type=Path, default=None, help=helps["workdir"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -328,7 +336,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         err = exc.errors()[0]
-        print(f"semblend-dynamo up: --{'-'.join(map(str, err['loc'])).replace('_', '-')}: {err['msg']}", file=sys.stderr)
+        print(
+            f"semblend-dynamo up: --{'-'.join(map(str, err['loc'])).replace('_', '-')}: {err['msg']}", file=sys.stderr
+        )
         return 2
     graph = LocalGraph(cfg)
     stopping = {"signal": 0}

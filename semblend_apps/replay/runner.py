@@ -406,6 +406,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 1 if an expected outcome class is missing or a negative control would materialize",
     )
+    target = parser.add_argument_group("through a running endpoint (e.g. one `semblend-dynamo up` started)")
+    target.add_argument("--target", default=None, help="OpenAI base URL: send the workload there instead of in-process")
+    target.add_argument("--router-metrics", default=None, help="the router's metrics URL: its outcome counters")
+    target.add_argument("--model", default=None, help="model name at the target (default: the first it lists)")
     add_config_arguments(parser)
 
 
@@ -413,6 +417,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.units < 1:
         raise ConfigError(f"--units={args.units}: must be >= 1")
+    if args.target:
+        from .http_target import main_target
+
+        return main_target(args)
     backend = _connector_backend(cfg) if args.backend == "connector" else None
     report = run_replay(cfg, units=args.units, seed=args.seed, progress=not args.json, backend=backend)
     if backend is not None:

@@ -350,6 +350,9 @@ class SemanticRouter:
         if decision.reason is not None:
             self.metrics.declines.labels(decision.reason.value).inc()
         self.metrics.stage_latency.labels("total_added").observe(decision.latency_us.get("total_added", 0.0) / 1e6)
+        if decision.hint is not None:
+            hinted = sum(length for _, _, length in decision.hint.spans) // self.cfg.block_size
+            self.metrics.hinted_blocks.labels(f"{decision.hint.worker_id:x}", decision.outcome.value).inc(hinted)
         evidence = RouteEvidence(
             request_id=routed.request_id,
             request_key=routed.key,
@@ -523,6 +526,9 @@ class SemanticRouter:
         if not isinstance(event, OutcomeReport):
             return
         self.metrics.outcomes_reported.labels(event.outcome).inc()
+        if event.outcome == Outcome.BACKEND_MATERIALIZED:
+            confirmed = event.materialized_tokens // self.cfg.block_size
+            self.metrics.confirmed_blocks.labels(f"{event.worker_id:x}").inc(confirmed)
         if event.donor_id and event.rejection_reason in _GONE_REASONS:
             self._forget_donor(event.donor_id)
             self._gauges_stale = True

@@ -46,6 +46,19 @@ class RouterMetrics:
         self.outcomes_reported = Counter(
             "semblend_router_backend_outcomes", "outcomes reported by connectors", ["outcome"], registry=r
         )
+        # block-weighted: what the semantic stage claimed per worker vs what that worker's backend confirmed
+        self.hinted_blocks = Counter(
+            "semblend_router_hinted_blocks",
+            "whole blocks of donor spans hinted, per worker and decision (semantic evidence)",
+            ["worker_id", "decision"],
+            registry=r,
+        )
+        self.confirmed_blocks = Counter(
+            "semblend_router_backend_confirmed_blocks",
+            "whole blocks a worker's connector reported materialized from donors (backend-confirmed reuse)",
+            ["worker_id"],
+            registry=r,
+        )
         self.donors = Gauge(
             "semblend_router_donors", "donors in the index per worker", ["worker_id", "dp_rank", "state"], registry=r
         )
