@@ -201,3 +201,26 @@ async def test_connector_reports_of_eviction_remove_the_donor() -> None:
     lifecycle = DonorLifecycle(donor_id="donor", worker_id=W1, deployment="dep", namespace="n", event="evicted")
     router.on_donor_event(lifecycle, None)  # type: ignore[arg-type]
     assert "donor" not in router.residency
+
+
+async def test_blocks_hinted_and_backend_confirmed_are_counted_per_worker() -> None:
+    router, kv = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    await _run(router, {"token_ids": _prompt((2, 0, 1))})
+    spans = kv.forwarded[-1]["extra_args"]["semblend"]["spans"]
+    placed = sum(length for _, _, length in spans) // BLOCK
+    assert placed > 0
+    hinted = router.metrics.hinted_blocks.labels(f"{W1:x}", Outcome.SEMANTIC_PLACEMENT.value)
+    assert hinted._value.get() == placed
+    report = OutcomeReport(
+        request_id="r",
+        request_key="k",
+        worker_id=W1,
+        deployment="dep",
+        namespace="n",
+        outcome=Outcome.BACKEND_MATERIALIZED,
+        materialized_tokens=3 * BLOCK + 5,
+        donor_id="donor",
+    )
+    router.on_outcome(report, None)  # type: ignore[arg-type]
+    assert router.metrics.confirmed_blocks.labels(f"{W1:x}")._value.get() == 3  # whole blocks only
