@@ -108,7 +108,7 @@ class AuditWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the writer
 
-    def write(self, record: AuditRecord | None = None, **fields: Any) -> AuditRecord:
+    def write(self, record: AuditRecord | None = None, /, **fields: Any) -> AuditRecord:
         """Append one record (built from ``fields`` when ``record`` is None) and flush it."""
         rec = record if record is not None else AuditRecord(**fields)
         line = rec.to_json()

@@ -132,7 +132,9 @@ def manifest_workload(
         requests.append(
             WorkloadRequest(
                 request_id=item.item_id,
-                kind=RequestKind.NEGATIVE_CONTROL if negative else TRANSFORM_KINDS.get(item.transform, RequestKind.OTHER),
+                kind=RequestKind.NEGATIVE_CONTROL
+                if negative
+                else TRANSFORM_KINDS.get(item.transform, RequestKind.OTHER),
                 variant=item.dataset,
                 tenant=tenant,
                 tokens=tokenizer.encode(item.recipient_prompt),

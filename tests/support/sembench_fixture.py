@@ -34,7 +34,9 @@ def _donor_id(item: str, k: int, text: str) -> str:
     return hashlib.sha256(f"{item}/{k}/{text}".encode()).hexdigest()[:16]
 
 
-def _item(item_id: str, transform: str, source: str, donors: list[str], recipient: str, question: str) -> dict[str, Any]:
+def _item(
+    item_id: str, transform: str, source: str, donors: list[str], recipient: str, question: str
+) -> dict[str, Any]:
     return {
         "answers": [],
         "benchmark_version": "sembench.manifest.v1",
@@ -70,7 +72,9 @@ def build_items() -> list[dict[str, Any]]:
     ev = _passage(docs["argparse"], 200, 2400)
     add("same_evidence_new_task", "argparse", [_prompt(_HEADER, ev, q2)], _prompt(_HEADER, ev, q))
     ev = _passage(docs["socket"], 500, 2400)
-    add("leading_evidence_new_task", "socket", [ev + "\n\nSummarize the text above."], ev + "\n\n" + q2)
+    # the evidence leads the recipient but not its donor: in shifted mode a RoPE-corrected load from position 0
+    lead = "Background reading for the on-call team.\n\n"
+    add("leading_evidence_new_task", "socket", [lead + ev + "\n\nSummarize the text above."], ev + "\n\n" + q2)
     for doc in ("threading", "tarfile"):
         ev = _passage(docs[doc], 300, 2400)
         add("instruction_variant", doc, [_prompt(_HEADER, ev, q)], _prompt(_ANALYST, ev, q))
