@@ -97,6 +97,8 @@ class RoutedRequest:
     cache_salt: str
     namespace: NamespaceKey
     key: str
+    trace_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Put in the hint and the evidence: the connector's audit records of this request carry it too."""
 
 
 @dataclass
@@ -286,6 +288,7 @@ class SemanticRouter:
             similarity=similarity,
             spans=[(s.donor_start, s.target_start, s.length) for s in spans if s.donor_id == donor_id],
             decision=outcome,
+            trace_id=routed.trace_id,
         )
 
     async def _within_load(self, tokens: list[int], worker_id: int) -> bool:
@@ -366,12 +369,14 @@ class SemanticRouter:
             prompt_tokens=len(routed.tokens),
             exact_overlap_blocks=decision.exact_blocks,
             hint=decision.hint,
+            trace_id=routed.trace_id,
             stage_latency_us=decision.latency_us,
         )
         self.publisher.offer(self.subjects.evidence, evidence)
         log.info(
-            "routed request=%s outcome=%s reason=%s worker=%s exact_blocks=%d donor=%s",
+            "routed request=%s trace=%s outcome=%s reason=%s worker=%s exact_blocks=%d donor=%s",
             routed.request_id,
+            routed.trace_id,
             decision.outcome.value,
             decision.reason.value if decision.reason else None,
             f"{served[0]:x}" if served else None,

@@ -18,6 +18,7 @@ from semblend_dynamo.events.schemas import (
     KvEventBatch,
     KvStored,
     OutcomeReport,
+    RouteEvidence,
     request_key,
 )
 from semblend_dynamo.namespace import NamespaceKey
@@ -148,6 +149,11 @@ async def test_reordered_prompt_is_placed_on_the_donor_worker_with_a_hint() -> N
     assert hint["decision"] == Outcome.SEMANTIC_PLACEMENT.value and hint["donor_id"] == "donor"
     assert hint["request_key"] == request_key(target) and hint["spans"]
     assert router.publisher.backlog == 2  # the hint (worker subject) and the RouteEvidence, queued without blocking
+    # one trace id joins the router's evidence and the worker's audit records of this request (docs/sembench.md)
+    queued = [router.publisher._queue.get_nowait()[1] for _ in range(2)]
+    evidence = next(e for e in queued if isinstance(e, RouteEvidence))
+    assert hint["role"] == "recipient" and len(hint["trace_id"]) == 16
+    assert evidence.trace_id == hint["trace_id"] == evidence.hint.trace_id
 
 
 async def test_overloaded_donor_worker_is_not_forced() -> None:
