@@ -145,6 +145,10 @@ class SemblendConfig(BaseModel):
     max_message_bytes: int = Field(1 << 20, ge=1024, description="messages larger than this are rejected")
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
     metrics_host: str = Field("127.0.0.1", description="bind address of the metrics/health server")
+    kv_index_poll_s: float = Field(
+        0.25, gt=0.0, le=60.0, description="router on the zmq event plane: seconds between reads of Dynamo's KV index"
+    )
+    log_format: Literal["text", "json"] = Field("text", description="router log lines: text, or one JSON object each")
 
     @model_validator(mode="after")
     def _check_combinations(self) -> SemblendConfig:

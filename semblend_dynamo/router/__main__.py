@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -31,6 +32,7 @@ from ..namespace import ModelIdentity, tenant_of
 from ..pipeline import DonorDiscovery
 from ..tokenizer import TokenizerAdapter
 from .health import HealthServer, HealthStatus
+from .kv_ingest import KvIndexFollower, configured_event_plane
 from .metrics import RouterMetrics
 from .residency import Residency
 
@@ -45,12 +47,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg`` (and ``exc`` with a traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name}
+        line["msg"] = record.getMessage()
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO), handlers=[handler], force=True)
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
-    )
+    configure_logging(args.log_level, cfg.log_format)
     return asyncio.run(serve(cfg))
 
 
@@ -122,7 +141,10 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     metrics = RouterMetrics()
     link = NatsLink(cfg, name=f"semblend-router-{router_id[:8]}")
     os.environ.setdefault("NATS_SERVER", cfg.nats_url)
-    event_plane = "nats" if nats_reachable(os.environ["NATS_SERVER"]) else "zmq"
+    configured_plane = configured_event_plane(os.environ)
+    event_plane = configured_plane
+    if configured_plane == "nats" and not nats_reachable(os.environ["NATS_SERVER"]):
+        event_plane = "zmq"  # Dynamo's runtime would block for minutes waiting for NATS
     residency = Residency(cfg.index_capacity)
     serving = False
 
@@ -130,7 +152,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
         reasons = []
         if not link.connected:
             reasons.append("nats_disconnected: routing exact-only, evidence queued")
-        if event_plane != "nats":
+        if event_plane != configured_plane:
             reasons.append("started without NATS: Dynamo KV events unavailable until restart")
         metrics.nats_connected.set(1 if link.connected else 0)
         status = "stopped" if not serving else ("degraded" if reasons else "ok")
@@ -157,9 +179,11 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
             cfg.metrics_host, cfg.metrics_port, health=health, metrics=exposition, donors=residency.snapshot
         )
         await http.start()
-    if event_plane != "nats":
+    if event_plane != configured_plane:
         log.warning(
-            "NATS %s unreachable at start: Dynamo runtime uses the zmq event plane; routing exact-only", cfg.nats_url
+            "NATS_SERVER=%s unreachable at start (DYN_EVENT_PLANE=nats): Dynamo runtime uses the zmq event plane; "
+            "routing exact-only",
+            os.environ["NATS_SERVER"],
         )
 
     identity = ModelIdentity.from_config(cfg)
@@ -194,7 +218,16 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
         on_rejected=lambda stream, reason: metrics.events_rejected.labels(stream, reason).inc(),
     )
     subjects = router.subjects
-    subscriber.kv_events(subjects.kv_events, router.on_kv_events)
+    index_follower: KvIndexFollower | None = None
+    if event_plane == "nats":
+        subscriber.kv_events(subjects.kv_events, router.on_kv_events)
+    elif configured_plane == "zmq":
+        index_follower = KvIndexFollower(
+            kv_router,
+            router.on_kv_index,
+            interval_s=cfg.kv_index_poll_s,
+            on_error=lambda reason: metrics.events_rejected.labels("kv_index", reason).inc(),
+        )
     subscriber.semblend(subjects.donors, (DonorRegistration, DonorLifecycle), router.on_donor_event, stream="donors")
     subscriber.semblend(router.sync_inbox, (DonorRegistration,), router.on_donor_event, stream="donors")
     subscriber.semblend(subjects.outcomes, (OutcomeReport,), router.on_outcome, stream="outcomes")
@@ -209,6 +242,8 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     link.on_reconnect.append(on_connect)
     link.start()
     publisher.start()
+    if index_follower is not None:
+        index_follower.start()
 
     router_namespace = cfg.router_namespace or cfg.dynamo_namespace
     router_ep = drt.endpoint(f"{router_namespace}.{cfg.router_component}.generate")
@@ -239,6 +274,8 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     await stop.wait()
     serving = False
     watcher.cancel()
+    if index_follower is not None:
+        await index_follower.close()
     await publisher.flush(timeout=2.0)
     await router.drain_registrations(timeout=2.0)
     serving_future.cancel()

@@ -45,6 +45,7 @@ from ..events.schemas import (
     DonorHint,
     DonorLifecycle,
     DonorRegistration,
+    KvEvent,
     KvEventBatch,
     OutcomeReport,
     RouteEvidence,
@@ -508,6 +509,14 @@ class SemanticRouter:
         self._apply_residency_changes()
         if self.residency.event_gaps > gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
+
+    def on_kv_index(self, events: Sequence[KvEvent]) -> None:
+        """Called with Dynamo's whole KV index (zmq event plane): residency becomes exactly what it holds."""
+        self.metrics.events_in.labels("kv_index").inc()
+        changed = self.residency.reconcile(events)
+        if changed:
+            self.metrics.kv_blocks_in.inc(changed)
+        self._apply_residency_changes()
 
     async def _resync_after_gap(self) -> None:
         """Missed kv-events (an event-id gap): recover from Dynamo's index once it has recovered them."""

@@ -8,7 +8,7 @@ from ..events.codec import REJECT_REASONS
 from ..outcomes import Outcome
 
 _LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
-STREAMS = ("kv_events", "donors", "outcomes")
+STREAMS = ("kv_events", "kv_index", "donors", "outcomes")
 
 
 class RouterMetrics:
