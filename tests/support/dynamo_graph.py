@@ -23,7 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -260,14 +259,17 @@ class Frontend:
         except (OSError, ValueError):
             return False
 
-    def complete(self, prompt: str, *, max_tokens: int = 2) -> dict[str, Any]:
-        """One ``/v1/completions`` request; returns the response JSON (raises on an HTTP error)."""
-        body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}).encode()
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST JSON to the Frontend; returns the response JSON (raises ``urllib.error.HTTPError`` on an error)."""
         req = urllib.request.Request(
-            f"{self.url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+            f"{self.url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
         with urllib.request.urlopen(req, timeout=60) as resp:
             return dict(json.loads(resp.read()))
+
+    def complete(self, prompt: str, *, max_tokens: int = 2) -> dict[str, Any]:
+        """One ``/v1/completions`` request."""
+        return self.post("/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens})
 
     def selected_workers(self) -> list[int]:
         """Workers Dynamo's KV router chose, in order, from the Frontend's ``Selected worker`` log lines."""
@@ -337,7 +339,3 @@ def wait_until(
         time.sleep(0.05)
     tail = f":\n{of.log()[-3000:]}" if of is not None else ""
     raise AssertionError(f"{what} not within {timeout}s{tail}")
-
-
-def http_error_body(exc: urllib.error.HTTPError) -> str:
-    return exc.read().decode(errors="replace")
