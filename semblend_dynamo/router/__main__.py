@@ -84,11 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except ConfigError as exc:
-        print(f"semblend router: configuration error: {exc}", file=sys.stderr)
-        return 2
     except StartupError as exc:
         print(f"semblend router: cannot start: {exc}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"semblend router: configuration error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

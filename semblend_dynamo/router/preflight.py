@@ -14,13 +14,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
+from ..config import ConfigError
+
 DISCOVERY_BACKENDS = ("etcd", "kubernetes", "file", "mem")
 DEFAULT_ETCD_ENDPOINTS = "http://localhost:2379"
 CONNECT_TIMEOUT_S = 1.0
 
 
-class StartupError(RuntimeError):
-    """The component cannot start as configured; the message (one line) names the setting."""
+class StartupError(ConfigError):
+    """The component cannot start as configured; the message (one line) names the setting.
+
+    A :class:`ConfigError`, so every entry point (``semblend-dynamo router`` too) reports it as one line.
+    """
 
 
 def tcp_reachable(url: str, default_port: int, timeout: float = CONNECT_TIMEOUT_S) -> bool:
