@@ -185,21 +185,16 @@ if triton is not None:
     def _to_storage(x, DTYPE: tl.constexpr, INTERPRETED: tl.constexpr):
         """Round fp32 to the KV dtype, to nearest even (fp8: saturating at +-448, as TensorRT-LLM quantizes).
 
-        bf16 is rounded by hand: Triton's interpreter truncates fp32 -> bf16 casts, and the CPU tests must see the
-        same rounding the GPU does (cvt.rn); the extra integer ops are free in a memory-bound kernel. The
-        interpreter's fp32 -> fp8 cast rounds halves up and mangles subnormals and large values, so under the
-        interpreter fp8 is rounded by hand too; the GPU uses its own cvt.rn.satfinite.
+        On the GPU this is the hardware conversion (cvt.rn; fp8: cvt.rn.satfinite). Triton's interpreter truncates
+        fp32 -> bf16 casts, and its fp32 -> fp8 cast rounds halves up and mangles subnormals and large values, so
+        under the interpreter both are rounded by hand, and the CPU tests see the GPU's rounding.
         """
-        if tl.bfloat16 == DTYPE:
+        if INTERPRETED and tl.bfloat16 == DTYPE:
             bits = x.to(tl.uint32, bitcast=True)
             bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
             return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-        elif tl.float8e4nv == DTYPE:
-            x = tl.minimum(tl.maximum(x, -448.0), 448.0)
-            if INTERPRETED:
-                return _fp8_e4m3_rne(x)
-            else:
-                return x.to(tl.float8e4nv)
+        elif INTERPRETED and tl.float8e4nv == DTYPE:
+            return _fp8_e4m3_rne(tl.minimum(tl.maximum(x, -448.0), 448.0))
         else:
             return x.to(DTYPE)
 
