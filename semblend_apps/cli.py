@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import sys
+import typing
 from collections.abc import Sequence
 
 from semblend_dynamo import __version__
@@ -23,8 +24,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit code 2), pointing at ``--help``."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="semblend-dynamo", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser = OneLineErrorParser(prog="semblend-dynamo", description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--version", action="version", version=f"semblend-dynamo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in argv if not a.startswith("-")), None)

@@ -12,7 +12,9 @@ and what is allowed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import tempfile
 import types
 import typing
 from collections.abc import Mapping
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "SEMBLEND_"
 SECRET_SETTINGS = ("nats_password", "nats_token")
@@ -146,13 +148,43 @@ class SemblendConfig(BaseModel):
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
     metrics_host: str = Field("127.0.0.1", description="bind address of the metrics/health server")
 
+    @field_validator("rope_config")
+    @classmethod
+    def _inline_rope_config_is_a_json_object(cls, value: str | None) -> str | None:
+        if value is not None and value.strip().startswith("{"):
+            _json_object(value)
+        return value
+
     @model_validator(mode="after")
     def _check_combinations(self) -> SemblendConfig:
         if self.window_overlap >= self.window_tokens:
             raise ValueError(
-                f"window_overlap ({self.window_overlap}) must be smaller than window_tokens ({self.window_tokens})"
+                f"SEMBLEND_WINDOW_OVERLAP ({self.window_overlap}) must be smaller than SEMBLEND_WINDOW_TOKENS "
+                f"({self.window_tokens})"
+            )
+        if self.mode == "shifted" and self.isolation == "none":
+            raise ValueError(
+                "SEMBLEND_EXACT_MATERIALIZATION_ONLY=0 (shifted spans) requires isolation: set SEMBLEND_ISOLATION="
+                "cache_salt or no_block_reuse (approximate KV must never become exact reusable cache state)"
             )
         return self
+
+    def check_files(self) -> None:
+        """Raise :class:`ConfigError` when a file setting cannot work on this machine (read or written at start-up)."""
+        if self.tokenizer is not None:
+            _readable_file("tokenizer", self.tokenizer)
+        if self.rope_config is not None and not self.rope_config.strip().startswith("{"):
+            path = _readable_file("rope_config", self.rope_config)
+            try:
+                _json_object(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"SEMBLEND_ROPE_CONFIG={self.rope_config!r}: {exc}") from None
+        if self.nats_creds_file is not None:
+            _readable_file("nats_creds_file", self.nats_creds_file)
+        if self.audit_path is not None:
+            _writable_file("audit_path", self.audit_path)
+        if self.onnx_cache_dir is not None:
+            _writable_dir("onnx_cache_dir", Path(self.onnx_cache_dir), self.onnx_cache_dir)
 
     # --- derived ----------------------------------------------------------------------------------
     @property
@@ -184,7 +216,9 @@ class SemblendConfig(BaseModel):
         for name, value in (overrides or {}).items():
             if value is not None:
                 values[name] = value
-        return cls.validated(values)
+        cfg = cls.validated(values)
+        cfg.check_files()
+        return cfg
 
     @classmethod
     def validated(cls, values: Mapping[str, Any]) -> SemblendConfig:
@@ -261,13 +295,67 @@ def _describe(exc: ValidationError, values: Mapping[str, Any]) -> str:
     for err in exc.errors():
         loc = err.get("loc") or ()
         field = str(loc[0]) if loc else ""
+        msg = err["msg"].removeprefix("Value error, ")
         if field in SemblendConfig.model_fields:
             value = values.get(field, SemblendConfig.model_fields[field].default)
             desc = SemblendConfig.model_fields[field].description or ""
-            lines.append(f"{env_name(field)}={value!r}: {err['msg']} ({desc})")
+            lines.append(f"{env_name(field)}={value!r}: {msg} ({desc})")
         else:
-            lines.append(f"invalid configuration: {err['msg']}")
+            lines.append(msg)
     return "; ".join(lines)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc}); give the model's config.json path or a JSON object") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object (the model's config.json), got {type(data).__name__}")
+    return data
+
+
+def _readable_file(field: str, value: str) -> Path:
+    path = Path(value)
+    if not path.exists():
+        raise ConfigError(f"{env_name(field)}={value!r}: file does not exist; give the path of an existing file")
+    if not path.is_file():
+        raise ConfigError(f"{env_name(field)}={value!r}: not a file; give the path of a file")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{env_name(field)}={value!r}: file is not readable; fix its permissions")
+    return path
+
+
+def _writable_file(field: str, value: str) -> None:
+    """The file can be appended to, or created (with its missing parent directories)."""
+    path = Path(value)
+    if path.is_dir():
+        raise ConfigError(f"{env_name(field)}={value!r}: is a directory; give a file path inside it")
+    if path.exists():
+        try:
+            with open(path, "a"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{env_name(field)}={value!r}: file is not writable ({exc.strerror})") from None
+        return
+    _writable_dir(field, path.parent, value)
+
+
+def _writable_dir(field: str, path: Path, value: str) -> None:
+    """``path`` is, or can be created as, a directory this process may write files in (probed, nothing left behind)."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{env_name(field)}={value!r}: {str(existing)!r} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{env_name(field)}={value!r}: cannot create files in {str(existing)!r} ({exc.strerror}); "
+            "choose a writable location"
+        ) from None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

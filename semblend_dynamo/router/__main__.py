@@ -38,17 +38,26 @@ log = logging.getLogger("semblend_dynamo.router")
 
 WORKER_POLL_S = 0.5
 RESYNC_DELAY_S = 2.0
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default=os.environ.get("SEMBLEND_LOG_LEVEL", "INFO"), help="Python log level")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=os.environ.get("SEMBLEND_LOG_LEVEL", "INFO").upper(),
+        help="Python log level (SEMBLEND_LOG_LEVEL)",
+    )
     add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if args.log_level not in LOG_LEVELS:  # a bad SEMBLEND_LOG_LEVEL default is not checked by argparse
+        raise ConfigError(f"SEMBLEND_LOG_LEVEL={args.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=args.log_level,
         format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
     )
     return asyncio.run(serve(cfg))

@@ -53,7 +53,9 @@ def test_precedence_yaml_env_cli(tmp_path) -> None:
         ({"SEMBLEND_ENABLED": "maybe"}, "SEMBLEND_ENABLED='maybe'"),
         ({"SEMBLEND_EMBEDDER": "bert"}, "'minilm' or 'hash'"),
         ({"SEMBLEND_BLOCK_SIZE": "-4"}, "SEMBLEND_BLOCK_SIZE='-4'"),
-        ({"SEMBLEND_WINDOW_TOKENS": "64", "SEMBLEND_WINDOW_OVERLAP": "64"}, "window_overlap"),
+        ({"SEMBLEND_WINDOW_TOKENS": "64", "SEMBLEND_WINDOW_OVERLAP": "64"}, "SEMBLEND_WINDOW_OVERLAP"),
+        ({"SEMBLEND_EXACT_MATERIALIZATION_ONLY": "0"}, "requires isolation: set SEMBLEND_ISOLATION"),
+        ({"SEMBLEND_ROPE_CONFIG": "{oops"}, "SEMBLEND_ROPE_CONFIG"),
     ],
 )
 def test_bad_values_name_variable_value_and_allowed(env: dict[str, str], needle: str) -> None:
