@@ -12,6 +12,7 @@ and what is allowed.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import tempfile
@@ -28,6 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 ENV_PREFIX = "SEMBLEND_"
 SECRET_SETTINGS = ("nats_password", "nats_token")
 """Settings never printed: shown as ``***`` by ``redacted()`` and by every command that echoes configuration."""
+NON_SETTING_VARIABLES = {
+    "SEMBLEND_CONFIG": "the YAML file of settings",
+    "SEMBLEND_LOG_LEVEL": "the router's log level (--log-level)",
+    "SEMBLEND_KEEP_TEST_LOGS": "tests: keep the logs of the processes a test started",
+}
+"""``SEMBLEND_*`` variables that are not settings; any other unknown ``SEMBLEND_*`` variable is an error."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -209,6 +216,13 @@ class SemblendConfig(BaseModel):
         path = yaml_path if yaml_path is not None else env.get(ENV_PREFIX + "CONFIG")
         if path:
             values.update(_read_yaml(Path(path)))
+        for key in sorted(env):
+            if (
+                key.startswith(ENV_PREFIX)
+                and key not in NON_SETTING_VARIABLES
+                and key[len(ENV_PREFIX) :].lower() not in cls.model_fields
+            ):
+                raise ConfigError(f"unknown variable {key}{_did_you_mean(key)}; unset it or fix its name")
         for name in cls.model_fields:
             key = env_name(name)
             if key in env:
@@ -225,8 +239,8 @@ class SemblendConfig(BaseModel):
         """Build from a dict, turning pydantic errors into one operator-readable :class:`ConfigError`."""
         unknown = [k for k in values if k not in cls.model_fields]
         if unknown:
-            allowed = ", ".join(env_name(n) for n in cls.model_fields)
-            raise ConfigError(f"unknown setting(s) {', '.join(map(env_name, unknown))}; known: {allowed}")
+            names = "; ".join(env_name(k) + _did_you_mean(env_name(k)) for k in unknown)
+            raise ConfigError(f"unknown setting(s) {names}; `semblend-dynamo config --help` lists them all")
         try:
             return cls(**values)
         except ValidationError as exc:
@@ -258,6 +272,13 @@ def redacted(values: Mapping[str, Any]) -> dict[str, Any]:
 def env_name(field: str) -> str:
     """``min_similarity`` -> ``SEMBLEND_MIN_SIMILARITY``."""
     return ENV_PREFIX + field.upper()
+
+
+def _did_you_mean(variable: str) -> str:
+    known = [env_name(n) for n in SemblendConfig.model_fields] + list(NON_SETTING_VARIABLES)
+    by_suffix = {k[len(ENV_PREFIX) :]: k for k in known}  # the shared prefix would make every name look close
+    close = difflib.get_close_matches(variable[len(ENV_PREFIX) :], list(by_suffix), n=1, cutoff=0.75)
+    return f" (did you mean {by_suffix[close[0]]}?)" if close else ""
 
 
 def flag_name(field: str) -> str:
