@@ -1,6 +1,7 @@
 """The ``semblend-dynamo`` command.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` (with only the setting groups it uses)
+and ``run(args) -> int``, and optionally ``EXAMPLES`` (the help's epilog);
 modules are imported only when their subcommand is used, so ``replay`` needs no Dynamo runtime.
 """
 
@@ -37,11 +38,20 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
-        if name == wanted:  # only the chosen subcommand's module is imported
-            mod = importlib.import_module(module)
-            mod.add_arguments(p)
-            p.set_defaults(_run=mod.run)
+        if name != wanted:  # only the chosen subcommand's module is imported
+            sub.add_parser(name, help=help_text)
+            continue
+        mod = importlib.import_module(module)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            usage="%(prog)s [options]",
+            description=help_text,
+            epilog=getattr(mod, "EXAMPLES", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
     return parser
 
 

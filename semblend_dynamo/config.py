@@ -18,7 +18,7 @@ import os
 import tempfile
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -62,7 +62,6 @@ class SemblendConfig(BaseModel):
     embedder: Literal["minilm", "hash"] = Field(
         "minilm", description="minilm (ONNX Runtime) or hash (cheap deterministic fallback)"
     )
-    fuzzy_chunks: bool = Field(False, description="allow fuzzy chunk boundaries in discovery (never materialization)")
     discovery_only: bool = Field(False, description="lookup + telemetry only; the connector never promises tokens")
     strict_prefix_boundary: bool = Field(True, description="materialize only as a contiguous target prefix")
     exact_materialization_only: bool = Field(
@@ -404,18 +403,83 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return out
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config`` and one flag per setting (``--min-similarity`` ...) to a parser."""
-    group = parser.add_argument_group("SemBlend settings (also SEMBLEND_* env vars and YAML keys)")
-    group.add_argument("--config", dest="semblend_config", default=None, help="YAML file of settings")
-    for name, field in SemblendConfig.model_fields.items():
-        group.add_argument(
-            flag_name(name),
-            dest=f"cfg_{name}",
-            default=None,
-            metavar=env_name(name),
-            help=f"{field.description} (default: {_default_text(field.default)})",
-        )
+SETTING_GROUPS: dict[str, tuple[str, ...]] = {
+    "modes": (
+        "enabled",
+        "discovery_only",
+        "exact_materialization_only",
+        "isolation",
+        "strict_prefix_boundary",
+        "min_similarity",
+        "embedder",
+    ),
+    "model": ("model_id", "tokenizer", "block_size", "kv_dtype", "rope_config"),
+    "embedding": (
+        "window_tokens",
+        "window_overlap",
+        "max_embed_windows",
+        "onnx_provider",
+        "onnx_precision",
+        "onnx_cache_dir",
+    ),
+    "donor index": ("index_capacity", "index_backend", "top_k"),
+    "planner gates": ("min_span_tokens", "min_reuse_ratio", "max_spans", "max_deviation", "exact_route_threshold"),
+    "connector": ("min_donor_tokens", "pin_budget_fraction", "pin_ttl_s", "worker_id", "connector_nats"),
+    "audit": ("audit_path",),
+    "NATS": ("nats_url", "nats_user", "nats_password", "nats_token", "nats_creds_file", "max_message_bytes"),
+    "Dynamo router": (
+        "dynamo_namespace",
+        "worker_component",
+        "worker_endpoint",
+        "router_component",
+        "router_namespace",
+        "register_model",
+        "model_path",
+        "evidence_queue_size",
+        "placement_load_slack",
+        "metrics_port",
+        "metrics_host",
+    ),
+}
+"""Every setting in exactly one group (by concern); a command's help shows the groups it uses."""
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, groups: Sequence[str] | None = None) -> None:
+    """Add ``--config`` and one flag per setting of ``groups`` (default: all), one argument group per concern.
+
+    Every setting is also read from its ``SEMBLEND_*`` variable and YAML key whether or not it has a flag here.
+    """
+    parser.add_argument(
+        "--config",
+        dest="semblend_config",
+        default=None,
+        metavar="PATH",
+        help="YAML file of settings, keyed by setting name (SEMBLEND_CONFIG)",
+    )
+    for title in groups if groups is not None else SETTING_GROUPS:
+        group = parser.add_argument_group(f"{title} settings")
+        for name in SETTING_GROUPS[title]:
+            field = SemblendConfig.model_fields[name]
+            group.add_argument(
+                flag_name(name),
+                dest=f"cfg_{name}",
+                default=None,
+                metavar=_metavar(name),
+                help=f"{field.description} (default: {_default_text(field.default)}; {env_name(name)})",
+            )
+
+
+def _metavar(name: str) -> str:
+    kind = _field_type(name)
+    if kind is bool:
+        return "0|1"
+    if typing.get_origin(kind) is Literal:
+        return "|".join(map(str, typing.get_args(kind)))
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "|".join(str(m.value) for m in kind)
+    if kind in (int, float):
+        return "N" if kind is int else "X"
+    return "PATH" if name.endswith(("_path", "_file", "_dir")) or name in ("tokenizer", "rope_config") else "TEXT"
 
 
 def _default_text(value: Any) -> str:

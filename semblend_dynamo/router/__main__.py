@@ -39,6 +39,13 @@ log = logging.getLogger("semblend_dynamo.router")
 WORKER_POLL_S = 0.5
 RESYNC_DELAY_S = 2.0
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "NATS", "Dynamo router")
+"""The setting groups the router reads."""
+EXAMPLES = """examples:
+  semblend-dynamo router --model-id Qwen/Qwen3-8B --model-path Qwen/Qwen3-8B --nats-url nats://nats:4222
+  semblend-dynamo router --config semblend.yaml --metrics-port 9090
+  SEMBLEND_DISCOVERY_ONLY=1 semblend-dynamo router     # find donors and report, never promise reuse
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("SEMBLEND_LOG_LEVEL", "INFO").upper(),
         help="Python log level (SEMBLEND_LOG_LEVEL)",
     )
-    add_config_arguments(parser)
+    add_config_arguments(parser, SETTINGS)
 
 
 def run(args: argparse.Namespace) -> int:

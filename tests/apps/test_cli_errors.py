@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from semblend_apps.cli import main
-from semblend_dynamo.config import SemblendConfig, flag_name
+from semblend_dynamo.config import SETTING_GROUPS, SemblendConfig, flag_name
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -56,9 +56,13 @@ def bad_paths(tmp_path: Path) -> dict[str, list[tuple[str, str]]]:
 def test_bad_files_are_one_line_naming_the_setting(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str, setting: str
 ) -> None:
-    extra = ["--embedder", "hash"] if command == "replay" else []
     for value, needle in bad_paths(tmp_path)[setting]:
-        rc, err = run_cli(capsys, command, *extra, flag_name(setting), value)
+        if command == "config":  # as a flag
+            rc, err = run_cli(capsys, command, flag_name(setting), value)
+        else:  # as a variable
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv(f"SEMBLEND_{setting.upper()}", value)
+                rc, err = run_cli(capsys, command, "--embedder", "hash")
         assert_one_line_error(rc, err, needle)
         assert f"SEMBLEND_{setting.upper()}" in err
 
@@ -129,3 +133,32 @@ def test_bad_router_log_level_variable_is_one_line(
 ) -> None:
     monkeypatch.setenv("SEMBLEND_LOG_LEVEL", "loud")
     assert_one_line_error(*run_cli(capsys, "router"), "SEMBLEND_LOG_LEVEL")
+
+
+def test_every_setting_is_in_exactly_one_help_group() -> None:
+    grouped = [name for names in SETTING_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(SemblendConfig.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("command", "shown", "hidden"),
+    [
+        ("replay", ["modes settings:", "--audit-path", "--pin-ttl-s"], ["--nats-url", "--metrics-port"]),
+        ("router", ["NATS settings:", "--nats-url", "Dynamo router settings:"], ["--audit-path", "--pin-ttl-s"]),
+        ("config", ["--nats-url", "--audit-path", "--pin-ttl-s"], []),
+    ],
+)
+def test_subcommand_help_shows_its_own_settings_grouped_with_examples(
+    capsys: pytest.CaptureFixture[str], command: str, shown: list[str], hidden: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert f"semblend-dynamo {command}" in out.split("examples:")[1]
+    for text in shown:
+        assert text in out
+    for text in hidden:
+        assert text not in out
+    assert "SEMBLEND_MIN_SIMILARITY)" in out  # the variable is named in the help text ...
+    assert " SEMBLEND_" not in out.split("options:")[0]  # ... never as a metavar

@@ -19,7 +19,7 @@ from semblend_dynamo.config import (
 def test_defaults_are_the_safe_ones() -> None:
     cfg = SemblendConfig.load(env={})
     assert cfg.enabled and cfg.exact_materialization_only and cfg.strict_prefix_boundary
-    assert not cfg.discovery_only and not cfg.fuzzy_chunks
+    assert not cfg.discovery_only
     assert cfg.min_similarity == pytest.approx(0.60)
     assert cfg.mode == "exact"
 
@@ -29,7 +29,6 @@ def test_env_names_match_design() -> None:
         "SEMBLEND_ENABLED",
         "SEMBLEND_MIN_SIMILARITY",
         "SEMBLEND_EMBEDDER",
-        "SEMBLEND_FUZZY_CHUNKS",
         "SEMBLEND_DISCOVERY_ONLY",
         "SEMBLEND_STRICT_PREFIX_BOUNDARY",
         "SEMBLEND_EXACT_MATERIALIZATION_ONLY",
