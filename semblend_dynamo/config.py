@@ -33,6 +33,7 @@ NON_SETTING_VARIABLES = {
     "SEMBLEND_CONFIG": "the YAML file of settings",
     "SEMBLEND_LOG_LEVEL": "the router's log level (--log-level)",
     "SEMBLEND_KEEP_TEST_LOGS": "tests: keep the logs of the processes a test started",
+    "SEMBLEND_VERSION": "the package version an image is built from (deploy/docker/Dockerfile build argument)",
 }
 """``SEMBLEND_*`` variables that are not settings; any other unknown ``SEMBLEND_*`` variable is an error."""
 _TRUE = {"1", "true", "yes", "on"}
@@ -424,6 +425,14 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "donor index": ("index_capacity", "index_backend", "top_k"),
     "planner gates": ("min_span_tokens", "min_reuse_ratio", "max_spans", "max_deviation", "exact_route_threshold"),
+    "prefill chain": (
+        "chain_enabled",
+        "chain_head_tokens",
+        "chain_step_overhead_tokens",
+        "chain_min_speedup",
+        "chain_max_steps",
+        "chain_step_timeout_s",
+    ),
     "connector": ("min_donor_tokens", "pin_budget_fraction", "pin_ttl_s", "worker_id", "connector_nats"),
     "audit": ("audit_path",),
     "NATS": ("nats_url", "nats_user", "nats_password", "nats_token", "nats_creds_file", "max_message_bytes"),

@@ -489,7 +489,7 @@ def _summarize(
 
 
 # --- CLI --------------------------------------------------------------------------------------------
-SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "connector", "audit")
+SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "prefill chain", "connector", "audit")
 """The setting groups replay reads (it runs no NATS or Dynamo)."""
 
 EXAMPLES = """examples:

@@ -39,7 +39,7 @@ log = logging.getLogger("semblend_dynamo.router")
 WORKER_POLL_S = 0.5
 RESYNC_DELAY_S = 2.0
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "NATS", "Dynamo router")
+SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "prefill chain", "NATS", "Dynamo router")
 """The setting groups the router reads."""
 EXAMPLES = """examples:
   semblend-dynamo router --model-id Qwen/Qwen3-8B --model-path Qwen/Qwen3-8B --nats-url nats://nats:4222
