@@ -1,4 +1,4 @@
-"""One typed configuration model for every component (DESIGN.md §3.1).
+"""One typed configuration model for every component (modes and rules: docs/architecture.md).
 
 A setting has one name everywhere: the field ``min_similarity`` is the environment variable
 ``SEMBLEND_MIN_SIMILARITY``, the CLI flag ``--min-similarity`` and the YAML key ``min_similarity``
@@ -57,7 +57,7 @@ class SemblendConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
 
-    # --- DESIGN.md §3.1 modes -------------------------------------------------------------------
+    # --- modes (docs/architecture.md) ----------------------------------------------------------
     enabled: bool = Field(True, description="semantic donor search on/off")
     min_similarity: float = Field(0.60, ge=0.0, le=1.0, description="cosine threshold for embedding evidence")
     embedder: Literal["minilm", "hash"] = Field(

@@ -4,7 +4,7 @@ Named in the engine YAML's ``kv_connector_config`` (``connector_module: trtllm_c
 from ``SEMBLEND_*`` environment / the ``SEMBLEND_CONFIG`` file, because TensorRT-LLM's ``KvCacheConnectorConfig``
 rejects unknown keys.
 
-Per request, in PyExecutor's order (reference/trtllm-connector.md §1.5):
+Per request, in PyExecutor's order (TensorRT-LLM's documented connector call order):
 
 1. ``get_num_new_matched_tokens`` (rank 0): take the router's hint for this prompt, or look up the pinned donors;
    re-align locally, run the planner's gates and :func:`~trtllm_connector.validation.validate_load`. Only a load
