@@ -108,6 +108,9 @@ def test_every_typed_flag_rejects_nonsense_in_one_line(capsys: pytest.CaptureFix
         (["router", "--min-similarity", "2"], "SEMBLEND_MIN_SIMILARITY"),
         (["router", "--tokenizer", "/nonexistent/tokenizer.json"], "SEMBLEND_TOKENIZER"),
         (["router", "--log-level", "LOUD"], "--log-level"),
+        (["up", "--workers", "0"], "--workers"),
+        (["up", "--http-port", "99999"], "--http-port"),
+        (["up", "--workdir", "/proc/semblend/up"], "--workdir"),
     ],
 )
 def test_bad_flags_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
