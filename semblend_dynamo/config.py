@@ -120,7 +120,12 @@ class SemblendConfig(BaseModel):
     isolation: Literal["none", "cache_salt", "no_block_reuse"] = Field(
         "none", description="how approximate KV is kept out of the exact cache (shifted mode requires one)"
     )
-    audit_path: str | None = Field(None, description="audit JSON lines file (none: audit kept in memory)")
+    audit_path: str | None = Field(
+        None,
+        description="audit JSON lines file; each run writes <stem>.<run id><suffix> beside it unless audit_append "
+        "(none: audit kept in memory)",
+    )
+    audit_append: bool = Field(False, description="append every run to audit_path itself instead of a file per run")
     rope_config: str | None = Field(
         None,
         description="model config.json path or inline JSON giving RoPE and KV geometry (default: <model dir>/config.json)",
@@ -434,7 +439,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "chain_step_timeout_s",
     ),
     "connector": ("min_donor_tokens", "pin_budget_fraction", "pin_ttl_s", "worker_id", "connector_nats"),
-    "audit": ("audit_path",),
+    "audit": ("audit_path", "audit_append"),
     "NATS": ("nats_url", "nats_user", "nats_password", "nats_token", "nats_creds_file", "max_message_bytes"),
     "Dynamo router": (
         "dynamo_namespace",

@@ -28,7 +28,7 @@ import xxhash
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter, Role
+from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, run_audit_path
 from semblend_dynamo.config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from semblend_dynamo.embedder import Embedder, HashEmbedder, build_embedder
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
@@ -293,7 +293,7 @@ def run_replay(
     exact_index = ExactPrefixIndex(cfg.block_size)
     identity = backend.identity if backend is not None else ModelIdentity.from_config(cfg)
     coverage = DonorCoverage(cfg.min_span_tokens)
-    audit_path = cfg.audit_path or DEFAULT_AUDIT_PATH
+    audit_path = run_audit_path(cfg.audit_path or DEFAULT_AUDIT_PATH, append=cfg.audit_append)
     reports: list[RequestReport] = []
     donors = {d.donor_id: d for d in workload.donors}
     seeded = {d for r in workload.requests for d in r.seed_donors}
