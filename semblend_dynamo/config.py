@@ -186,11 +186,8 @@ class SemblendConfig(BaseModel):
         if self.tokenizer is not None:
             _readable_file("tokenizer", self.tokenizer)
         if self.rope_config is not None and not self.rope_config.strip().startswith("{"):
-            path = _readable_file("rope_config", self.rope_config)
-            try:
-                _json_object(path.read_text())
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"SEMBLEND_ROPE_CONFIG={self.rope_config!r}: {exc}") from None
+            _readable_file("rope_config", self.rope_config)
+            read_model_config(self.rope_config)
         if self.nats_creds_file is not None:
             _readable_file("nats_creds_file", self.nats_creds_file)
         if self.audit_path is not None:
@@ -339,6 +336,17 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object (the model's config.json), got {type(data).__name__}")
     return data
+
+
+def read_model_config(source: str) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` given as a path or inline JSON. Raises :class:`ConfigError` naming the setting."""
+    text = source.strip()
+    try:
+        return _json_object(text if text.startswith("{") else Path(text).read_text())
+    except OSError as exc:
+        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: {exc}") from None
 
 
 def _readable_file(field: str, value: str) -> Path:
