@@ -306,6 +306,13 @@ def banner(graph: LocalGraph, seconds: float) -> str:
     )
 
 
+EXAMPLES = """examples:
+  semblend-dynamo up                          # nats-server, Frontend, router and 2 mocker workers on free ports
+  semblend-dynamo up --workers 4 --embedder hash --workdir /tmp/semblend-up
+  semblend-dynamo replay --target http://127.0.0.1:PORT/v1   # then, from another shell
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     helps = {name: field.description or "" for name, field in UpConfig.model_fields.items()}
     parser.add_argument("--workers", type=int, default=2, help=helps["workers"] + " (default 2)")
@@ -340,7 +347,11 @@ def run(args: argparse.Namespace) -> int:
             f"semblend-dynamo up: --{'-'.join(map(str, err['loc'])).replace('_', '-')}: {err['msg']}", file=sys.stderr
         )
         return 2
-    graph = LocalGraph(cfg)
+    try:
+        graph = LocalGraph(cfg)
+    except OSError as exc:
+        print(f"semblend-dynamo up: --workdir={cfg.workdir}: cannot create it ({exc.strerror})", file=sys.stderr)
+        return 2
     stopping = {"signal": 0}
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .config import SemblendConfig
 from .outcomes import DeclineReason, Outcome
 
 RUN_ID = uuid.uuid4().hex[:16]
@@ -137,6 +138,21 @@ class AuditWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def run_audit_path(path: str | os.PathLike[str], *, append: bool) -> Path:
+    """The file this run writes: ``path`` itself when appending, else ``path`` with the run id before its suffix.
+
+    ``audit.jsonl`` -> ``audit.<run_id>.jsonl``: runs never mix in one file and a restart never appends to an earlier
+    run's file; every process of one run (e.g. replay and its connector backend) resolves the same name.
+    """
+    p = Path(path)
+    return p if append else p.with_name(f"{p.stem}.{RUN_ID}{p.suffix}")
+
+
+def audit_file(cfg: SemblendConfig) -> str | None:
+    """The audit file of a component configured by ``cfg`` (None: in memory), see :func:`run_audit_path`."""
+    return None if cfg.audit_path is None else str(run_audit_path(cfg.audit_path, append=cfg.audit_append))
 
 
 def read_audit(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

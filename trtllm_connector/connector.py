@@ -4,7 +4,7 @@ Named in the engine YAML's ``kv_connector_config`` (``connector_module: trtllm_c
 from ``SEMBLEND_*`` environment / the ``SEMBLEND_CONFIG`` file, because TensorRT-LLM's ``KvCacheConnectorConfig``
 rejects unknown keys.
 
-Per request, in PyExecutor's order (reference/trtllm-connector.md §1.5):
+Per request, in PyExecutor's order (TensorRT-LLM's documented connector call order):
 
 1. ``get_num_new_matched_tokens`` (rank 0): take the router's hint for this prompt, or look up the pinned donors;
    re-align locally, run the planner's gates and :func:`~trtllm_connector.validation.validate_load`. Only a load
@@ -36,7 +36,7 @@ import torch
 from semblend_kernels.layout import PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter, Role
+from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file
 from semblend_dynamo.config import ConfigError, SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
 from semblend_dynamo.namespace import has_isolating_salt, tenant_of
@@ -125,7 +125,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self.cfg = cfg
         self.model = ModelInfo.load(cfg, llm_args)
         self.tokens_per_block = self.model.tokens_per_block
-        self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
+        self.audit = audit if audit is not None else process.shared_audit(audit_file(cfg))
         self.hints = hints if hints is not None else process.shared_hints()
         self.registry = DonorRegistry(
             0, cfg.pin_ttl_s, tokens_per_block=self.tokens_per_block, worker_id=cfg.worker_id, clock=clock
@@ -534,7 +534,7 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         self.cfg = cfg
         self.model = ModelInfo.load(cfg, llm_args)
         self.rank = _mpi_rank() if rank is None else rank
-        self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
+        self.audit = audit if audit is not None else process.shared_audit(audit_file(cfg))
         self.pool: torch.Tensor | None = None
         self.layout: PagedKVLayout | None = None
         self._inv_freq: torch.Tensor | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role
+from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role, run_audit_path
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey, isolating_salt
@@ -47,7 +47,9 @@ class ConnectorReplayBackend:
     """Implements replay's ``ReplayBackend`` protocol with the SemBlend connector in the PyExecutor harness."""
 
     def __init__(self, cfg: SemblendConfig, *, num_blocks: int = POOL_BLOCKS) -> None:
-        self.audit = RequestTrackingAuditWriter(cfg.audit_path or DEFAULT_AUDIT_PATH)
+        self.audit = RequestTrackingAuditWriter(
+            str(run_audit_path(cfg.audit_path or DEFAULT_AUDIT_PATH, append=cfg.audit_append))
+        )
         self.harness = PyExecutorHarness.with_stand_in(
             cfg, num_layers=1, num_kv_heads=1, head_dim=8, num_blocks=num_blocks, audit=self.audit
         )

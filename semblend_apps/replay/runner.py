@@ -28,7 +28,7 @@ import xxhash
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter, Role
+from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, run_audit_path
 from semblend_dynamo.config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from semblend_dynamo.embedder import Embedder, HashEmbedder, build_embedder
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
@@ -293,7 +293,7 @@ def run_replay(
     exact_index = ExactPrefixIndex(cfg.block_size)
     identity = backend.identity if backend is not None else ModelIdentity.from_config(cfg)
     coverage = DonorCoverage(cfg.min_span_tokens)
-    audit_path = cfg.audit_path or DEFAULT_AUDIT_PATH
+    audit_path = run_audit_path(cfg.audit_path or DEFAULT_AUDIT_PATH, append=cfg.audit_append)
     reports: list[RequestReport] = []
     donors = {d.donor_id: d for d in workload.donors}
     seeded = {d for r in workload.requests for d in r.seed_donors}
@@ -489,6 +489,17 @@ def _summarize(
 
 
 # --- CLI --------------------------------------------------------------------------------------------
+SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "prefill chain", "connector", "audit")
+"""The setting groups replay reads (it runs no NATS or Dynamo)."""
+
+EXAMPLES = """examples:
+  semblend-dynamo replay                                   # the bundled workload through the connector harness
+  semblend-dynamo replay --embedder hash --backend none    # no ONNX Runtime, stop at the plan
+  semblend-dynamo replay --exact-materialization-only 0 --isolation cache_salt   # shifted spans
+  semblend-dynamo replay --json --requests --audit-path /tmp/audit.jsonl
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of a table")
     parser.add_argument("--units", type=int, default=4, help="requests per workload kind (default 4)")
@@ -520,7 +531,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--target", default=None, help="OpenAI base URL: send the workload there instead of in-process")
     target.add_argument("--router-metrics", default=None, help="the router's metrics URL: its outcome counters")
     target.add_argument("--model", default=None, help="model name at the target (default: the first it lists)")
-    add_config_arguments(parser)
+    add_config_arguments(parser, SETTINGS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """MessagePack codec for SemBlend events and the decoder of Dynamo's ``kv-events``.
 
-Wire form (mimics Dynamo's event plane, reference/dynamo.md §1.2): a msgpack map
+Wire form (mimics Dynamo 1.6's event plane): a msgpack map
 ``{publisher_id, sequence, published_at, topic, payload}`` whose ``payload`` is the msgpack map of one
 model (wire key ``schema`` = ``semblend.<kind>/v1``). Every decoder raises :class:`RejectedMessage`
 with a short ``reason`` (counted by the caller) for anything malformed, truncated, oversized,

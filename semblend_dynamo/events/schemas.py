@@ -1,11 +1,11 @@
-"""Versioned SemBlend event models (DESIGN.md §3.4) and Dynamo's own KV-event shapes.
+"""Versioned SemBlend event models (docs/architecture.md) and Dynamo's own KV-event shapes.
 
 Every SemBlend message is a pydantic model whose wire key ``schema`` names kind and version
 (``semblend.<kind>/v1``). Models are text-free: prompts travel as hashes, embeddings as float16
 bytes. :mod:`semblend_dynamo.events.codec` puts them in a Dynamo-style msgpack envelope.
 
 The ``Kv*`` models are the typed form of Dynamo 1.6's ``kv-events`` payload
-(``RouterEvent``; reference/dynamo.md §1.1-1.2). They are only ever decoded, never published.
+(``RouterEvent`` of Dynamo 1.6's KV-event plane). They are only ever decoded, never published.
 """
 
 from __future__ import annotations

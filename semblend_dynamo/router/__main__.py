@@ -43,11 +43,25 @@ RESYNC_DELAY_S = 2.0
 SHUTDOWN_BUDGET_S = 1.0
 """Seconds a stopping router gives pending donor registrations and evidence (then it closes)."""
 T = TypeVar("T")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "prefill chain", "NATS", "Dynamo router")
+"""The setting groups the router reads."""
+EXAMPLES = """examples:
+  semblend-dynamo router --model-id Qwen/Qwen3-8B --model-path Qwen/Qwen3-8B --nats-url nats://nats:4222
+  semblend-dynamo router --config semblend.yaml --metrics-port 9090
+  SEMBLEND_DISCOVERY_ONLY=1 semblend-dynamo router     # find donors and report, never promise reuse
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default=os.environ.get("SEMBLEND_LOG_LEVEL", "INFO"), help="Python log level")
-    add_config_arguments(parser)
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=os.environ.get("SEMBLEND_LOG_LEVEL", "INFO").upper(),
+        help="Python log level (SEMBLEND_LOG_LEVEL)",
+    )
+    add_config_arguments(parser, SETTINGS)
 
 
 class JsonFormatter(logging.Formatter):
@@ -72,6 +86,8 @@ def configure_logging(level: str, log_format: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if args.log_level not in LOG_LEVELS:  # a bad SEMBLEND_LOG_LEVEL default is not checked by argparse
+        raise ConfigError(f"SEMBLEND_LOG_LEVEL={args.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
     configure_logging(args.log_level, cfg.log_format)
     configured_event_plane(os.environ)
     check_discovery(os.environ)

@@ -49,7 +49,8 @@ def test_replay_json_acceptance_with_default_modes(capsys: pytest.CaptureFixture
     for stage in STAGES:
         assert {"p50", "p99", "n"} <= set(data["latency_us"][stage])
         assert data["latency_us"][stage]["p99"] >= data["latency_us"][stage]["p50"]
-    records = read_audit(audit)
+    assert Path(data["audit_path"]).parent == tmp_path  # this run's own file, beside --audit-path
+    records = read_audit(data["audit_path"])
     events = [r["event"] for r in records]
     assert events.count("donor_registered") == data["workload"]["donors"]
     router = [r for r in records if r["event"] in ("routed", "declined")]  # one router record per request

@@ -32,7 +32,8 @@ def replay_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: s
     audit = tmp_path / "audit.jsonl"
     argv = ["replay", "--json", "--requests", "--embedder", "hash", "--audit-path", str(audit)]
     assert main([*argv, "--manifest", str(FIXTURE_PATH), "--sembench-results", str(tmp_path / "res.json"), *args]) == 0
-    return json.loads(capsys.readouterr().out), audit
+    data = json.loads(capsys.readouterr().out)
+    return data, Path(data["audit_path"])  # this run's file, beside --audit-path
 
 
 @pytest.mark.parametrize("mode", [(), SHIFTED], ids=["exact", "shifted"])

@@ -1,9 +1,22 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pydantic import ValidationError
 
-from semblend_dynamo.audit import RUN_ID, AuditEvent, AuditRecord, AuditWriter, Role, read_audit
+from semblend_dynamo.audit import (
+    RUN_ID,
+    AuditEvent,
+    AuditRecord,
+    AuditWriter,
+    Role,
+    audit_file,
+    read_audit,
+    run_audit_path,
+)
+from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.outcomes import DeclineReason
 
 
@@ -58,3 +71,29 @@ def test_every_record_names_its_run_and_requests_their_role_and_trace(tmp_path) 
 def test_only_a_recipient_may_write_materialized(role) -> None:
     with pytest.raises(ValidationError, match="recipient"):
         AuditRecord(event=AuditEvent.MATERIALIZED, role=role, materialized=32)
+
+
+def test_each_run_writes_its_own_file_unless_appending(tmp_path) -> None:
+    path = tmp_path / "audit.jsonl"
+    run_file = run_audit_path(path, append=False)
+    assert run_file == tmp_path / f"audit.{RUN_ID}.jsonl"
+    assert run_audit_path(path, append=True) == path
+    cfg = SemblendConfig(audit_path=str(path))
+    assert audit_file(cfg) == str(run_file)
+    assert audit_file(cfg.model_copy(update={"audit_append": True})) == str(path)
+    assert audit_file(SemblendConfig()) is None  # in memory
+
+
+def test_replay_runs_never_share_an_audit_file_unless_appending(tmp_path) -> None:
+    """Two replay processes with one --audit-path: two files; with --audit-append 1: one file with both runs."""
+    script = "from semblend_apps.cli import main; raise SystemExit(main())"
+    path = tmp_path / "audit.jsonl"
+    args = ["replay", "--backend", "none", "--embedder", "hash", "--units", "1", "--audit-path", str(path)]
+    for extra in ([], [], ["--audit-append", "1"], ["--audit-append", "1"]):
+        subprocess.run([sys.executable, "-c", script, *args, *extra], check=True, capture_output=True)
+    per_run = sorted(tmp_path.glob("audit.*.jsonl"))
+    assert len(per_run) == 2
+    run_ids = [{r["run_id"] for r in read_audit(p)} for p in per_run]
+    assert all(len(ids) == 1 for ids in run_ids) and run_ids[0] != run_ids[1]
+    appended = {r["run_id"] for r in read_audit(path)}
+    assert len(appended) == 2 and not appended & (run_ids[0] | run_ids[1])
