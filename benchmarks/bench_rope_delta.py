@@ -3,10 +3,12 @@
     python benchmarks/bench_rope_delta.py [--out results.json]   # on a CUDA GPU (TRITON_INTERPRET unset or 0)
     TRITON_INTERPRET=1 python benchmarks/bench_rope_delta.py --smoke   # tiny shapes on CPU: checks the script runs
 
-Prints the measured device copy bandwidth (torch copy of a large buffer, read + write bytes), a small tuning sweep, then
-for Llama-3-8B and Qwen2.5-7B KV shapes (bf16, 32-token blocks) at 2K / 8K / 32K tokens, in place and copy+rotate: the
-kernel time and GB/s (its bytes: K read + write in place; K and V read + write for copy), its share of the copy
-bandwidth, the public call's time (plan validation included) and the torch reference's time and the speedup over it.
+Prints the measured device copy bandwidth (torch copy of a 4 GiB buffer, read + write bytes), a small tuning sweep,
+then for Llama-3-8B and Qwen2.5-7B KV shapes (bf16 and fp8 e4m3 with per-layer scales, 32-token blocks) at 2K / 8K /
+32K tokens, in place and copy+rotate: the kernel time and GB/s (its bytes: K read + write in place; K and V read +
+write for copy), its share of the 4 GiB copy's bandwidth and of a torch copy of the same number of bytes (timed the
+same way, in the same run: the ceiling for a transfer of that size), the public call's time (plan validation
+included) and the torch reference's time and the speedup over it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ MODELS = {"Llama-3-8B": (32, 8, 128), "Qwen2.5-7B": (28, 4, 128)}
 SMOKE_MODELS = {"tiny": (2, 2, 32)}
 TOKENS_PER_BLOCK = 32
 DELTA = 1234
-SWEEP = [KernelTuning(1, w, lpp) for w in (4, 8, 16) for lpp in (1, 2, 4)]  # heads_per_iter 1 won the first sweep
+SWEEP = [KernelTuning(h, w, lpp) for h in (1, 4) for w in (8, 16) for lpp in (1, 2, 4)]  # 4 warps lost every time
+DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+FP8_LAYER_SCALE = 0.05
 
 
 def time_ms(fn: Callable[[], object], cuda: bool) -> float:
@@ -58,10 +62,11 @@ def time_ms(fn: Callable[[], object], cuda: bool) -> float:
 
 
 def copy_bandwidth_gbps(device: str, nbytes: int, cuda: bool) -> float:
+    """torch ``copy_`` of an ``nbytes`` buffer into another, counting read + write bytes."""
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src), cuda)
-    return 2 * nbytes / (ms * 1e-3) / 1e9
+    return 2 * src.numel() * 2 / (ms * 1e-3) / 1e9
 
 
 @dataclass
@@ -71,54 +76,72 @@ class Case:
     copy_plan: torch.Tensor
     inplace_plan: torch.Tensor
     inv_freq: torch.Tensor
+    kv_scale: torch.Tensor | None  # fp8 only: per-layer dequantization scales
     k_bytes: int  # bytes of K (== of V) for all tokens and layers
 
 
-def make_case(model: tuple[int, int, int], tokens: int, device: str, unaligned: bool = False) -> Case:
+def make_case(
+    model: tuple[int, int, int], tokens: int, device: str, dtype: torch.dtype, unaligned: bool = False
+) -> Case:
     layers, heads, head_dim = model
     layout = PagedKVLayout(layers, heads, head_dim, TOKENS_PER_BLOCK)
     n_blocks = -(-tokens // TOKENS_PER_BLOCK) + 1
     total = 2 * n_blocks + 8
     pool = torch.empty(total, layers, 2, layout.block_elems, dtype=torch.bfloat16, device=device).normal_()
+    kv_scale = None
+    if dtype == torch.float8_e4m3fn:
+        pool = (pool * 20).to(dtype)
+        kv_scale = torch.full((layers,), FP8_LAYER_SCALE, device=device)
     ids = torch.randperm(total, generator=torch.Generator().manual_seed(0))[: 2 * n_blocks].tolist()
     src_ids, dst_ids = ids[:n_blocks], ids[n_blocks:]
     src0, dst0 = (5, 19) if unaligned else (0, 0)
     copy_plan = split_spans_to_plan([CopySpan(src0, dst0, tokens, delta=DELTA)], src_ids, dst_ids, TOKENS_PER_BLOCK)
     inplace_plan = split_inplace_spans_to_plan([InplaceSpan(dst0, tokens, DELTA)], dst_ids, TOKENS_PER_BLOCK)
     inv_freq = RopeConfig(head_dim, head_dim, 500_000.0).inv_freq(device)
-    return Case(layout, pool, copy_plan, inplace_plan, inv_freq, tokens * layers * heads * head_dim * 2)
+    k_bytes = tokens * layers * heads * head_dim * pool.element_size()
+    return Case(layout, pool, copy_plan, inplace_plan, inv_freq, kv_scale, k_bytes)
 
 
 def kernel_fn(case: Case, op: str, tuning: KernelTuning) -> Callable[[], None]:
     """The validated launch alone (plan already on the device)."""
     hd = case.layout.head_dim
     if op == "inplace":
-        c = _check(case.pool, case.inplace_plan, case.inv_freq, case.layout, hd, "neox", None, INPLACE_PLAN_COLUMNS)
+        c = _check(
+            case.pool,
+            case.inplace_plan,
+            case.inv_freq,
+            case.layout,
+            hd,
+            "neox",
+            None,
+            INPLACE_PLAN_COLUMNS,
+            case.kv_scale,
+        )
         return lambda: _launch_inplace(case.pool, c, case.layout, hd, "neox", tuning)
-    c = _check(case.pool, case.copy_plan, case.inv_freq, case.layout, hd, "neox", None, 6)
+    c = _check(case.pool, case.copy_plan, case.inv_freq, case.layout, hd, "neox", None, 6, case.kv_scale)
     return lambda: _launch_copy(case.pool, c, case.layout, hd, "neox", tuning)
 
 
 def public_fn(case: Case, op: str, tuning: KernelTuning, reference: bool = False) -> Callable[[], None]:
-    hd = case.layout.head_dim
+    kw = {"rotary_dim": case.layout.head_dim, "kv_scale": case.kv_scale}
     if op == "inplace":
         plan = case.inplace_plan
         if reference:
-            return lambda: rope_delta_inplace_reference(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd)
-        return lambda: rope_delta_inplace(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd, tuning=tuning)
+            return lambda: rope_delta_inplace_reference(case.pool, plan, case.inv_freq, case.layout, **kw)
+        return lambda: rope_delta_inplace(case.pool, plan, case.inv_freq, case.layout, **kw, tuning=tuning)
     plan = case.copy_plan
     if reference:
-        return lambda: rope_delta_copy_reference(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd)
-    return lambda: rope_delta_copy(case.pool, plan, case.inv_freq, case.layout, rotary_dim=hd, tuning=tuning)
+        return lambda: rope_delta_copy_reference(case.pool, plan, case.inv_freq, case.layout, **kw)
+    return lambda: rope_delta_copy(case.pool, plan, case.inv_freq, case.layout, **kw, tuning=tuning)
 
 
 def check_matches_reference(case: Case) -> float:
-    """Largest |kernel - reference| over the pool after one copy+rotate (a guard that the timed kernel is right)."""
+    """Largest |kernel - reference| (storage units) after one copy+rotate (a guard that the timed kernel is right)."""
     pool = case.pool.clone()
-    hd = case.layout.head_dim
-    rope_delta_copy(pool, case.copy_plan, case.inv_freq, case.layout, rotary_dim=hd)
+    kw = {"rotary_dim": case.layout.head_dim, "kv_scale": case.kv_scale}
+    rope_delta_copy(pool, case.copy_plan, case.inv_freq, case.layout, **kw)  # type: ignore[arg-type]
     expected = case.pool.clone()
-    rope_delta_copy_reference(expected, case.copy_plan, case.inv_freq, case.layout, rotary_dim=hd)
+    rope_delta_copy_reference(expected, case.copy_plan, case.inv_freq, case.layout, **kw)  # type: ignore[arg-type]
     return float((pool.float() - expected.float()).abs().max())
 
 
@@ -139,45 +162,52 @@ def main() -> int:
     print(f"device copy bandwidth (torch copy_, read+write bytes): {copy_gbps:.0f} GB/s")
     results["copy_gbps"] = copy_gbps
 
-    # Tuning sweep per model at the middle token count; the table below uses each model's best per op.
-    best: dict[tuple[str, str], KernelTuning] = {}
+    # Tuning sweep per (dtype, model) at the middle token count; the table uses each one's best per op.
+    best: dict[tuple[str, str, str], KernelTuning] = {}
     sweep_rows = []
-    for name, model in models.items():
-        sweep_case = make_case(model, token_counts[len(token_counts) // 2], device)
-        for op in ("inplace", "copy"):
-            times = {t: time_ms(kernel_fn(sweep_case, op, t), cuda) for t in (SWEEP if cuda else SWEEP[:2])}
-            best[name, op] = min(times, key=lambda t: times[t])
-            for t, ms in times.items():
-                sweep_rows.append({"model": name, "op": op, **vars(t), "ms": ms})
-            print(
-                f"tuning sweep {name} {op} (heads/warps/layers=ms): "
-                + ", ".join(
-                    f"h{t.heads_per_iter}/w{t.num_warps}/l{t.layers_per_program}={ms:.3f}" for t, ms in times.items()
+    for dname, dtype in DTYPES.items():
+        for name, model in models.items():
+            sweep_case = make_case(model, token_counts[len(token_counts) // 2], device, dtype)
+            for op in ("inplace", "copy"):
+                times = {t: time_ms(kernel_fn(sweep_case, op, t), cuda) for t in (SWEEP if cuda else SWEEP[:2])}
+                best[dname, name, op] = min(times, key=lambda t: times[t])
+                for t, ms in times.items():
+                    sweep_rows.append({"dtype": dname, "model": name, "op": op, **vars(t), "ms": ms})
+                print(
+                    f"tuning sweep {dname} {name} {op} (heads/warps/layers=ms): "
+                    + ", ".join(
+                        f"h{t.heads_per_iter}/w{t.num_warps}/l{t.layers_per_program}={ms:.3f}"
+                        for t, ms in times.items()
+                    )
                 )
-            )
-            print(f"  best {name} {op}: {best[name, op]}")
-        del sweep_case
+                print(f"  best {dname} {name} {op}: {best[dname, name, op]}")
+            del sweep_case
     results["sweep"] = sweep_rows
 
     print(
-        "\n| model | tokens | op | kernel ms | GB/s | % of copy BW | call ms | torch ref ms | speedup kernel | speedup call |"
-        "\n|---|---|---|---|---|---|---|---|---|---|"
+        "\n| dtype | model | tokens | op | kernel ms | GB/s | % of 4 GiB copy | same-size copy GB/s | % of same-size copy "
+        "| call ms | torch ref ms | speedup kernel | speedup call |"
+        "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = []
-    cases = [(name, model, tokens, False) for name, model in models.items() for tokens in token_counts]
     first = next(iter(models))
-    cases.append((first, models[first], token_counts[len(token_counts) // 2], True))
-    for name, model, tokens, unaligned in cases:
-        case = make_case(model, tokens, device, unaligned)
+    cases = [(dname, name, tokens, False) for dname in DTYPES for name in models for tokens in token_counts] + [
+        (dname, first, token_counts[len(token_counts) // 2], True) for dname in DTYPES
+    ]
+    for dname, name, tokens, unaligned in cases:
+        case = make_case(models[name], tokens, device, DTYPES[dname], unaligned)
         max_err = check_matches_reference(case)
         for op in ("inplace", "copy"):
-            kernel_ms = time_ms(kernel_fn(case, op, best[name, op]), cuda)
-            call_ms = time_ms(public_fn(case, op, best[name, op]), cuda)
-            ref_ms = time_ms(public_fn(case, op, best[name, op], reference=True), cuda)
+            tuning = best[dname, name, op]
+            kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda)
+            call_ms = time_ms(public_fn(case, op, tuning), cuda)
+            ref_ms = time_ms(public_fn(case, op, tuning, reference=True), cuda)
             nbytes = case.k_bytes * (2 if op == "inplace" else 4)
+            same_size_gbps = copy_bandwidth_gbps(device, nbytes // 2, cuda)
             gbps = nbytes / (kernel_ms * 1e-3) / 1e9
             label = f"{tokens}{' (unaligned spans)' if unaligned else ''}"
             row = {
+                "dtype": dname,
                 "model": name,
                 "tokens": tokens,
                 "unaligned": unaligned,
@@ -185,6 +215,8 @@ def main() -> int:
                 "kernel_ms": kernel_ms,
                 "gbps": gbps,
                 "fraction_of_copy_bw": gbps / copy_gbps,
+                "same_size_copy_gbps": same_size_gbps,
+                "fraction_of_same_size_copy": gbps / same_size_gbps,
                 "call_ms": call_ms,
                 "reference_ms": ref_ms,
                 "speedup_kernel_vs_reference": ref_ms / kernel_ms,
@@ -193,14 +225,15 @@ def main() -> int:
             }
             rows.append(row)
             print(
-                f"| {name} | {label} | {op} | {kernel_ms:.3f} | {gbps:.0f} | {100 * gbps / copy_gbps:.0f}% | "
+                f"| {dname} | {name} | {label} | {op} | {kernel_ms:.3f} | {gbps:.0f} | {100 * gbps / copy_gbps:.0f}% | "
+                f"{same_size_gbps:.0f} | {100 * gbps / same_size_gbps:.0f}% | "
                 f"{call_ms:.3f} | {ref_ms:.3f} | {ref_ms / kernel_ms:.1f}x | {ref_ms / call_ms:.1f}x |"
             )
         del case
         if cuda:
             torch.cuda.empty_cache()
     results["rows"] = rows
-    results["best_tuning"] = {f"{name}/{op}": vars(t) for (name, op), t in best.items()}
+    results["best_tuning"] = {f"{dname}/{name}/{op}": vars(t) for (dname, name, op), t in best.items()}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

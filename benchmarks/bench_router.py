@@ -10,7 +10,7 @@ Every figure is printed next to a baseline measured in the same run:
   donors' blocks).
 * ``ingest``: Dynamo kv-events (16-block stored events, 1 in 4 followed by a removal) decoded and applied to
   the router's residency, in-process; baselines: msgpack unpacking alone, and Dynamo's own ``RadixTree``
-  fed the same events (the JSON path of reference/dynamo.md §1.2).
+  fed the same events (the JSON path of Dynamo 1.6's KV events).
 * ``ingest-nats``: the same stream published through a real nats-server at a fixed offered rate by a
   separate process, consumed by the router's subscriber + residency; reports the achieved rate and the
   lag (receive time - ``published_at``) in the first and last second, to show whether lag grows.

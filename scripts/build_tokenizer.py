@@ -6,7 +6,7 @@ Two steps, both deterministic:
 ``corpus``     extracts module, class and function docstrings of the 44 CPython standard library modules with the
                most docstring prose (this interpreter's stdlib, PSF License 2.0) into ``semblend_dynamo/data/corpus/<doc_id>.txt`` plus ``INDEX.json``.
 ``tokenizer``  trains a Qwen2-style byte-level BPE (8K vocab) on that corpus with the ``tokenizers`` library and
-               writes ``semblend_dynamo/data/tokenizer.json`` (recipe: shared/reference/deps.md §5).
+               writes ``semblend_dynamo/data/tokenizer.json``.
 
 Usage: ``.venv/bin/python scripts/build_tokenizer.py [corpus|tokenizer|all]`` (default ``all``).
 """

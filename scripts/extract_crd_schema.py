@@ -1,8 +1,8 @@
 """Extract one version's openAPIV3Schema from the DynamoGraphDeployment CRD into tests/data.
 
-The full CRD is 1.6 MB; the chart tests need only the schema of the version the chart renders.
+The full CRD (the DynamoGraphDeployment CRD YAML of Dynamo's operator) is 1.6 MB; the chart tests need only the schema of the version the chart renders.
 
-    .venv/bin/python scripts/extract_crd_schema.py ../shared/data/dynamo-graph-deployment-crd.yaml \
+    .venv/bin/python scripts/extract_crd_schema.py dynamo-graph-deployment-crd.yaml \
         --version v1beta1 --out tests/data/dgd-v1beta1.schema.json
 """
 

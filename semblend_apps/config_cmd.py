@@ -9,10 +9,17 @@ import yaml
 
 from semblend_dynamo.config import add_config_arguments, config_from_args, redacted
 
+EXAMPLES = """examples:
+  semblend-dynamo config                                  # the defaults, as YAML
+  semblend-dynamo config --config semblend.yaml --format env
+  SEMBLEND_MIN_SIMILARITY=0.7 semblend-dynamo config --format json
+  semblend-dynamo config --exact-materialization-only 0 --isolation cache_salt   # shifted spans need isolation
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=["yaml", "json", "env"], default="yaml")
-    add_config_arguments(parser)
+    parser.add_argument("--format", choices=["yaml", "json", "env"], default="yaml", help="output format (yaml)")
+    add_config_arguments(parser)  # every setting: this command validates them all
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,9 +1,13 @@
-"""Audit records: JSON lines, one object per event, flushed per record (DESIGN.md §3.8).
+"""Audit records: JSON lines, one object per event, flushed per record (the contract: docs/sembench.md).
 
 Field names are compatible with SemBench's TensorRT-LLM audit parser (``event``, ``found``,
-``materialized``, ``requires_rope_correction``, ``rejection_reason``) plus our own. Every component
-writes through :class:`AuditWriter`, so a record is on disk (or in the in-memory sink) before the
-call that produced it returns: a clean shutdown loses nothing, a crash at most a partial last line.
+``materialized``, ``requires_rope_correction``, ``rejection_reason``) plus our own. Every record carries the
+process's ``run_id``; request-scoped records also say whose they are (``role``) and which request they belong
+to across router and connector (``trace_id``). Only a recipient's load is a ``materialized`` record (the model
+refuses any other), so a parser that counts ``materialized`` events counts exactly the reuse we report.
+
+Every component writes through :class:`AuditWriter`, so a record is on disk (or in the in-memory sink) before
+the call that produced it returns: a clean shutdown loses nothing, a crash at most a partial last line.
 """
 
 from __future__ import annotations
@@ -12,14 +16,19 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections import Counter
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .config import SemblendConfig
 from .outcomes import DeclineReason, Outcome
+
+RUN_ID = uuid.uuid4().hex[:16]
+"""One id per process start, stamped on every record this process writes."""
 
 
 class AuditEvent(str, Enum):
@@ -34,6 +43,14 @@ class AuditEvent(str, Enum):
     ROUTED = "routed"
 
 
+class Role(str, Enum):
+    """Whose request a record is about (``role``)."""
+
+    RECIPIENT = "recipient"  # a request served to a client: the only role whose loads are reuse
+    DONOR_PREFILL = "donor_prefill"  # a prefill run only to make a donor; it never loads donor KV
+    CHAIN_STEP = "chain_step"  # one step of a prefill chain; its loads are not a client's reuse
+
+
 class AuditRecord(BaseModel):
     """One audit line. Unset optional fields are omitted from the JSON."""
 
@@ -41,6 +58,9 @@ class AuditRecord(BaseModel):
 
     event: AuditEvent
     ts: float = Field(default_factory=time.time)
+    run_id: str = RUN_ID
+    role: Role | None = None
+    trace_id: str | None = None
     request_id: str | None = None
     donor_id: str | None = None
     worker_id: str | None = None
@@ -48,6 +68,8 @@ class AuditRecord(BaseModel):
     component: str | None = None
     outcome: Outcome | None = None
     found: bool | None = None
+    similarity: float | None = Field(None, description="best embedding similarity (on `lookup`)")
+    num_new_matched_tokens: int | None = Field(None, ge=0, description="tokens promised (on `promised`)")
     materialized: int | None = Field(None, ge=0, description="tokens materialized (on `materialized`)")
     requires_rope_correction: bool | None = None
     rejection_reason: DeclineReason | None = None
@@ -57,6 +79,12 @@ class AuditRecord(BaseModel):
     mode: str | None = None
     latency_us: float | None = Field(None, ge=0)
     detail: str | None = None
+
+    @model_validator(mode="after")
+    def _only_recipients_materialize(self) -> AuditRecord:
+        if self.event == AuditEvent.MATERIALIZED.value and self.role != Role.RECIPIENT.value:
+            raise ValueError(f"`materialized` is a recipient's reuse: role {self.role!r} may not write it")
+        return self
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
@@ -81,7 +109,7 @@ class AuditWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the writer
 
-    def write(self, record: AuditRecord | None = None, **fields: Any) -> AuditRecord:
+    def write(self, record: AuditRecord | None = None, /, **fields: Any) -> AuditRecord:
         """Append one record (built from ``fields`` when ``record`` is None) and flush it."""
         rec = record if record is not None else AuditRecord(**fields)
         line = rec.to_json()
@@ -110,6 +138,21 @@ class AuditWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def run_audit_path(path: str | os.PathLike[str], *, append: bool) -> Path:
+    """The file this run writes: ``path`` itself when appending, else ``path`` with the run id before its suffix.
+
+    ``audit.jsonl`` -> ``audit.<run_id>.jsonl``: runs never mix in one file and a restart never appends to an earlier
+    run's file; every process of one run (e.g. replay and its connector backend) resolves the same name.
+    """
+    p = Path(path)
+    return p if append else p.with_name(f"{p.stem}.{RUN_ID}{p.suffix}")
+
+
+def audit_file(cfg: SemblendConfig) -> str | None:
+    """The audit file of a component configured by ``cfg`` (None: in memory), see :func:`run_audit_path`."""
+    return None if cfg.audit_path is None else str(run_audit_path(cfg.audit_path, append=cfg.audit_append))
 
 
 def read_audit(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""One typed configuration model for every component (DESIGN.md §3.1).
+"""One typed configuration model for every component (modes and rules: docs/architecture.md).
 
 A setting has one name everywhere: the field ``min_similarity`` is the environment variable
 ``SEMBLEND_MIN_SIMILARITY``, the CLI flag ``--min-similarity`` and the YAML key ``min_similarity``
@@ -12,20 +12,30 @@ and what is allowed.
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
 import os
+import tempfile
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ENV_PREFIX = "SEMBLEND_"
 SECRET_SETTINGS = ("nats_password", "nats_token")
 """Settings never printed: shown as ``***`` by ``redacted()`` and by every command that echoes configuration."""
+NON_SETTING_VARIABLES = {
+    "SEMBLEND_CONFIG": "the YAML file of settings",
+    "SEMBLEND_LOG_LEVEL": "the router's log level (--log-level)",
+    "SEMBLEND_KEEP_TEST_LOGS": "tests: keep the logs of the processes a test started",
+    "SEMBLEND_VERSION": "the package version an image is built from (deploy/docker/Dockerfile build argument)",
+}
+"""``SEMBLEND_*`` variables that are not settings; any other unknown ``SEMBLEND_*`` variable is an error."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -47,13 +57,12 @@ class SemblendConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
 
-    # --- DESIGN.md §3.1 modes -------------------------------------------------------------------
+    # --- modes (docs/architecture.md) ----------------------------------------------------------
     enabled: bool = Field(True, description="semantic donor search on/off")
     min_similarity: float = Field(0.60, ge=0.0, le=1.0, description="cosine threshold for embedding evidence")
     embedder: Literal["minilm", "hash"] = Field(
         "minilm", description="minilm (ONNX Runtime) or hash (cheap deterministic fallback)"
     )
-    fuzzy_chunks: bool = Field(False, description="allow fuzzy chunk boundaries in discovery (never materialization)")
     discovery_only: bool = Field(False, description="lookup + telemetry only; the connector never promises tokens")
     strict_prefix_boundary: bool = Field(True, description="materialize only as a contiguous target prefix")
     exact_materialization_only: bool = Field(
@@ -111,7 +120,12 @@ class SemblendConfig(BaseModel):
     isolation: Literal["none", "cache_salt", "no_block_reuse"] = Field(
         "none", description="how approximate KV is kept out of the exact cache (shifted mode requires one)"
     )
-    audit_path: str | None = Field(None, description="audit JSON lines file (none: audit kept in memory)")
+    audit_path: str | None = Field(
+        None,
+        description="audit JSON lines file; each run writes <stem>.<run id><suffix> beside it unless audit_append "
+        "(none: audit kept in memory)",
+    )
+    audit_append: bool = Field(False, description="append every run to audit_path itself instead of a file per run")
     rope_config: str | None = Field(
         None,
         description="model config.json path or inline JSON giving RoPE and KV geometry (default: <model dir>/config.json)",
@@ -155,14 +169,45 @@ class SemblendConfig(BaseModel):
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
     metrics_host: str = Field("127.0.0.1", description="bind address of the metrics/health server")
+    kv_index_poll_s: float = Field(
+        0.25, gt=0.0, le=60.0, description="router on the zmq event plane: seconds between reads of Dynamo's KV index"
+    )
+    log_format: Literal["text", "json"] = Field("text", description="router log lines: text, or one JSON object each")
+
+    @field_validator("rope_config")
+    @classmethod
+    def _inline_rope_config_is_a_json_object(cls, value: str | None) -> str | None:
+        if value is not None and value.strip().startswith("{"):
+            _json_object(value)
+        return value
 
     @model_validator(mode="after")
     def _check_combinations(self) -> SemblendConfig:
         if self.window_overlap >= self.window_tokens:
             raise ValueError(
-                f"window_overlap ({self.window_overlap}) must be smaller than window_tokens ({self.window_tokens})"
+                f"SEMBLEND_WINDOW_OVERLAP ({self.window_overlap}) must be smaller than SEMBLEND_WINDOW_TOKENS "
+                f"({self.window_tokens})"
+            )
+        if self.mode == "shifted" and self.isolation == "none":
+            raise ValueError(
+                "SEMBLEND_EXACT_MATERIALIZATION_ONLY=0 (shifted spans) requires isolation: set SEMBLEND_ISOLATION="
+                "cache_salt or no_block_reuse (approximate KV must never become exact reusable cache state)"
             )
         return self
+
+    def check_files(self) -> None:
+        """Raise :class:`ConfigError` when a file setting cannot work on this machine (read or written at start-up)."""
+        if self.tokenizer is not None:
+            _readable_file("tokenizer", self.tokenizer)
+        if self.rope_config is not None and not self.rope_config.strip().startswith("{"):
+            _readable_file("rope_config", self.rope_config)
+            read_model_config(self.rope_config)
+        if self.nats_creds_file is not None:
+            _readable_file("nats_creds_file", self.nats_creds_file)
+        if self.audit_path is not None:
+            _writable_file("audit_path", self.audit_path)
+        if self.onnx_cache_dir is not None:
+            _writable_dir("onnx_cache_dir", Path(self.onnx_cache_dir), self.onnx_cache_dir)
 
     # --- derived ----------------------------------------------------------------------------------
     @property
@@ -187,6 +232,13 @@ class SemblendConfig(BaseModel):
         path = yaml_path if yaml_path is not None else env.get(ENV_PREFIX + "CONFIG")
         if path:
             values.update(_read_yaml(Path(path)))
+        for key in sorted(env):
+            if (
+                key.startswith(ENV_PREFIX)
+                and key not in NON_SETTING_VARIABLES
+                and key[len(ENV_PREFIX) :].lower() not in cls.model_fields
+            ):
+                raise ConfigError(f"unknown variable {key}{_did_you_mean(key)}; unset it or fix its name")
         for name in cls.model_fields:
             key = env_name(name)
             if key in env:
@@ -194,15 +246,17 @@ class SemblendConfig(BaseModel):
         for name, value in (overrides or {}).items():
             if value is not None:
                 values[name] = value
-        return cls.validated(values)
+        cfg = cls.validated(values)
+        cfg.check_files()
+        return cfg
 
     @classmethod
     def validated(cls, values: Mapping[str, Any]) -> SemblendConfig:
         """Build from a dict, turning pydantic errors into one operator-readable :class:`ConfigError`."""
         unknown = [k for k in values if k not in cls.model_fields]
         if unknown:
-            allowed = ", ".join(env_name(n) for n in cls.model_fields)
-            raise ConfigError(f"unknown setting(s) {', '.join(map(env_name, unknown))}; known: {allowed}")
+            names = "; ".join(env_name(k) + _did_you_mean(env_name(k)) for k in unknown)
+            raise ConfigError(f"unknown setting(s) {names}; `semblend-dynamo config --help` lists them all")
         try:
             return cls(**values)
         except ValidationError as exc:
@@ -234,6 +288,13 @@ def redacted(values: Mapping[str, Any]) -> dict[str, Any]:
 def env_name(field: str) -> str:
     """``min_similarity`` -> ``SEMBLEND_MIN_SIMILARITY``."""
     return ENV_PREFIX + field.upper()
+
+
+def _did_you_mean(variable: str) -> str:
+    known = [env_name(n) for n in SemblendConfig.model_fields] + list(NON_SETTING_VARIABLES)
+    by_suffix = {k[len(ENV_PREFIX) :]: k for k in known}  # the shared prefix would make every name look close
+    close = difflib.get_close_matches(variable[len(ENV_PREFIX) :], list(by_suffix), n=1, cutoff=0.75)
+    return f" (did you mean {by_suffix[close[0]]}?)" if close else ""
 
 
 def flag_name(field: str) -> str:
@@ -271,13 +332,78 @@ def _describe(exc: ValidationError, values: Mapping[str, Any]) -> str:
     for err in exc.errors():
         loc = err.get("loc") or ()
         field = str(loc[0]) if loc else ""
+        msg = err["msg"].removeprefix("Value error, ")
         if field in SemblendConfig.model_fields:
             value = values.get(field, SemblendConfig.model_fields[field].default)
             desc = SemblendConfig.model_fields[field].description or ""
-            lines.append(f"{env_name(field)}={value!r}: {err['msg']} ({desc})")
+            lines.append(f"{env_name(field)}={value!r}: {msg} ({desc})")
         else:
-            lines.append(f"invalid configuration: {err['msg']}")
+            lines.append(msg)
     return "; ".join(lines)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc}); give the model's config.json path or a JSON object") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object (the model's config.json), got {type(data).__name__}")
+    return data
+
+
+def read_model_config(source: str) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` given as a path or inline JSON. Raises :class:`ConfigError` naming the setting."""
+    text = source.strip()
+    try:
+        return _json_object(text if text.startswith("{") else Path(text).read_text())
+    except OSError as exc:
+        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: {exc}") from None
+
+
+def _readable_file(field: str, value: str) -> Path:
+    path = Path(value)
+    if not path.exists():
+        raise ConfigError(f"{env_name(field)}={value!r}: file does not exist; give the path of an existing file")
+    if not path.is_file():
+        raise ConfigError(f"{env_name(field)}={value!r}: not a file; give the path of a file")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{env_name(field)}={value!r}: file is not readable; fix its permissions")
+    return path
+
+
+def _writable_file(field: str, value: str) -> None:
+    """The file can be appended to, or created (with its missing parent directories)."""
+    path = Path(value)
+    if path.is_dir():
+        raise ConfigError(f"{env_name(field)}={value!r}: is a directory; give a file path inside it")
+    if path.exists():
+        try:
+            with open(path, "a"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{env_name(field)}={value!r}: file is not writable ({exc.strerror})") from None
+        return
+    _writable_dir(field, path.parent, value)
+
+
+def _writable_dir(field: str, path: Path, value: str) -> None:
+    """``path`` is, or can be created as, a directory this process may write files in (probed, nothing left behind)."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{env_name(field)}={value!r}: {str(existing)!r} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{env_name(field)}={value!r}: cannot create files in {str(existing)!r} ({exc.strerror}); "
+            "choose a writable location"
+        ) from None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -305,18 +431,93 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return out
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config`` and one flag per setting (``--min-similarity`` ...) to a parser."""
-    group = parser.add_argument_group("SemBlend settings (also SEMBLEND_* env vars and YAML keys)")
-    group.add_argument("--config", dest="semblend_config", default=None, help="YAML file of settings")
-    for name, field in SemblendConfig.model_fields.items():
-        group.add_argument(
-            flag_name(name),
-            dest=f"cfg_{name}",
-            default=None,
-            metavar=env_name(name),
-            help=f"{field.description} (default: {_default_text(field.default)})",
-        )
+SETTING_GROUPS: dict[str, tuple[str, ...]] = {
+    "modes": (
+        "enabled",
+        "discovery_only",
+        "exact_materialization_only",
+        "isolation",
+        "strict_prefix_boundary",
+        "min_similarity",
+        "embedder",
+    ),
+    "model": ("model_id", "tokenizer", "block_size", "kv_dtype", "rope_config"),
+    "embedding": (
+        "window_tokens",
+        "window_overlap",
+        "max_embed_windows",
+        "onnx_provider",
+        "onnx_precision",
+        "onnx_cache_dir",
+    ),
+    "donor index": ("index_capacity", "index_backend", "top_k"),
+    "planner gates": ("min_span_tokens", "min_reuse_ratio", "max_spans", "max_deviation", "exact_route_threshold"),
+    "prefill chain": (
+        "chain_enabled",
+        "chain_head_tokens",
+        "chain_step_overhead_tokens",
+        "chain_min_speedup",
+        "chain_max_steps",
+        "chain_step_timeout_s",
+    ),
+    "connector": ("min_donor_tokens", "pin_budget_fraction", "pin_ttl_s", "worker_id", "connector_nats"),
+    "audit": ("audit_path", "audit_append"),
+    "NATS": ("nats_url", "nats_user", "nats_password", "nats_token", "nats_creds_file", "max_message_bytes"),
+    "Dynamo router": (
+        "dynamo_namespace",
+        "worker_component",
+        "worker_endpoint",
+        "router_component",
+        "router_namespace",
+        "register_model",
+        "model_path",
+        "evidence_queue_size",
+        "placement_load_slack",
+        "metrics_port",
+        "metrics_host",
+        "kv_index_poll_s",
+        "log_format",
+    ),
+}
+"""Every setting in exactly one group (by concern); a command's help shows the groups it uses."""
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, groups: Sequence[str] | None = None) -> None:
+    """Add ``--config`` and one flag per setting of ``groups`` (default: all), one argument group per concern.
+
+    Every setting is also read from its ``SEMBLEND_*`` variable and YAML key whether or not it has a flag here.
+    """
+    parser.add_argument(
+        "--config",
+        dest="semblend_config",
+        default=None,
+        metavar="PATH",
+        help="YAML file of settings, keyed by setting name (SEMBLEND_CONFIG)",
+    )
+    for title in groups if groups is not None else SETTING_GROUPS:
+        group = parser.add_argument_group(f"{title} settings")
+        for name in SETTING_GROUPS[title]:
+            field = SemblendConfig.model_fields[name]
+            group.add_argument(
+                flag_name(name),
+                dest=f"cfg_{name}",
+                default=None,
+                metavar=_metavar(name),
+                help=f"{field.description} (default: {_default_text(field.default)}; {env_name(name)})",
+            )
+
+
+def _metavar(name: str) -> str:
+    kind = _field_type(name)
+    if kind is bool:
+        return "0|1"
+    if typing.get_origin(kind) is Literal:
+        return "|".join(map(str, typing.get_args(kind)))
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "|".join(str(m.value) for m in kind)
+    if kind in (int, float):
+        return "N" if kind is int else "X"
+    return "PATH" if name.endswith(("_path", "_file", "_dir")) or name in ("tokenizer", "rope_config") else "TEXT"
 
 
 def _default_text(value: Any) -> str:

@@ -1,7 +1,7 @@
 """The donor index: top-k cosine search over resident donors' embeddings, partitioned by namespace.
 
 Every namespace digest (:meth:`~semblend_dynamo.namespace.NamespaceKey.digest`) gets its own sub-index, so a
-search can never return a donor from another model, tokenizer, LoRA, cache salt or tenant (DESIGN.md §3.3). The
+search can never return a donor from another model, tokenizer, LoRA, cache salt or tenant (docs/architecture.md). The
 whole index holds at most ``capacity`` donors; inserting beyond that evicts the least-recently-used donor (inserted
 or returned by a search least recently) and reports its id, so the caller can emit a lifecycle event.
 

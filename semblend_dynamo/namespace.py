@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import ConfigError
+from .config import read_model_config
 from .tokenizer import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -96,18 +95,6 @@ class ModelIdentity(BaseModel):
             layout_order=layout_order,
             rope_fingerprint=rope,
         )
-
-
-def read_model_config(source: str) -> dict[str, Any]:
-    """A Hugging Face ``config.json`` given as a path or inline JSON. Raises :class:`ConfigError` naming the setting."""
-    text = source.strip()
-    try:
-        data = json.loads(text) if text.startswith("{") else json.loads(Path(text).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: not a readable JSON model config: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"SEMBLEND_ROPE_CONFIG={source!r}: expected a JSON object")
-    return data
 
 
 def rope_fingerprint(hf_config: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""The outcome vocabulary shared by every component (DESIGN.md §3.2).
+"""The outcome vocabulary shared by every component (docs/architecture.md).
 
 One outcome per request, recorded by the component that knows it. Reuse ROI is counted only for
 ``backend_materialized``. Every decline carries a :class:`DeclineReason`.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 QWEN2_SPLIT_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-"""Qwen2's pre-tokenizer split (shared/reference/deps.md §5)."""
+"""Qwen2's pre-tokenizer split (the Qwen2 tokenizer.json's pre_tokenizer)."""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 

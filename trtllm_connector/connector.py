@@ -4,7 +4,7 @@ Named in the engine YAML's ``kv_connector_config`` (``connector_module: trtllm_c
 from ``SEMBLEND_*`` environment / the ``SEMBLEND_CONFIG`` file, because TensorRT-LLM's ``KvCacheConnectorConfig``
 rejects unknown keys.
 
-Per request, in PyExecutor's order (reference/trtllm-connector.md §1.5):
+Per request, in PyExecutor's order (TensorRT-LLM's documented connector call order):
 
 1. ``get_num_new_matched_tokens`` (rank 0): take the router's hint for this prompt, or look up the pinned donors;
    re-align locally, run the planner's gates and :func:`~trtllm_connector.validation.validate_load`. Only a load
@@ -26,6 +26,7 @@ import array
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ import torch
 from semblend_kernels.layout import PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter
+from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file
 from semblend_dynamo.config import ConfigError, SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
 from semblend_dynamo.namespace import has_isolating_salt, tenant_of
@@ -124,7 +125,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self.cfg = cfg
         self.model = ModelInfo.load(cfg, llm_args)
         self.tokens_per_block = self.model.tokens_per_block
-        self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
+        self.audit = audit if audit is not None else process.shared_audit(audit_file(cfg))
         self.hints = hints if hints is not None else process.shared_hints()
         self.registry = DonorRegistry(
             0, cfg.pin_ttl_s, tokens_per_block=self.tokens_per_block, worker_id=cfg.worker_id, clock=clock
@@ -139,6 +140,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._promises: dict[int, _Promise] = {}
         self._digests: dict[tuple[str, str], str] = {}
         self._worker_id = str(cfg.worker_id)
+        self._tags: dict[int, dict[str, str]] = {}  # request id -> its audit role and trace id, until it is gone
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
@@ -220,7 +222,10 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             self._device_matched.pop(request_id, None)
             if request_id in self._promises:
                 self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, "request finished before its load")
-            return self._admit_donor(request, request_id, list(cache_block_ids))
+            pinned = self._admit_donor(request, request_id, list(cache_block_ids))
+            if not pinned:
+                self._tags.pop(request_id, None)
+            return pinned
         except Exception:
             logger.exception("semblend connector: request_finished failed for request %s", request_id)
             return False
@@ -241,15 +246,27 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32).astype(np.int64)
         hint = self.hints.take(key)
+        tags = self._tags[request_id] = {
+            "role": Role(hint.role).value if hint else Role.RECIPIENT.value,
+            "trace_id": (hint.trace_id if hint else None) or uuid.uuid4().hex[:16],
+        }
+        if tags["role"] == Role.DONOR_PREFILL.value:  # a donor holds the KV a cold prefill gives: it never loads
+            return 0
         salt = read_cache_salt(request)
         namespace = self._namespace_digest(read_lora(request), tenant_of(salt))
         if not self.cfg.enabled:
             return self._decline(request_id, DeclineReason.SEMANTIC_DISABLED, started, namespace=namespace, key=key)
         candidates = self._hint_candidates(hint, namespace)
-        if isinstance(candidates, DeclineReason):
-            self._lookup(request_id, found=False, namespace=namespace, donor_id=hint.donor_id if hint else None)
-            return self._decline(request_id, candidates, started, namespace=namespace, key=key)
         similarity = hint.similarity if hint else None
+        if isinstance(candidates, DeclineReason):
+            self._lookup(
+                request_id,
+                found=False,
+                namespace=namespace,
+                donor_id=hint.donor_id if hint else None,
+                similarity=similarity,
+            )
+            return self._decline(request_id, candidates, started, namespace=namespace, key=key)
         spans = self._find_spans(hint, candidates, namespace, prompt)
         decision = self.planner.plan(len(prompt), spans, similarity=similarity, device_prefix_tokens=num_computed)
         if hint is not None and not decision.accepted:  # the hinted donor alone falls short: search every donor
@@ -257,7 +274,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             retry = self.planner.plan(len(prompt), local, similarity=similarity, device_prefix_tokens=num_computed)
             if retry.accepted:
                 spans, decision = local, retry
-        self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=spans[0].donor_id if spans else None)
+        donor_id = spans[0].donor_id if spans else None
+        self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=donor_id, similarity=similarity)
         if decision.plan is None or decision.reason is not None:
             reason = decision.reason or DeclineReason.INTERNAL_ERROR
             return self._decline(request_id, reason, started, namespace=namespace, key=key, detail=decision.detail)
@@ -284,7 +302,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         metrics.PROMISED_TOKENS.inc(load.tokens)
         self.audit.write(
             event=AuditEvent.PROMISED,
+            **self._tags.get(request_id, {}),
             request_id=str(request_id),
+            num_new_matched_tokens=load.tokens,
             donor_id=",".join(donor_ids),
             worker_id=self._worker_id,
             namespace=namespace,
@@ -384,6 +404,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             namespace=promise.namespace,
             mode=self.cfg.mode,
             promised_at=promise.promised_at,
+            role=self._tags.get(request_id, {}).get("role", Role.RECIPIENT.value),
+            trace_id=self._tags.get(request_id, {}).get("trace_id"),
         )
 
     def _admit_donor(self, request: Any, request_id: int, block_ids: list[int]) -> bool:
@@ -411,6 +433,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         metrics.DONORS.labels("pinned").inc()
         self.audit.write(
             event=AuditEvent.DONOR_REGISTERED,
+            **self._tags.get(request_id, {}),
             request_id=str(request_id),
             donor_id=donor.donor_id,
             worker_id=self._worker_id,
@@ -428,6 +451,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         metrics.DONORS.labels(reason.value).inc()
         self.audit.write(
             event=AuditEvent.DONOR_RELEASED,
+            **self._tags.pop(donor.request_id, {}),
             request_id=str(donor.request_id),
             donor_id=donor.donor_id,
             worker_id=self._worker_id,
@@ -449,10 +473,14 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             request_id, reason, promise.promised_at, key=promise.request_key, detail=f"after promise: {detail}"
         )
 
-    def _lookup(self, request_id: int, *, found: bool, namespace: str, donor_id: str | None) -> None:
+    def _lookup(
+        self, request_id: int, *, found: bool, namespace: str, donor_id: str | None, similarity: float | None
+    ) -> None:
         self.audit.write(
             event=AuditEvent.LOOKUP,
+            **self._tags.get(request_id, {}),
             request_id=str(request_id),
+            similarity=similarity,
             worker_id=self._worker_id,
             namespace=namespace,
             found=found,
@@ -473,6 +501,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         metrics.DECISIONS.labels("declined", reason.value).inc()
         self.audit.write(
             event=AuditEvent.DECLINED,
+            **(self._tags.get(request_id, {}) if request_id is not None else {}),
             outcome=Outcome.BACKEND_DECLINED,
             request_id=None if request_id is None else str(request_id),
             worker_id=self._worker_id,
@@ -505,7 +534,7 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         self.cfg = cfg
         self.model = ModelInfo.load(cfg, llm_args)
         self.rank = _mpi_rank() if rank is None else rank
-        self.audit = audit if audit is not None else process.shared_audit(cfg.audit_path)
+        self.audit = audit if audit is not None else process.shared_audit(audit_file(cfg))
         self.pool: torch.Tensor | None = None
         self.layout: PagedKVLayout | None = None
         self._inv_freq: torch.Tensor | None = None
@@ -568,6 +597,8 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
             if self.rank == 0:
                 self.audit.write(
                     event=AuditEvent.MATERIALIZED,
+                    role=plan.role,
+                    trace_id=plan.trace_id,
                     outcome=Outcome.BACKEND_MATERIALIZED,
                     request_id=str(plan.request_id),
                     donor_id=",".join(plan.donor_ids),
@@ -648,6 +679,8 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
             return
         self.audit.write(
             event=AuditEvent.DECLINED,
+            role=plan.role,
+            trace_id=plan.trace_id,
             outcome=Outcome.BACKEND_DECLINED,
             request_id=str(plan.request_id),
             donor_id=",".join(plan.donor_ids),

@@ -1,7 +1,7 @@
 """Donor lifecycle on one worker: pins, leases, generations and the pin budget.
 
 A finished request becomes a *donor* when ``request_finished`` returns True for it, which keeps its blocks
-(ids and contents) until the worker reports it in ``finished_saving`` (reference §4.4: the only residency
+(ids and contents) until the worker reports it in ``finished_saving`` (docs/architecture.md: the only residency
 guarantee TensorRT-LLM offers). The registry decides which donors to keep:
 
 * **Budget.** Blocks held by donors (pinned, plus those whose release is on its way) never exceed

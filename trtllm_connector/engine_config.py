@@ -31,7 +31,7 @@ class EngineConfigSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Mode = Field("exact", description="exact | shifted | discovery_only (DESIGN.md §3.1)")
+    mode: Mode = Field("exact", description="exact | shifted | discovery_only (docs/architecture.md)")
     tokens_per_block: int = Field(32, ge=1, le=1024, description="KV tokens per block")
     free_gpu_memory_fraction: float = Field(
         0.85, gt=0.0, le=1.0, description="share of free GPU memory for the KV cache (two decimals)"
@@ -62,7 +62,7 @@ class EngineConfigSettings(BaseModel):
         if self.mode == "shifted" and self.isolation == "none":
             raise ValueError(
                 "mode 'shifted' reuses approximate KV and requires isolation 'cache_salt' or 'no_block_reuse' "
-                "(DESIGN.md §3.6 rule 3); got isolation 'none'"
+                "(safety rule 3, docs/architecture.md); got isolation 'none'"
             )
         return self
 

@@ -1,7 +1,7 @@
 """PyExecutor harness: drives a connector through TensorRT-LLM's documented call order without TensorRT-LLM.
 
 TensorRT-LLM cannot be installed without its GPU wheels, so tests, the replay command and benchmarks use this
-harness. It reproduces one PyExecutor iteration (reference/trtllm-connector.md §1.5) per step:
+harness. It reproduces one PyExecutor iteration (TensorRT-LLM's documented connector call order) per step:
 
 1. allocation: device prefix match (optional block reuse) -> ``get_num_new_matched_tokens`` -> block allocation ->
    ``update_state_after_alloc`` -> ``SchedulerOutput``;

@@ -29,6 +29,8 @@ class LoadPlan(BaseModel):
     namespace: str
     mode: str
     promised_at: float = Field(description="time.perf_counter() at the promise, for end-to-end latency")
+    role: str = Field("recipient", description="the request's audit role (semblend_dynamo.audit.Role)")
+    trace_id: str | None = Field(None, description="joins the request's router and connector audit records")
 
     def is_whole_block_copy(self, tokens_per_block: int) -> bool:
         """Every row copies one whole block unshifted: a plain block copy, no head geometry needed."""

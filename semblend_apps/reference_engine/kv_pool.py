@@ -2,7 +2,7 @@
 
 TensorRT-LLM's PyTorch backend keeps one tensor ``[num_blocks, num_layers, 2, tokens_per_block * kv_heads * head_dim]``,
 head-major inside a block (a view ``[NB, NL, 2, H, T, D]``), with K stored after RoPE and V position-free
-(DESIGN.md §3.5). These functions move whole token ranges of one request in one gather/scatter each, between that
+(docs/architecture.md). These functions move whole token ranges of one request in one gather/scatter each, between that
 layout and a request-contiguous ``[num_layers, 2, kv_heads, seq, head_dim]`` tensor (the reference engine's
 :class:`~semblend_apps.reference_engine.prefill_runner.KVArena`).
 

@@ -26,8 +26,9 @@ class BackendOutcome(BaseModel):
 class ReplayBackend(Protocol):
     """Extension point: the backend that receives donors and accepted plans (e.g. the TRT-LLM connector harness).
 
-    ``register_donor`` is called once per donor before any request; ``execute`` once per request whose plan
-    was accepted, and must audit its own ``materialized`` / ``declined`` records.
+    ``register_donor`` is called once per donor before the requests it serves (a donor prefill: audited with role
+    ``donor_prefill``, it never loads donor KV); ``execute`` once per request whose plan was accepted, and must
+    audit its own ``materialized`` / ``declined`` records under the request's ``trace_id``.
     """
 
     @property
@@ -35,6 +36,8 @@ class ReplayBackend(Protocol):
         """The model identity of the engine behind the backend: replay's namespace keys are built from it."""
         ...
 
-    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None: ...
+    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey, *, trace_id: str) -> None: ...
 
-    def execute(self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult) -> BackendOutcome: ...
+    def execute(
+        self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult, *, trace_id: str
+    ) -> BackendOutcome: ...

@@ -1,7 +1,8 @@
 """The TensorRT-LLM connector as the backend of ``semblend-dynamo replay`` (through the PyExecutor harness).
 
 Replay's in-process chain (exact check -> discovery -> plan) stands in for the router. This backend stands in for the
-request's trip to a worker: each replay donor is prefilled through the harness and pinned by the connector; each
+request's trip to a worker: each replay donor is prefilled through the harness and pinned by the connector (its hint
+says ``role=donor_prefill``, so the connector runs it cold and none of its records counts as reuse); each
 accepted plan becomes a :class:`~semblend_dynamo.events.schemas.DonorHint` (what the router would put in
 ``extra_args["semblend"]``) and the request is prefilled through the harness, where the connector validates the hint
 against its own state and materializes or declines. The connector's records land in replay's audit file.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter
+from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role, run_audit_path
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey, isolating_salt
@@ -35,7 +36,7 @@ class RequestTrackingAuditWriter(AuditWriter):
         super().__init__(path)
         self.by_request: dict[str, list[AuditRecord]] = {}
 
-    def write(self, record: AuditRecord | None = None, **fields: Any) -> AuditRecord:
+    def write(self, record: AuditRecord | None = None, /, **fields: Any) -> AuditRecord:
         rec = super().write(record, **fields)
         if rec.request_id is not None:
             self.by_request.setdefault(rec.request_id, []).append(rec)
@@ -46,7 +47,9 @@ class ConnectorReplayBackend:
     """Implements replay's ``ReplayBackend`` protocol with the SemBlend connector in the PyExecutor harness."""
 
     def __init__(self, cfg: SemblendConfig, *, num_blocks: int = POOL_BLOCKS) -> None:
-        self.audit = RequestTrackingAuditWriter(cfg.audit_path or DEFAULT_AUDIT_PATH)
+        self.audit = RequestTrackingAuditWriter(
+            str(run_audit_path(cfg.audit_path or DEFAULT_AUDIT_PATH, append=cfg.audit_append))
+        )
         self.harness = PyExecutorHarness.with_stand_in(
             cfg, num_layers=1, num_kv_heads=1, head_dim=8, num_blocks=num_blocks, audit=self.audit
         )
@@ -57,15 +60,31 @@ class ConnectorReplayBackend:
     def identity(self) -> ModelIdentity:
         return self.scheduler.model.identity
 
-    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None:
-        """Called once per replay donor, before any request: prefill it and let the connector pin it."""
+    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey, *, trace_id: str) -> None:
+        """Called once per replay donor, before its requests: prefill it (cold) and let the connector pin it."""
+        if not donor.tokens:
+            return
+        self.scheduler.hints.submit(
+            DonorHint(
+                request_key=request_key(donor.tokens),
+                request_id=donor.donor_id,
+                donor_id=donor.donor_id,
+                worker_id=self.scheduler.cfg.worker_id,
+                namespace=namespace.digest(),
+                decision=Outcome.COLD_FALLBACK,
+                trace_id=trace_id,
+                role=Role.DONOR_PREFILL,
+            )
+        )
         result = self.harness.run_request(
             donor.tokens, cache_salt=isolating_salt(donor.tenant, donor.donor_id), capture_kv=False
         )
         if result.pinned:
             self._donor_ids[donor.donor_id] = self.scheduler.registry.donor_id_for(result.request_id)
 
-    def execute(self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult) -> BackendOutcome:
+    def execute(
+        self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult, *, trace_id: str
+    ) -> BackendOutcome:
         """Called for a request whose plan was accepted: hint the connector, prefill, report what it did."""
         plan = result.decision.plan
         donor = result.primary_donor or (plan.spans[0].donor_id if plan and plan.spans else None)
@@ -82,6 +101,7 @@ class ConnectorReplayBackend:
                 similarity=result.best_similarity,
                 spans=[(s.donor_start, s.target_start, s.length) for s in plan.spans if s.donor_id == donor],
                 decision=Outcome.SEMANTIC_PLACEMENT,
+                trace_id=trace_id,
             )
         )
         run = self.harness.run_request(

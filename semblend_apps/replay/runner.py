@@ -1,8 +1,9 @@
-"""``semblend-dynamo replay``: the bundled workload through exact check -> discovery -> alignment -> plan.
+"""``semblend-dynamo replay``: a workload through exact check -> discovery -> alignment -> plan.
 
-Runs entirely in-process (no services). Donors are registered first (their KV is taken as resident), then every
-target request goes through :func:`replay_request`, which classifies it into one :class:`ReplayClass`. Prints
-a table (or one JSON object with ``--json``) and writes the audit JSONL.
+Runs entirely in-process (no services). The workload is the bundled one or a SemBench manifest (``--manifest``).
+Donors are registered first (their KV is taken as resident; a manifest item's donors just before its recipient),
+then every target request goes through :func:`replay_request`, which classifies it into one :class:`ReplayClass`.
+Prints a table (or one JSON object with ``--json``) and writes the audit JSONL (contract: docs/sembench.md).
 
 The chain ends at the plan unless a :class:`ReplayBackend` is given: a backend (e.g. the TensorRT-LLM connector
 harness) receives every donor and every accepted plan and reports what it materialized, which turns
@@ -15,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from enum import Enum
@@ -26,7 +28,7 @@ import xxhash
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter
+from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, run_audit_path
 from semblend_dynamo.config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from semblend_dynamo.embedder import Embedder, HashEmbedder, build_embedder
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
@@ -35,6 +37,9 @@ from semblend_dynamo.pipeline import DonorDiscovery, StageTimings
 from semblend_dynamo.tokenizer import TokenizerAdapter, TokenizerError
 
 from .backend import DEFAULT_AUDIT_PATH, BackendOutcome, ReplayBackend
+from .coverage import DonorCoverage
+from .manifest import ManifestError, load_manifest, manifest_sha256, manifest_workload
+from .sembench_results import write_results
 from .workload import RequestKind, Workload, WorkloadRequest, build_workload
 
 __all__ = [
@@ -70,14 +75,20 @@ class RequestReport(BaseModel):
     """One replayed request."""
 
     request_id: str
+    trace_id: str
     kind: RequestKind
     variant: str
+    transform: str
     replay_class: ReplayClass
     outcome: Outcome
     reason: DeclineReason | None
     prompt_tokens: int
     exact_prefix_tokens: int
     reused_tokens: int = Field(description="tokens the plan would load (or the backend loaded)")
+    planned_tokens: int = Field(0, description="tokens of the plan (accepted or not), 0 without one")
+    donor_count: int = Field(0, description="donors the request was built from (a manifest item: its donors)")
+    donor_covered_tokens: int = Field(description="prompt tokens inside token-exact windows of resident donors")
+    similarity: float | None = None
     primary_donor: str | None
     primary_is_related: bool = Field(description="the primary donor is one the request was derived from")
     timings_us: StageTimings
@@ -129,6 +140,7 @@ class ReplayReport(BaseModel):
     missing_classes: list[str]
     prompt_tokens: int
     reused_tokens: int
+    by_transform: dict[str, dict[str, Any]]
     negative_controls: dict[str, int]
     latency_us: dict[str, dict[str, float | int]]
     donor_registration_s: float
@@ -146,9 +158,11 @@ def replay_request(
     exact_index: ExactPrefixIndex,
     audit: AuditWriter,
     backend: ReplayBackend | None = None,
+    coverage: DonorCoverage | None = None,
 ) -> RequestReport:
     """One request through exact check -> discovery -> alignment -> plan (-> backend), audited."""
     digest = namespace.digest()
+    trace_id = uuid.uuid4().hex[:16]
     t0 = time.perf_counter()
     exact = exact_index.overlap(digest, request.tokens)
     exact_us = (time.perf_counter() - t0) * 1e6
@@ -167,7 +181,7 @@ def replay_request(
         reused = plan.reused_tokens
         cls, outcome = ReplayClass.WOULD_MATERIALIZE, Outcome.SEMANTIC_PLACEMENT
         if backend is not None:
-            done = backend.execute(request, namespace, result)
+            done = backend.execute(request, namespace, result, trace_id=trace_id)
             reused, reason = done.materialized_tokens, done.reason
             if done.materialized_tokens > 0:
                 cls, outcome = ReplayClass.MATERIALIZED, Outcome.BACKEND_MATERIALIZED
@@ -180,23 +194,19 @@ def replay_request(
     else:
         cls, outcome = ReplayClass.COLD, Outcome.COLD_FALLBACK
 
-    audit.write(
-        event=AuditEvent.LOOKUP,
-        request_id=request.request_id,
-        namespace=digest,
-        component="replay",
-        found=result.has_evidence,
-        donor_id=result.primary_donor,
-        tokens=result.prompt_tokens,
-        latency_us=result.timings_us.total,
-    )
+    # The router's record (replay stands in for the router): `routed`, or `declined` when it ends the request. The
+    # connector writes the request's `lookup`; one per request keeps a parser's semantic-hit count honest.
     routed: dict[str, Any] = {
+        "role": Role.RECIPIENT,
+        "trace_id": trace_id,
         "request_id": request.request_id,
         "namespace": digest,
         "component": "replay",
         "outcome": outcome,
         "donor_id": result.primary_donor,
+        "similarity": result.best_similarity,
         "mode": discovery.cfg.mode,
+        "latency_us": result.timings_us.total,
     }
     if cls is ReplayClass.EXACT:
         routed["tokens"] = exact
@@ -216,14 +226,20 @@ def replay_request(
 
     return RequestReport(
         request_id=request.request_id,
+        trace_id=trace_id,
         kind=request.kind,
         variant=request.variant,
+        transform=request.transform_name,
         replay_class=cls,
         outcome=outcome,
         reason=reason,
         prompt_tokens=result.prompt_tokens,
         exact_prefix_tokens=exact,
         reused_tokens=reused,
+        planned_tokens=plan.reused_tokens if plan is not None else 0,
+        donor_count=len(request.seed_donors or request.related_donors),
+        donor_covered_tokens=coverage.covered(digest, request.tokens) if coverage is not None else 0,
+        similarity=result.best_similarity,
         primary_donor=result.primary_donor,
         primary_is_related=result.primary_donor in request.related_donors,
         timings_us=result.timings_us,
@@ -254,48 +270,82 @@ def run_replay(
     backend: ReplayBackend | None = None,
     progress: bool = False,
     embedder: Embedder | None = None,
+    manifest: str | None = None,
 ) -> ReplayReport:
-    """Build the workload, register its donors and replay every request. Raises ConfigError on unusable settings."""
+    """Build the workload (bundled, or ``manifest``'s), register its donors and replay every request.
+
+    Raises ConfigError on unusable settings and ManifestError on an unreadable manifest.
+    """
     notices: list[str] = []
     try:
         tokenizer = TokenizerAdapter.from_config(cfg.tokenizer)
     except TokenizerError as exc:
         raise ConfigError(f"SEMBLEND_TOKENIZER={cfg.tokenizer!r}: {exc}") from None
-    try:
-        workload = build_workload(tokenizer, block_size=cfg.block_size, units=units, seed=seed)
-    except ValueError as exc:
-        raise ConfigError(f"SEMBLEND_BLOCK_SIZE={cfg.block_size!r}: {exc}") from None
+    if manifest is not None:
+        workload = manifest_workload(load_manifest(manifest), tokenizer, block_size=cfg.block_size)
+    else:
+        try:
+            workload = build_workload(tokenizer, block_size=cfg.block_size, units=units, seed=seed)
+        except ValueError as exc:
+            raise ConfigError(f"SEMBLEND_BLOCK_SIZE={cfg.block_size!r}: {exc}") from None
     emb = embedder if embedder is not None else load_embedder(cfg, notices)
     discovery = DonorDiscovery.from_config(cfg, embedder=emb, tokenizer=tokenizer, background=False)
     exact_index = ExactPrefixIndex(cfg.block_size)
     identity = backend.identity if backend is not None else ModelIdentity.from_config(cfg)
-    audit_path = cfg.audit_path or DEFAULT_AUDIT_PATH
+    coverage = DonorCoverage(cfg.min_span_tokens)
+    audit_path = run_audit_path(cfg.audit_path or DEFAULT_AUDIT_PATH, append=cfg.audit_append)
     reports: list[RequestReport] = []
+    donors = {d.donor_id: d for d in workload.donors}
+    seeded = {d for r in workload.requests for d in r.seed_donors}
+    registration_s = 0.0
     with AuditWriter(audit_path) as audit:
-        t0 = time.perf_counter()
-        for donor in _bar(workload.donors, "donors", progress):
-            namespace = identity.namespace(tenant=donor.tenant)
-            discovery.register_donor(donor.donor_id, namespace, donor.tokens)
-            exact_index.add(namespace.digest(), donor.tokens)
-            audit.write(
-                event=AuditEvent.DONOR_REGISTERED,
-                donor_id=donor.donor_id,
-                namespace=namespace.digest(),
-                component="replay",
-                tokens=len(donor.tokens),
-            )
-            if backend is not None:
-                backend.register_donor(donor, namespace)
-        registration_s = time.perf_counter() - t0
+
+        def register(donor_ids: list[str]) -> None:
+            nonlocal registration_s
+            t0 = time.perf_counter()
+            for donor_id in donor_ids:
+                donor = donors.pop(donor_id, None)
+                if donor is None:  # registered already (donors may be shared by items)
+                    continue
+                namespace = identity.namespace(tenant=donor.tenant)
+                discovery.register_donor(donor.donor_id, namespace, donor.tokens)
+                exact_index.add(namespace.digest(), donor.tokens)
+                coverage.add(namespace.digest(), donor.tokens)
+                trace_id = uuid.uuid4().hex[:16]
+                if backend is not None:  # the connector writes the donor's record when it pins it
+                    backend.register_donor(donor, namespace, trace_id=trace_id)
+                else:
+                    audit.write(
+                        event=AuditEvent.DONOR_REGISTERED,
+                        role=Role.DONOR_PREFILL,
+                        trace_id=trace_id,
+                        donor_id=donor.donor_id,
+                        namespace=namespace.digest(),
+                        component="replay",
+                        tokens=len(donor.tokens),
+                    )
+            registration_s += time.perf_counter() - t0
+
+        register([d.donor_id for d in _bar(workload.donors, "donors", progress) if d.donor_id not in seeded])
         for request in _bar(workload.requests, "requests", progress):
+            register(request.seed_donors)
             namespace = identity.namespace(tenant=request.tenant)
             reports.append(
                 replay_request(
-                    request, namespace, discovery=discovery, exact_index=exact_index, audit=audit, backend=backend
+                    request,
+                    namespace,
+                    discovery=discovery,
+                    exact_index=exact_index,
+                    audit=audit,
+                    backend=backend,
+                    coverage=coverage,
                 )
             )
     discovery.close()
-    return _summarize(cfg, workload, emb, reports, registration_s, discovery, str(audit_path), notices)
+    report = _summarize(cfg, workload, emb, reports, registration_s, discovery, str(audit_path), notices)
+    if manifest is not None:
+        report.workload.update(manifest=str(manifest), manifest_sha256=manifest_sha256(manifest))
+    return report
 
 
 def _bar(items: list[Any], what: str, enabled: bool) -> Any:
@@ -313,6 +363,51 @@ def expected_classes(cfg: SemblendConfig, backend: bool) -> list[ReplayClass]:
         out.append(ReplayClass.PLACEMENT)
         out.append(ReplayClass.MATERIALIZED if backend else ReplayClass.WOULD_MATERIALIZE)
     return out
+
+
+LOADING = (ReplayClass.WOULD_MATERIALIZE, ReplayClass.MATERIALIZED)
+
+
+def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
+    """The report's ``by_transform``: per transform name, what its requests came to.
+
+    ``materialized`` counts loads the backend confirmed (or, without a backend, plans that would load);
+    ``declined`` maps reasons to requests (gate and backend declines); ``false_positives`` (negative controls
+    only) counts those that loaded donor KV.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        row = out.setdefault(
+            r.transform,
+            {
+                "requests": 0,
+                "exact": 0,
+                "placement": 0,
+                "materialized": 0,
+                "declined": {},
+                "cold": 0,
+                "materialized_tokens": 0,
+                "donor_covered_tokens": 0,
+                "prompt_tokens": 0,
+            },
+        )
+        row["requests"] += 1
+        row["prompt_tokens"] += r.prompt_tokens
+        row["donor_covered_tokens"] += r.donor_covered_tokens
+        cls = r.replay_class
+        if cls in LOADING:
+            row["materialized"] += 1
+            row["materialized_tokens"] += r.reused_tokens
+        elif cls in (ReplayClass.DECLINED, ReplayClass.BACKEND_DECLINED):
+            reason = r.reason.value if r.reason is not None else "unspecified"
+            row["declined"][reason] = row["declined"].get(reason, 0) + 1
+        elif cls in (ReplayClass.EXACT, ReplayClass.PLACEMENT, ReplayClass.COLD):
+            row[cls.value] += 1
+        else:  # discovery_only: evidence reported, nothing placed or loaded
+            row[cls.value] = row.get(cls.value, 0) + 1
+        if r.kind is RequestKind.NEGATIVE_CONTROL:
+            row["false_positives"] = row.get("false_positives", 0) + int(cls in LOADING)
+    return dict(sorted(out.items()))
 
 
 def _summarize(
@@ -336,7 +431,6 @@ def _summarize(
         row = by_kind.setdefault(r.kind.value, {})
         row[r.replay_class.value] = row.get(r.replay_class.value, 0) + 1
     negatives = [r for r in reports if r.kind is RequestKind.NEGATIVE_CONTROL]
-    loading = (ReplayClass.WOULD_MATERIALIZE, ReplayClass.MATERIALIZED)
     latency: dict[str, dict[str, float | int]] = {}
     for stage in (*_STAGES, "total"):
         values = [getattr(r.timings_us, stage) for r in reports]
@@ -347,7 +441,12 @@ def _summarize(
                 "p99": round(float(np.percentile(ran, 99)), 1),
                 "n": int(ran.size),
             }
-    expected = expected_classes(cfg, backend=any(r.replay_class is ReplayClass.MATERIALIZED for r in reports))
+    # a manifest promises no outcome classes: only the bundled workload is built to produce each one
+    expected = (
+        expected_classes(cfg, backend=any(r.replay_class is ReplayClass.MATERIALIZED for r in reports))
+        if not any(r.seed_donors for r in workload.requests)
+        else []
+    )
     return ReplayReport(
         config={
             "mode": cfg.mode,
@@ -373,10 +472,11 @@ def _summarize(
         expected_classes=[c.value for c in expected],
         missing_classes=[c.value for c in expected if outcomes.get(c.value, 0) == 0],
         prompt_tokens=sum(r.prompt_tokens for r in reports),
-        reused_tokens=sum(r.reused_tokens for r in reports if r.replay_class in loading),
+        reused_tokens=sum(r.reused_tokens for r in reports if r.replay_class in LOADING),
+        by_transform=by_transform(reports),
         negative_controls={
             "requests": len(negatives),
-            "materializations": sum(r.replay_class in loading for r in negatives),
+            "materializations": sum(r.replay_class in LOADING for r in negatives),
             "placements": sum(r.replay_class is ReplayClass.PLACEMENT for r in negatives),
         },
         latency_us=latency,
@@ -389,11 +489,32 @@ def _summarize(
 
 
 # --- CLI --------------------------------------------------------------------------------------------
+SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "prefill chain", "connector", "audit")
+"""The setting groups replay reads (it runs no NATS or Dynamo)."""
+
+EXAMPLES = """examples:
+  semblend-dynamo replay                                   # the bundled workload through the connector harness
+  semblend-dynamo replay --embedder hash --backend none    # no ONNX Runtime, stop at the plan
+  semblend-dynamo replay --exact-materialization-only 0 --isolation cache_salt   # shifted spans
+  semblend-dynamo replay --json --requests --audit-path /tmp/audit.jsonl
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of a table")
     parser.add_argument("--units", type=int, default=4, help="requests per workload kind (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     parser.add_argument("--requests", action="store_true", help="also list every request (table or JSON)")
+    parser.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="replay a SemBench replay manifest (JSONL, sembench.manifest.v1) instead of the bundled workload",
+    )
+    parser.add_argument(
+        "--sembench-results",
+        metavar="PATH",
+        help="also write the run as a SemBench results document (sembench.result.v2) to PATH",
+    )
     parser.add_argument(
         "--backend",
         choices=("connector", "none"),
@@ -406,17 +527,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 1 if an expected outcome class is missing or a negative control would materialize",
     )
-    add_config_arguments(parser)
+    target = parser.add_argument_group("through a running endpoint (e.g. one `semblend-dynamo up` started)")
+    target.add_argument("--target", default=None, help="OpenAI base URL: send the workload there instead of in-process")
+    target.add_argument("--router-metrics", default=None, help="the router's metrics URL: its outcome counters")
+    target.add_argument("--model", default=None, help="model name at the target (default: the first it lists)")
+    add_config_arguments(parser, SETTINGS)
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.units < 1:
         raise ConfigError(f"--units={args.units}: must be >= 1")
+    if args.target:
+        from .http_target import main_target
+
+        return main_target(args)
     backend = _connector_backend(cfg) if args.backend == "connector" else None
-    report = run_replay(cfg, units=args.units, seed=args.seed, progress=not args.json, backend=backend)
-    if backend is not None:
-        backend.close()
+    try:
+        report = run_replay(
+            cfg, units=args.units, seed=args.seed, progress=not args.json, backend=backend, manifest=args.manifest
+        )
+    except ManifestError as exc:
+        print(f"semblend-dynamo replay: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if backend is not None:
+            backend.close()
+    if args.sembench_results:
+        write_results(args.sembench_results, report, manifest=args.manifest, backend=args.backend)
     for notice in report.notices:
         print(f"semblend-dynamo replay: notice: {notice}", file=sys.stderr)
     if args.json:
@@ -461,6 +599,19 @@ def format_report(report: ReplayReport, *, with_requests: bool = False) -> str:
     lines += ["", "by workload kind:", f"  {'kind':<24}" + "".join(f"{c[:12]:>13}" for c in classes)]
     for kind, row in report.by_kind.items():
         lines.append(f"  {kind:<24}" + "".join(f"{row.get(c, 0):>13}" for c in classes))
+    if "manifest" in wl:
+        lines += [
+            "",
+            f"by transform ({wl['manifest']}):",
+            f"  {'transform':<27}{'requests':>9}{'exact':>7}{'placed':>7}{'mat.':>6}{'declined':>9}{'cold':>6}"
+            f"{'mat. tokens':>12}{'covered':>9}{'false +':>8}",
+        ]
+        for name, t in report.by_transform.items():
+            lines.append(
+                f"  {name:<27}{t['requests']:>9}{t['exact']:>7}{t['placement']:>7}{t['materialized']:>6}"
+                f"{sum(t['declined'].values()):>9}{t['cold']:>6}{t['materialized_tokens']:>12}"
+                f"{t['donor_covered_tokens']:>9}{t.get('false_positives', ''):>8}"
+            )
     share = report.reused_tokens / report.prompt_tokens if report.prompt_tokens else 0.0
     backend_ran = bool(report.outcomes.get("materialized") or report.outcomes.get("backend_declined"))
     neg = report.negative_controls

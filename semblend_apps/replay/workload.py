@@ -71,6 +71,7 @@ class RequestKind(str, Enum):
     FUZZY_EDIT = "fuzzy_edit"
     NEGATIVE_CONTROL = "negative_control"
     BAD_INPUT = "bad_input"
+    OTHER = "other"  # a manifest transform with no kind of its own
 
 
 class CorpusDocument(BaseModel):
@@ -90,7 +91,12 @@ class WorkloadDonor(BaseModel):
 
 
 class WorkloadRequest(BaseModel):
-    """A target request. ``related_donors`` are the donors it was derived from (empty for negative controls)."""
+    """A target request. ``related_donors`` are the donors it was derived from (empty for negative controls).
+
+    ``seed_donors`` are registered just before this request runs (a manifest item seeds its own donors); donors
+    no request seeds are registered before any request. ``transform`` is the manifest's name for the request's
+    situation (SemBench's ``transform``); the bundled workload leaves it empty and its kind names it.
+    """
 
     request_id: str
     kind: RequestKind
@@ -98,6 +104,12 @@ class WorkloadRequest(BaseModel):
     tenant: str
     tokens: list[int]
     related_donors: list[str] = Field(default_factory=list)
+    seed_donors: list[str] = Field(default_factory=list)
+    transform: str = ""
+
+    @property
+    def transform_name(self) -> str:
+        return self.transform or self.kind.value
 
 
 class Workload(BaseModel):

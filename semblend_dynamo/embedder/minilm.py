@@ -20,7 +20,7 @@ from .base import EmbeddingError, check_texts, normalized_rows
 log = logging.getLogger(__name__)
 
 MAX_SEQ_TOKENS = 256  # sentence_bert_config.json of all-MiniLM-L6-v2
-# sha256 of the upstream sentence-transformers/all-MiniLM-L6-v2 model.safetensors (shared/reference/deps.md §1.1)
+# sha256 of the upstream sentence-transformers/all-MiniLM-L6-v2 model.safetensors
 KNOWN_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 Precision = Literal["fp32", "int8"]
 

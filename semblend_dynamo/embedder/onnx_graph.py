@@ -222,7 +222,7 @@ def build_cached_graph(model_dir: Path, cache_dir: Path, *, optimize: bool = Tru
 def quantized_int8(graph_path: Path) -> Path:
     """Per-channel dynamic int8 copy of a cached graph (built once next to it).
 
-    Per-tensor int8 loses too much (cosine 0.90-0.97 vs fp32, deps.md §1.3); per-channel keeps ~0.99.
+    Per-tensor int8 loses too much (cosine 0.90-0.97 vs fp32); per-channel keeps ~0.99.
     """
     out = graph_path.with_name(graph_path.stem + "-int8.onnx")
     if out.is_file():

@@ -1,6 +1,6 @@
 """MessagePack codec for SemBlend events and the decoder of Dynamo's ``kv-events``.
 
-Wire form (mimics Dynamo's event plane): a msgpack map
+Wire form (mimics Dynamo 1.6's event plane): a msgpack map
 ``{publisher_id, sequence, published_at, topic, payload}`` (only ``topic`` and ``payload`` are required; extra
 keys such as ``published_at_ns`` are ignored) whose ``payload`` is the msgpack map of one
 model (wire key ``schema`` = ``semblend.<kind>/v1``). Every decoder raises :class:`RejectedMessage`

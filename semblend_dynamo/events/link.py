@@ -123,7 +123,11 @@ class NatsLink:
             except Exception as exc:
                 attempt += 1
                 if attempt == 1 or attempt % 20 == 0:
-                    log.warning("NATS %s not reachable (%s); retrying", self._cfg.nats_url, type(exc).__name__)
+                    log.warning(
+                        "NATS at SEMBLEND_NATS_URL=%s not reachable (%s); retrying",
+                        self._cfg.nats_url,
+                        type(exc).__name__,
+                    )
                 await asyncio.sleep(self._retry_s)
         self.connects += 1
         log.info("NATS connected to %s", self._cfg.nats_url)

@@ -1,11 +1,11 @@
-"""Versioned SemBlend event models (DESIGN.md §3.4) and Dynamo's own KV-event shapes.
+"""Versioned SemBlend event models (docs/architecture.md) and Dynamo's own KV-event shapes.
 
 Every SemBlend message is a pydantic model whose wire key ``schema`` names kind and version
 (``semblend.<kind>/v1``). Models are text-free: prompts travel as hashes, embeddings as float16
 bytes. :mod:`semblend_dynamo.events.codec` puts them in a Dynamo-style msgpack envelope.
 
 The ``Kv*`` models are the typed form of Dynamo 1.6's ``kv-events`` payload
-(``RouterEvent``; reference/dynamo.md §1.1-1.2). They are only ever decoded, never published.
+(``RouterEvent`` of Dynamo 1.6's KV-event plane). They are only ever decoded, never published.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..audit import Role
 from ..namespace import NamespaceKey
 from ..outcomes import DeclineReason, Outcome
 
@@ -97,6 +98,10 @@ class DonorHint(SemblendEvent):
     spans: list[SpanTriple] = Field(default_factory=list, max_length=4096)
     decision: Outcome
     issued_at: float = Field(default_factory=time.time)
+    trace_id: str | None = Field(None, min_length=1, max_length=64)
+    """The router's id for this request: the connector stamps it on its audit records, so the two sides join."""
+    role: Role = Role.RECIPIENT
+    """``donor_prefill``: the request only makes a donor (a replay or benchmark seeding donors); it loads nothing."""
 
 
 class RouteEvidence(SemblendEvent):
@@ -116,6 +121,7 @@ class RouteEvidence(SemblendEvent):
     prompt_tokens: NonNeg
     exact_overlap_blocks: NonNeg = 0
     hint: DonorHint | None = None
+    trace_id: str | None = Field(None, max_length=64)
     stage_latency_us: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
     ts: float = Field(default_factory=time.time)
 

@@ -1,6 +1,6 @@
-"""NATS subjects: Dynamo's ``kv-events`` and SemBlend's subjects beside it (DESIGN.md §3.4).
+"""NATS subjects: Dynamo's ``kv-events`` and SemBlend's subjects beside it (docs/architecture.md).
 
-Dynamo publishes on ``namespace.<ns>.component.<comp>.endpoint.<ep>.kv-events`` (reference/dynamo.md §2.2)
+Dynamo publishes on ``namespace.<ns>.component.<comp>.endpoint.<ep>.kv-events`` (Dynamo 1.6)
 and subscribes only to topics it discovered, so the ``semblend.*`` subjects under the same prefix never
 collide with it.
 """

@@ -11,15 +11,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
-import socket
 import sys
+import threading
 import uuid
-from collections.abc import Sequence
-from typing import Any
-from urllib.parse import urlparse
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ..config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from ..embedder import build_embedder
@@ -32,25 +32,65 @@ from ..pipeline import DonorDiscovery
 from ..tokenizer import TokenizerAdapter
 from .catalog import DonorCatalog
 from .health import HealthServer, HealthStatus
+from .kv_ingest import KvIndexFollower, configured_event_plane
 from .metrics import RouterMetrics
+from .preflight import StartupError, check_discovery, tcp_reachable
 
 log = logging.getLogger("semblend_dynamo.router")
 
 WORKER_POLL_S = 0.5
 RESYNC_DELAY_S = 2.0
+SHUTDOWN_BUDGET_S = 1.0
+"""Seconds a stopping router gives pending donor registrations and evidence (then it closes)."""
+T = TypeVar("T")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "prefill chain", "NATS", "Dynamo router")
+"""The setting groups the router reads."""
+EXAMPLES = """examples:
+  semblend-dynamo router --model-id Qwen/Qwen3-8B --model-path Qwen/Qwen3-8B --nats-url nats://nats:4222
+  semblend-dynamo router --config semblend.yaml --metrics-port 9090
+  SEMBLEND_DISCOVERY_ONLY=1 semblend-dynamo router     # find donors and report, never promise reuse
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default=os.environ.get("SEMBLEND_LOG_LEVEL", "INFO"), help="Python log level")
-    add_config_arguments(parser)
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=os.environ.get("SEMBLEND_LOG_LEVEL", "INFO").upper(),
+        help="Python log level (SEMBLEND_LOG_LEVEL)",
+    )
+    add_config_arguments(parser, SETTINGS)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg`` (and ``exc`` with a traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name}
+        line["msg"] = record.getMessage()
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO), handlers=[handler], force=True)
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
-    )
+    if args.log_level not in LOG_LEVELS:  # a bad SEMBLEND_LOG_LEVEL default is not checked by argparse
+        raise ConfigError(f"SEMBLEND_LOG_LEVEL={args.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    configure_logging(args.log_level, cfg.log_format)
+    configured_event_plane(os.environ)
+    check_discovery(os.environ)
     return asyncio.run(serve(cfg))
 
 
@@ -60,21 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
+    except StartupError as exc:
+        print(f"semblend router: cannot start: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"semblend router: configuration error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-def nats_reachable(url: str, timeout: float = 1.0) -> bool:
-    """A TCP connect to the NATS URL's host and port (Dynamo's runtime blocks for minutes without NATS)."""
-    parsed = urlparse(url)
-    try:
-        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 4222), timeout):
-            return True
-    except OSError:
-        return False
 
 
 def build_discovery(cfg: SemblendConfig) -> DonorDiscovery | None:
@@ -106,32 +139,90 @@ async def register_router_model(cfg: SemblendConfig, endpoint: Any) -> None:
     )
 
 
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking start-up step off the event loop, in a daemon thread: SIGTERM need not wait for it."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    def target() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:
+            future.get_loop().call_soon_threadsafe(_settle, future, None, exc)
+        else:
+            future.get_loop().call_soon_threadsafe(_settle, future, result, None)
+
+    threading.Thread(target=target, name=f"semblend-start-{getattr(fn, '__name__', 'step')}", daemon=True).start()
+    return await future
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
 async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> int:
-    """Run the router until SIGTERM/SIGINT (or ``stop``). Returns the process exit code."""
+    """Run the router until SIGTERM/SIGINT (or ``stop``). Returns the process exit code.
+
+    A signal during start-up abandons it at once (blocking steps run in daemon threads) and releases what was
+    already set up; a signal while serving drains for at most ``SHUTDOWN_BUDGET_S``.
+    """
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    main_task = asyncio.current_task()
+    state = {"serving": False}
+
+    def on_signal() -> None:
+        stop.set()
+        if not state["serving"] and main_task is not None:
+            main_task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+    try:
+        async with contextlib.AsyncExitStack() as resources:
+            return await _serve(cfg, stop, state, resources)
+    except asyncio.CancelledError:
+        if not stop.is_set():
+            raise
+        log.info("stopped during start-up")
+        return 0
+
+
+async def _serve(
+    cfg: SemblendConfig, stop: asyncio.Event, state: dict[str, bool], resources: contextlib.AsyncExitStack
+) -> int:
     from dynamo.llm import KvRouter, KvRouterConfig
     from dynamo.runtime import DistributedRuntime
 
     from .handler import SemanticRouter
 
     loop = asyncio.get_running_loop()
-    stop = stop or asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
     router_id = uuid.uuid4().hex
     metrics = RouterMetrics()
     link = NatsLink(cfg, name=f"semblend-router-{router_id[:8]}")
     os.environ.setdefault("NATS_SERVER", cfg.nats_url)
-    event_plane = "nats" if nats_reachable(os.environ["NATS_SERVER"]) else "zmq"
-    serving = False
+    configured_plane = configured_event_plane(os.environ)
+    event_plane = configured_plane
+    log.info(
+        "router starting (event plane %s, discovery %s)", configured_plane, os.environ.get("DYN_DISCOVERY_BACKEND")
+    )
+    if configured_plane == "nats" and not await in_thread(tcp_reachable, os.environ["NATS_SERVER"], 4222):
+        event_plane = "zmq"  # Dynamo's runtime would block for minutes waiting for NATS
+    catalog: DonorCatalog | None = None  # built with the pipeline, after the health port is up
 
     def health() -> HealthStatus:
         reasons = []
         if not link.connected:
             reasons.append("nats_disconnected: routing exact-only, evidence queued")
-        if event_plane != "nats":
+        if event_plane != configured_plane:
             reasons.append("started without NATS: Dynamo KV events unavailable until restart")
         metrics.nats_connected.set(1 if link.connected else 0)
+        serving = state["serving"]
         status = "stopped" if not serving else ("degraded" if reasons else "ok")
         return HealthStatus(
             status=status,
@@ -139,13 +230,11 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
             nats_connected=link.connected,
             event_plane=event_plane,
             reasons=reasons,
-            donors=len(catalog),
-            workers=len(catalog.workers()),
+            donors=len(catalog) if catalog is not None else 0,
+            workers=len(catalog.workers()) if catalog is not None else 0,
         )
 
     router: SemanticRouter | None = None
-    discovery = build_discovery(cfg)
-    catalog = DonorCatalog(cfg.index_capacity, discovery)
 
     def exposition() -> bytes:
         if router is not None:
@@ -155,17 +244,29 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     http: HealthServer | None = None
     if cfg.metrics_port:
         http = HealthServer(
-            cfg.metrics_host, cfg.metrics_port, health=health, metrics=exposition, donors=catalog.snapshot
+            cfg.metrics_host,
+            cfg.metrics_port,
+            health=health,
+            metrics=exposition,
+            donors=lambda: catalog.snapshot() if catalog is not None else [],
         )
         await http.start()
-    if event_plane != "nats":
+        resources.push_async_callback(http.close)
+    if event_plane != configured_plane:
         log.warning(
-            "NATS %s unreachable at start: Dynamo runtime uses the zmq event plane; routing exact-only", cfg.nats_url
+            "NATS_SERVER=%s unreachable at start (DYN_EVENT_PLANE=nats): Dynamo runtime uses the zmq event plane; "
+            "routing exact-only",
+            os.environ["NATS_SERVER"],
         )
 
-    identity = ModelIdentity.from_config(cfg)
+    identity = await in_thread(ModelIdentity.from_config, cfg)
     deployment = deployment_digest(identity.namespace())
+    discovery = await in_thread(build_discovery, cfg)
+    if discovery is not None:
+        resources.callback(discovery.close)
+    catalog = DonorCatalog(cfg.index_capacity, discovery)
     drt = DistributedRuntime(loop, os.environ.get("DYN_DISCOVERY_BACKEND", "etcd"), "tcp", event_plane=event_plane)
+    resources.callback(drt.shutdown)
     worker_ep = drt.endpoint(f"{cfg.dynamo_namespace}.{cfg.worker_component}.{cfg.worker_endpoint}")
     kv_router = KvRouter(worker_ep, cfg.block_size, KvRouterConfig())
     publisher = EvidencePublisher(
@@ -193,7 +294,17 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
         on_received=lambda stream: metrics.events_in.labels(stream).inc(),
         on_rejected=lambda stream, reason: metrics.events_rejected.labels(stream, reason).inc(),
     )
-    router.subscribe(subscriber)
+    if router.embeddings is not None:
+        resources.callback(router.embeddings.close)
+    router.subscribe(subscriber, kv_events=event_plane == "nats")
+    index_follower: KvIndexFollower | None = None
+    if configured_plane == "zmq":
+        index_follower = KvIndexFollower(
+            kv_router,
+            router.on_kv_index,
+            interval_s=cfg.kv_index_poll_s,
+            on_error=lambda reason: metrics.events_rejected.labels("kv_index", reason).inc(),
+        )
 
     async def on_connect() -> None:
         await router.request_sync()
@@ -203,11 +314,17 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
 
     link.on_reconnect.append(on_connect)
     link.start()
+    resources.push_async_callback(link.close)
     publisher.start()
+    resources.push_async_callback(publisher.close)
+    if index_follower is not None:
+        index_follower.start()
+        resources.push_async_callback(index_follower.close)
 
     router_namespace = cfg.router_namespace or cfg.dynamo_namespace
     router_ep = drt.endpoint(f"{router_namespace}.{cfg.router_component}.generate")
     serving_future = asyncio.ensure_future(router_ep.serve_endpoint(router.generate))
+    resources.callback(serving_future.cancel)
     if cfg.register_model:
         await register_router_model(cfg, router_ep)
     worker_client = await worker_ep.client()
@@ -218,7 +335,10 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
             await asyncio.sleep(WORKER_POLL_S)
 
     watcher = asyncio.ensure_future(watch_workers())
-    serving = True
+    resources.callback(watcher.cancel)
+    state["serving"] = True
+    if stop.is_set():  # a signal raced the last start-up step
+        return 0
     log.info(
         "router %s serving %s.%s.generate -> %s.%s.%s (event plane %s, metrics port %s)",
         router_id[:8],
@@ -232,21 +352,10 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
     )
     print(f"SEMBLEND_ROUTER_READY {router_ep.connection_id()} {http.port if http else 0}", flush=True)
     await stop.wait()
-    serving = False
-    watcher.cancel()
-    await publisher.flush(timeout=2.0)
-    await router.drain_registrations(timeout=2.0)
-    if router.embeddings is not None:
-        router.embeddings.close()
-    serving_future.cancel()
-    await publisher.close()
-    await link.close()
-    if discovery is not None:
-        discovery.close()
-    if http is not None:
-        await http.close()
-    drt.shutdown()
-    return 0
+    state["serving"] = False
+    await router.drain_registrations(timeout=SHUTDOWN_BUDGET_S / 2)
+    await publisher.flush(timeout=SHUTDOWN_BUDGET_S / 2)
+    return 0  # the resources close in reverse order of creation
 
 
 if __name__ == "__main__":

@@ -81,6 +81,13 @@ class DonorCatalog:
             self._sync_pipeline()
             return self._residency.event_gaps - gaps
 
+    def reconcile(self, events: Iterable[KvEvent]) -> int:
+        """Residency becomes exactly Dynamo's whole index (see :meth:`Residency.reconcile`); returns blocks changed."""
+        with self._lock:
+            changed = self._residency.reconcile(events)
+            self._sync_pipeline()
+            return changed
+
     def merge_dump(self, events: Iterable[KvEvent]) -> None:
         """Stored blocks recovered from Dynamo's index (see :meth:`Residency.merge_dump`)."""
         with self._lock:

@@ -45,6 +45,7 @@ from ..events.schemas import (
     DonorRegistration,
     DonorSyncPage,
     DonorSyncRequest,
+    KvEvent,
     KvEventBatch,
     OutcomeReport,
     RouteEvidence,
@@ -100,6 +101,8 @@ class RoutedRequest:
     key: str
     tenant_known: bool = True
     """False when the salt is unreadable or names no tenant: the request is its own tenant."""
+    trace_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """Put in the hint and the evidence: the connector's audit records of this request carry it too."""
 
 
 @dataclass
@@ -328,6 +331,7 @@ class SemanticRouter:
             similarity=similarity,
             spans=[(s.donor_start, s.target_start, s.length) for s in spans if s.donor_id == donor_id],
             decision=outcome,
+            trace_id=routed.trace_id,
         )
 
     async def _within_load(self, tokens: list[int], worker_id: int) -> bool:
@@ -392,6 +396,9 @@ class SemanticRouter:
         if decision.reason is not None:
             self.metrics.declines.labels(decision.reason.value).inc()
         self.metrics.stage_latency.labels("total_added").observe(decision.latency_us.get("total_added", 0.0) / 1e6)
+        if decision.hint is not None:
+            hinted = sum(length for _, _, length in decision.hint.spans) // self.cfg.block_size
+            self.metrics.hinted_blocks.labels(f"{decision.hint.worker_id:x}", decision.outcome.value).inc(hinted)
         evidence = RouteEvidence(
             request_id=routed.request_id,
             request_key=routed.key,
@@ -405,12 +412,14 @@ class SemanticRouter:
             prompt_tokens=len(routed.tokens),
             exact_overlap_blocks=decision.exact_blocks,
             hint=decision.hint,
+            trace_id=routed.trace_id,
             stage_latency_us=decision.latency_us,
         )
         self.publisher.offer(self.subjects.evidence, evidence)
         log.info(
-            "routed request=%s outcome=%s reason=%s worker=%s exact_blocks=%d donor=%s",
+            "routed request=%s trace=%s outcome=%s reason=%s worker=%s exact_blocks=%d donor=%s",
             routed.request_id,
+            routed.trace_id,
             decision.outcome.value,
             decision.reason.value if decision.reason else None,
             f"{served[0]:x}" if served else None,
@@ -469,10 +478,14 @@ class SemanticRouter:
             await asyncio.wait(list(self._registrations), timeout=timeout)
 
     # --- event handlers -------------------------------------------------------------------------
-    def subscribe(self, subscriber: EventSubscriber) -> None:
-        """Every subject the router consumes, each with its decoder and its counted stream."""
+    def subscribe(self, subscriber: EventSubscriber, *, kv_events: bool = True) -> None:
+        """Every subject the router consumes, each with its decoder and its counted stream.
+
+        ``kv_events=False``: Dynamo's kv-events come another way (the zmq event plane's index follower).
+        """
         subjects = self.subjects
-        subscriber.kv_events(subjects.kv_events, self.on_kv_events)
+        if kv_events:
+            subscriber.kv_events(subjects.kv_events, self.on_kv_events)
         subscriber.semblend(subjects.donors, (DonorRegistration, DonorLifecycle), self.on_donor_event, stream="donors")
         subscriber.semblend(self.sync_inbox, (DonorSyncPage,), self.on_sync_page, stream="sync_pages")
         subscriber.semblend(subjects.outcomes, (OutcomeReport,), self.on_outcome, stream="outcomes")
@@ -484,6 +497,13 @@ class SemanticRouter:
         self.metrics.kv_blocks_in.inc(sum(event.num_blocks for event in batch.events))
         if gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
+
+    def on_kv_index(self, events: Sequence[KvEvent]) -> None:
+        """Called with Dynamo's whole KV index (zmq event plane): residency becomes exactly what it holds."""
+        self.metrics.events_in.labels("kv_index").inc()
+        changed = self.catalog.reconcile(events)
+        if changed:
+            self.metrics.kv_blocks_in.inc(changed)
 
     async def _resync_after_gap(self) -> None:
         """Missed kv-events (an event-id gap): recover from Dynamo's index once it has recovered them."""
@@ -506,6 +526,9 @@ class SemanticRouter:
         if not isinstance(event, OutcomeReport):
             return
         self.metrics.outcomes_reported.labels(event.outcome).inc()
+        if event.outcome == Outcome.BACKEND_MATERIALIZED:
+            confirmed = event.materialized_tokens // self.cfg.block_size
+            self.metrics.confirmed_blocks.labels(f"{event.worker_id:x}").inc(confirmed)
         if event.donor_id and event.rejection_reason in _GONE_REASONS:
             self.catalog.forget(event.donor_id)
 

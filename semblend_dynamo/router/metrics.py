@@ -8,7 +8,7 @@ from ..events.codec import REJECT_REASONS
 from ..outcomes import Outcome
 
 _LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
-STREAMS = ("kv_events", "donors", "outcomes", "donors_sync", "sync_pages")
+STREAMS = ("kv_events", "kv_index", "donors", "outcomes", "donors_sync", "sync_pages")
 SYNC_REJECT_REASONS = ("no_reply", "bad_reply_subject", "rate_limited")
 """Why a decoded sync request got no reply (besides the codec's reasons)."""
 
@@ -47,6 +47,19 @@ class RouterMetrics:
         )
         self.outcomes_reported = Counter(
             "semblend_router_backend_outcomes", "outcomes reported by connectors", ["outcome"], registry=r
+        )
+        # block-weighted: what the semantic stage claimed per worker vs what that worker's backend confirmed
+        self.hinted_blocks = Counter(
+            "semblend_router_hinted_blocks",
+            "whole blocks of donor spans hinted, per worker and decision (semantic evidence)",
+            ["worker_id", "decision"],
+            registry=r,
+        )
+        self.confirmed_blocks = Counter(
+            "semblend_router_backend_confirmed_blocks",
+            "whole blocks a worker's connector reported materialized from donors (backend-confirmed reuse)",
+            ["worker_id"],
+            registry=r,
         )
         self.donors = Gauge(
             "semblend_router_donors", "donors in the index per worker", ["worker_id", "dp_rank", "state"], registry=r

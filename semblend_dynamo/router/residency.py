@@ -89,17 +89,7 @@ class Residency:
         data = event.data
         by_block, counts, postings = blocks.by_block, blocks.counts, blocks.postings
         if isinstance(data, KvStored):
-            for block_hash, tokens_hash in zip(data.block_hashes, data.tokens_hashes, strict=True):
-                previous = by_block.get(block_hash)
-                if previous == tokens_hash:
-                    continue
-                if previous is not None:
-                    self._drop_block(blocks, previous)
-                by_block[block_hash] = tokens_hash
-                held = counts.get(tokens_hash, 0)
-                counts[tokens_hash] = held + 1
-                if held == 0 and tokens_hash in postings:
-                    self._hash_arrived(postings[tokens_hash])
+            self._store(blocks, zip(data.block_hashes, data.tokens_hashes, strict=True))
         elif isinstance(data, KvRemoved):
             for block_hash in data.block_hashes:
                 removed = by_block.pop(block_hash, None)
@@ -113,6 +103,43 @@ class Residency:
                     self._hash_left(donors)
             by_block.clear()
             counts.clear()
+
+    def _store(self, blocks: _WorkerBlocks, stored: Iterable[tuple[int, int]]) -> None:
+        by_block, counts, postings = blocks.by_block, blocks.counts, blocks.postings
+        for block_hash, tokens_hash in stored:
+            previous = by_block.get(block_hash)
+            if previous == tokens_hash:
+                continue
+            if previous is not None:
+                self._drop_block(blocks, previous)
+            by_block[block_hash] = tokens_hash
+            held = counts.get(tokens_hash, 0)
+            counts[tokens_hash] = held + 1
+            if held == 0 and tokens_hash in postings:
+                self._hash_arrived(postings[tokens_hash])
+
+    def reconcile(self, events: Iterable[KvEvent]) -> int:
+        """Make every worker's device blocks exactly those of a full index dump; returns the blocks that changed.
+
+        The zmq event plane's path (:mod:`~semblend_dynamo.router.kv_ingest`): the dump of Dynamo's own KV
+        index is the whole truth, so a block missing from it was removed (or its worker left).
+        """
+        snapshot: dict[WorkerKey, dict[int, int]] = {}
+        for event in events:
+            if event.storage_tier == DEVICE_TIER and isinstance(event.data, KvStored):
+                stored = snapshot.setdefault((event.worker_id, event.dp_rank), {})
+                stored.update(zip(event.data.block_hashes, event.data.tokens_hashes, strict=True))
+        changed = 0
+        for key in sorted(set(self._workers) | set(snapshot)):
+            blocks = self._blocks(key)
+            now = snapshot.get(key, {})
+            gone = [b for b, tokens_hash in blocks.by_block.items() if now.get(b) != tokens_hash]
+            for block_hash in gone:
+                self._drop_block(blocks, blocks.by_block.pop(block_hash))
+            new = [(b, tokens_hash) for b, tokens_hash in now.items() if b not in blocks.by_block]
+            self._store(blocks, new)
+            changed += len(gone) + len(new)
+        return changed
 
     def merge_dump(self, events: Iterable[KvEvent]) -> None:
         """Add what a full dump (Dynamo's recovered index, ``KvRouter.dump_events()``) holds.

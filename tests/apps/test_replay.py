@@ -49,10 +49,14 @@ def test_replay_json_acceptance_with_default_modes(capsys: pytest.CaptureFixture
     for stage in STAGES:
         assert {"p50", "p99", "n"} <= set(data["latency_us"][stage])
         assert data["latency_us"][stage]["p99"] >= data["latency_us"][stage]["p50"]
-    records = read_audit(audit)
+    assert Path(data["audit_path"]).parent == tmp_path  # this run's own file, beside --audit-path
+    records = read_audit(data["audit_path"])
     events = [r["event"] for r in records]
     assert events.count("donor_registered") == data["workload"]["donors"]
-    assert events.count("lookup") == data["workload"]["requests"]
+    router = [r for r in records if r["event"] in ("routed", "declined")]  # one router record per request
+    assert len(router) == len({r["trace_id"] for r in router}) == data["workload"]["requests"]
+    assert all(r["role"] == "recipient" for r in router)
+    assert all(r["role"] == "donor_prefill" for r in records if r["event"] == "donor_registered")
     declined = [r for r in records if r["event"] == "declined"]
     assert declined and all("rejection_reason" in r for r in declined)
 
@@ -99,7 +103,7 @@ def test_replay_is_deterministic(tmp_path: Path) -> None:
 
 def test_workload_records_intended_kinds_and_related_donors() -> None:
     workload = build_workload(TokenizerAdapter.bundled(), units=2)
-    assert set(workload.kinds()) == set(RequestKind)
+    assert set(workload.kinds()) == set(RequestKind) - {RequestKind.OTHER}  # OTHER: manifest transforms only
     donor_ids = {d.donor_id for d in workload.donors}
     for request in workload.requests:
         assert set(request.related_donors) <= donor_ids
@@ -122,10 +126,12 @@ class RecordingBackend:
         self.executed: list[str] = []
         self.identity = ModelIdentity.from_config(SemblendConfig(embedder="hash"))
 
-    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey) -> None:
+    def register_donor(self, donor: WorkloadDonor, namespace: NamespaceKey, *, trace_id: str) -> None:
         self.donors.append(donor.donor_id)
 
-    def execute(self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult) -> BackendOutcome:
+    def execute(
+        self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult, *, trace_id: str
+    ) -> BackendOutcome:
         assert result.decision.plan is not None
         self.executed.append(request.request_id)
         if len(self.executed) % 2:

@@ -7,9 +7,10 @@ from collections import Counter
 from prometheus_client import REGISTRY
 
 from semblend_dynamo.audit import AuditWriter, read_audit
+from semblend_dynamo.events.schemas import DonorHint, request_key
 from semblend_dynamo.outcomes import DeclineReason
 
-from .conftest import prompt
+from .conftest import prompt, records
 
 SEMBENCH_FIELDS = {"event", "found", "materialized", "requires_rope_correction", "rejection_reason"}
 
@@ -60,3 +61,44 @@ def test_audit_file_parses_and_counts_match(make_harness, tmp_path) -> None:
     assert set().union(*(rec.keys() for rec in lines)) >= SEMBENCH_FIELDS
     reasons = Counter(rec["rejection_reason"] for rec in lines if rec["event"] == "declined")
     assert reasons["no_candidate"] >= 3 and reasons["prompt_too_short"] == 1
+
+
+def _hint(h, tokens: list[int], donor_id: str, **fields) -> DonorHint:
+    return DonorHint(
+        request_key=request_key(tokens),
+        donor_id=donor_id,
+        worker_id=0,
+        namespace=h.scheduler.model.namespace().digest(),
+        decision="semantic_placement",
+        **fields,
+    )
+
+
+def test_donor_prefill_runs_cold_and_a_recipient_joins_the_router_on_trace_id(make_harness) -> None:
+    h = make_harness()
+    first = h.run_request(prompt(60, 96))
+    donor = h.scheduler.registry.donor_id_for(first.request_id)
+    second_donor = prompt(60, 64) + prompt(61, 40)  # shares 64 tokens with the first donor
+
+    h.scheduler.hints.submit(_hint(h, second_donor, donor, role="donor_prefill", trace_id="seed-1"))
+    prefill = h.run_request(second_donor)
+    assert prefill.promised == 0 and prefill.pinned  # it could have loaded 64 tokens; a donor prefill loads none
+    assert [(r.event, r.role, r.trace_id) for r in records(h, request_id=prefill.request_id)] == [
+        ("donor_registered", "donor_prefill", "seed-1")
+    ]
+
+    h.scheduler.hints.submit(_hint(h, second_donor, donor, similarity=0.83, trace_id="route-7"))
+    recipient = h.run_request(second_donor)  # the same prompt as a recipient does load
+    assert recipient.promised == 64
+    mine = records(h, request_id=recipient.request_id)
+    assert [r.event for r in mine][:3] == ["lookup", "promised", "materialized"]
+    assert {(r.role, r.trace_id) for r in mine} == {("recipient", "route-7")}
+    assert mine[0].similarity == 0.83 and mine[0].found is True
+    assert mine[1].num_new_matched_tokens == mine[2].materialized == 64
+
+
+def test_a_request_without_a_hint_gets_its_own_trace_id(make_harness) -> None:
+    h = make_harness()
+    a, b = h.run_request(prompt(70, 40)), h.run_request(prompt(71, 40))
+    traces = [{r.trace_id for r in records(h, request_id=x.request_id)} for x in (a, b)]
+    assert all(len(t) == 1 and None not in t for t in traces) and traces[0] != traces[1]

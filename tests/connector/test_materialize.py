@@ -111,9 +111,11 @@ def test_cache_salt_isolation_needs_a_per_request_nonce(make_harness) -> None:
 
 
 def test_shifted_mode_without_isolation_is_refused_at_start_up() -> None:
-    cfg = SemblendConfig(block_size=BLOCK, exact_materialization_only=False, isolation="none")
-    with pytest.raises(ConfigError, match="SEMBLEND_ISOLATION"):
-        SemBlendConnectorScheduler(HarnessLlmArgs(BLOCK), config=cfg)
+    with pytest.raises(ConfigError, match="SEMBLEND_ISOLATION"):  # by the config the connector loads
+        SemBlendConnectorScheduler(
+            HarnessLlmArgs(BLOCK),
+            config=SemblendConfig.validated({"block_size": BLOCK, "exact_materialization_only": False}),
+        )
 
 
 def test_block_size_must_agree_with_the_engine() -> None:

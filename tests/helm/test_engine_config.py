@@ -111,10 +111,9 @@ def test_engine_env_round_trips_through_semblend_config(mode: str, expected: dic
     assert EngineConfigSettings.from_config(cfg) == settings
 
 
-def test_from_config_refuses_unisolated_shifted_mode() -> None:
-    cfg = SemblendConfig(exact_materialization_only=False)
-    with pytest.raises(ValidationError, match="requires isolation"):
-        EngineConfigSettings.from_config(cfg)
+def test_unisolated_shifted_mode_never_reaches_the_engine_config() -> None:
+    with pytest.raises(ValidationError, match="requires isolation"):  # SemblendConfig's validator refuses it
+        EngineConfigSettings.from_config(SemblendConfig(exact_materialization_only=False))
 
 
 def test_disaggregated_workers_get_a_cache_transceiver() -> None:

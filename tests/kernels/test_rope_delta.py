@@ -296,10 +296,10 @@ def test_rows_writing_one_slot_twice_are_refused() -> None:
         )
 
 
-def test_fp8_pool_is_declined() -> None:
+def test_fp8_pool_without_scale_is_declined() -> None:
     layout = PagedKVLayout(1, 1, 8, T)
     pool = torch.zeros(4, 1, 2, layout.block_elems, dtype=torch.float8_e4m3fn)
-    with pytest.raises(UnsupportedKVDtype, match="float8"):
+    with pytest.raises(UnsupportedKVDtype, match=r"float8_e4m3fn\) pool needs its dequantization scale"):
         rope_delta_copy(
             pool, torch.tensor([[0, 0, 1, 0, 1, 1]]), RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8
         )

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import queue
+import random
 import shutil
 import subprocess
 import sys
@@ -20,9 +21,11 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import nats
 
+from tests.support.dynamo_graph import write_model_dir
 from tests.support.dynamo_test_worker import control_subject
 from tests.support.nats import NatsServer, free_port
 from tests.support.processes import stop_process
@@ -34,13 +37,13 @@ BLOCK = 16
 class Proc:
     """A child process whose stdout is read line by line in a thread."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path, ready_prefix: str) -> None:
+    def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path, ready_prefix: str | None) -> None:
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log, text=True)
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
-        self.ready_line = self._wait_for(ready_prefix, timeout=60)
+        self.ready_line = self._wait_for(ready_prefix, timeout=60) if ready_prefix else ""
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -77,6 +80,7 @@ class Cluster:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="semblend-router-test-"))
         (self.dir / "filekv").mkdir()
+        self.model_dir = write_model_dir(self.dir / "model")
         self.nats = NatsServer().start()
         self.namespace = f"t{os.getpid()}"
         self.procs: list[Proc] = []
@@ -90,6 +94,9 @@ class Cluster:
                 "DYN_REQUEST_PLANE": "tcp",
                 "DYN_TCP_RPC_HOST": "127.0.0.1",
                 "DYN_SYSTEM_HOST": "127.0.0.1",
+                "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+                "HF_HUB_OFFLINE": "1",
+                "HOME": str(self.dir),
                 "DYN_LOG": "warn",
                 "PYTHONPATH": str(ROOT),
                 "SEMBLEND_NATS_URL": self.nats.url,
@@ -113,6 +120,25 @@ class Cluster:
         proc = Proc(cmd, self.env, self.dir / f"{name}.log", "READY")
         self.procs.append(proc)
         return TestWorkerHandle(self, name, int(proc.ready_line.split()[1]), record, proc)
+
+    def start_mocker(self, name: str, gpu_blocks: int = 4096) -> MockerHandle:
+        """A stock ``dynamo.mocker --engine-type trtllm`` worker (Dynamo's engine emulation and KV publisher)."""
+        before = self.instances()
+        cmd = [sys.executable, "-m", "dynamo.mocker", "--model-path", str(self.model_dir), "--model-name", "test-model"]
+        cmd += ["--engine-type", "trtllm", "--block-size", str(BLOCK), "--num-gpu-blocks-override", str(gpu_blocks)]
+        cmd += ["--enable-prefix-caching", "--speedup-ratio", "100"]
+        cmd += ["--endpoint", f"dyn://{self.namespace}.backend.generate"]
+        proc = Proc(cmd, self.env, self.dir / f"{name}.log", None)
+        self.procs.append(proc)
+        new = wait_until(lambda: self.instances() - before, timeout=30)
+        return MockerHandle(name, next(iter(new)), proc)
+
+    def instances(self) -> set[int]:
+        """Live worker instance ids, from the file discovery directory."""
+        folder = self.dir / "filekv" / "v1" / "instances"
+        prefix = f"{self.namespace}/backend/generate/"
+        names = [unquote(p.name) for p in folder.iterdir()] if folder.is_dir() else []
+        return {int(n[len(prefix) :], 16) for n in names if n.startswith(prefix)}
 
     def start_router(self, name: str, **settings: str) -> RouterHandle:
         env = dict(self.env, SEMBLEND_METRICS_PORT=str(free_port()))
@@ -193,6 +219,15 @@ class TestWorkerHandle:
         return self.cluster.nats_request(control_subject(self.name), {"cmd": cmd, **fields})
 
 
+class MockerHandle:
+    """A running ``dynamo.mocker`` worker and its Dynamo worker id."""
+
+    def __init__(self, name: str, worker_id: int, proc: Proc) -> None:
+        self.name = name
+        self.worker_id = worker_id
+        self.proc = proc
+
+
 class RouterHandle:
     """A running router: its Dynamo instance id and HTTP side door."""
 
@@ -235,3 +270,40 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: fl
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+RNG = random.Random(20261121)
+
+
+def chunk(n: int) -> list[int]:
+    """``n`` random token ids (one shared generator, so a module's prompts never repeat by chance)."""
+    return [RNG.randrange(100, 7000) for _ in range(n)]
+
+
+class Rag:
+    """A retrieval-augmented prompt family: system prompt + documents + question, reorderable."""
+
+    def __init__(self) -> None:
+        self.docs = [chunk(128) for _ in range(3)]
+        self.question = chunk(32)
+
+    def prompt(self, order: tuple[int, ...], system: list[int]) -> list[int]:
+        return system + [t for i in order for t in self.docs[i]] + self.question
+
+
+def request_for(tokens: list[int], tenant: str | None = None) -> dict[str, Any]:
+    """A PreprocessedRequest as the stock Frontend sends it (the salt rides in ``extra_args.nvext.cache_salt``)."""
+    request: dict[str, Any] = {"token_ids": tokens, "stop_conditions": {"max_tokens": 2}}
+    if tenant is not None:
+        request["extra_args"] = {"nvext": {"cache_salt": tenant}}
+    return request
+
+
+def serve_donor(cluster: Cluster, router: RouterHandle, tokens: list[int], tenant: str | None = None) -> int:
+    """Send a prompt through the router and wait until it is a resident donor; returns the serving worker."""
+    before = {d["donor_id"] for d in router.donors()}
+    (result,) = cluster.send([request_for(tokens, tenant)])
+    assert result["ok"], result
+    worker_id = int(result["worker_id"])
+    wait_until(lambda: any(d["resident"] and d["donor_id"] not in before for d in router.donors()))
+    return worker_id

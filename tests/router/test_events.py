@@ -190,7 +190,7 @@ def _router_event(event_id: int, data: object, dp_rank: int = 0) -> dict:
 
 
 def test_dynamo_kv_events_decode_to_typed_events() -> None:
-    """The three shapes of reference/dynamo.md §1.2, in one message."""
+    """The three shapes of Dynamo 1.6's KV events (stored, removed, cleared), in one message."""
     stored = {
         "stored": {
             "parent_hash": None,

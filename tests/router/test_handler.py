@@ -18,6 +18,7 @@ from semblend_dynamo.events.schemas import (
     KvEventBatch,
     KvStored,
     OutcomeReport,
+    RouteEvidence,
     request_key,
 )
 from semblend_dynamo.namespace import NamespaceKey
@@ -149,6 +150,11 @@ async def test_reordered_prompt_is_placed_on_the_donor_worker_with_a_hint() -> N
     assert hint["decision"] == Outcome.SEMANTIC_PLACEMENT.value and hint["donor_id"] == "donor"
     assert hint["request_key"] == request_key(target) and hint["spans"]
     assert router.publisher.backlog == 2  # the hint (worker subject) and the RouteEvidence, queued without blocking
+    # one trace id joins the router's evidence and the worker's audit records of this request (docs/sembench.md)
+    queued = [router.publisher._queue.get_nowait()[1] for _ in range(2)]
+    evidence = next(e for e in queued if isinstance(e, RouteEvidence))
+    assert hint["role"] == "recipient" and len(hint["trace_id"]) == 16
+    assert evidence.trace_id == hint["trace_id"] == evidence.hint.trace_id
 
 
 async def test_overloaded_donor_worker_is_not_forced() -> None:
@@ -202,3 +208,26 @@ async def test_connector_reports_of_eviction_remove_the_donor() -> None:
     lifecycle = DonorLifecycle(donor_id="donor", worker_id=W1, deployment="dep", namespace="n", event="evicted")
     router.on_donor_event(lifecycle, None)  # type: ignore[arg-type]
     assert "donor" not in router.catalog
+
+
+async def test_blocks_hinted_and_backend_confirmed_are_counted_per_worker() -> None:
+    router, kv = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    await _run(router, {"token_ids": _prompt((2, 0, 1))})
+    spans = kv.forwarded[-1]["extra_args"]["semblend"]["spans"]
+    placed = sum(length for _, _, length in spans) // BLOCK
+    assert placed > 0
+    hinted = router.metrics.hinted_blocks.labels(f"{W1:x}", Outcome.SEMANTIC_PLACEMENT.value)
+    assert hinted._value.get() == placed
+    report = OutcomeReport(
+        request_id="r",
+        request_key="k",
+        worker_id=W1,
+        deployment="dep",
+        namespace="n",
+        outcome=Outcome.BACKEND_MATERIALIZED,
+        materialized_tokens=3 * BLOCK + 5,
+        donor_id="donor",
+    )
+    router.on_outcome(report, None)  # type: ignore[arg-type]
+    assert router.metrics.confirmed_blocks.labels(f"{W1:x}")._value.get() == 3  # whole blocks only

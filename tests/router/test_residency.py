@@ -125,3 +125,18 @@ def test_event_id_gaps_and_foreign_tiers_are_counted() -> None:
     r.apply(ev.removed(77))
     assert r.ignored_events == {"storage_tier": 1, "unknown_block": 1}
     assert r.blocks_on((W1, 0)) == 2
+
+
+def test_reconcile_makes_blocks_exactly_the_index_dump() -> None:
+    """The zmq event plane's path: each read of Dynamo's index is the whole truth for every worker."""
+    r, e1, e2 = Residency(capacity=10), Events(W1), Events(W2)
+    r.add_donor(_donor("a", W1, [1, 2]))
+    r.add_donor(_donor("b", W2, [5]))
+    assert r.reconcile([e1.stored(1, 2), e2.stored(5, 6)]) == 4
+    assert r.take_changes() == [("a", True), ("b", True)]
+    assert r.reconcile([e1.stored(1, 2), e2.stored(5, 6)]) == 0  # an unchanged index changes nothing
+    assert r.reconcile([e1.stored(1), e2.stored(5, 6)]) == 1  # block 2 evicted
+    assert r.take_changes() == [("a", False)]
+    assert r.reconcile([e1.stored(1, 2)]) == 3  # 2 re-stored; W2 absent from the index: its blocks are gone
+    assert r.take_changes() == [("a", True), ("b", False)]
+    assert r.blocks_on((W2, 0)) == 0 and r.blocks_on((W1, 0)) == 2
