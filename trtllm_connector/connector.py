@@ -188,8 +188,12 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             new_blocks = {int(rd.request_id): list(rd.new_block_ids) for rd in new_requests}
             for rd in new_requests:  # TensorRT-LLM 1.3+ hands the salt string here
                 request_id = int(rd.request_id)
-                if request_id in self._tenancy:
-                    self._tenancy[request_id] = refine(self._tenancy[request_id], rd)
+                decided = self._tenancy.get(request_id)
+                if decided is None or (refined := refine(decided, rd)) == decided:
+                    continue
+                self._tenancy[request_id] = refined
+                if refined.tenant != decided.tenant:  # promised under a tenant the engine now contradicts
+                    self._drop_promise(request_id, DeclineReason.NAMESPACE_MISMATCH, "RequestData.cache_salt differs")
             # Promise, allocation and this call happen in one PyExecutor iteration: a promise still without blocks
             # here will never get them, so it is dropped (audited) rather than left holding its donors' leases.
             for request_id in [r for r, p in self._promises.items() if p.block_ids is None]:

@@ -197,7 +197,7 @@ class HarnessRequest:
             self.cache_salt_id = None if cache_salt is None else salt_id(cache_salt)
         self.salt_shape = salt_shape
         self.cache_salt_string = cache_salt
-        self.lora_task_id = None
+        self.lora_task_id: int | None = None
         self._tokens = list(prompt)
         self.context_current_position = 0
 
@@ -255,7 +255,7 @@ class BlockAllocator:
     def num_free(self) -> int:
         return len(self._free)
 
-    def match(self, tokens: Sequence[int], salt: str | None) -> list[int]:
+    def match(self, tokens: Sequence[int], salt: Any) -> list[int]:
         """Blocks holding a prefix of ``tokens`` (whole blocks, at least one token left), now referenced."""
         if not self.prefix_reuse:
             return []
@@ -283,7 +283,7 @@ class BlockAllocator:
             out.append(block)
         return out
 
-    def store_for_reuse(self, blocks: Sequence[int], tokens: Sequence[int], salt: str | None) -> None:
+    def store_for_reuse(self, blocks: Sequence[int], tokens: Sequence[int], salt: Any) -> None:
         """Make a finished request's full blocks matchable by later requests (with prefix reuse)."""
         if not self.prefix_reuse:
             return
@@ -309,7 +309,7 @@ class BlockAllocator:
         else:
             self._refs[block] += 1
 
-    def _key(self, tokens: Sequence[int], i: int, salt: str | None) -> tuple[Any, ...]:
+    def _key(self, tokens: Sequence[int], i: int, salt: Any) -> tuple[Any, ...]:
         return (salt or "", *tokens[: (i + 1) * self.tokens_per_block])
 
 
@@ -422,6 +422,7 @@ class PyExecutorHarness:
         *,
         cache_salt: str | None = None,
         salt_shape: str = "cache_salt",
+        lora_task_id: int | None = None,
         output_tokens: int = 0,
         capture_kv: bool = True,
     ) -> RequestResult:
@@ -431,9 +432,11 @@ class PyExecutorHarness:
         keys blocks by the salt whatever the shape.
         """
         request = HarnessRequest(self._next_id, prompt, cache_salt, salt_shape)
+        request.lora_task_id = lora_task_id
         self._next_id += 1
         tpb = self.layout.tokens_per_block
-        device = self.allocator.match(prompt, cache_salt)
+        cache_key = (cache_salt or "", lora_task_id)  # TensorRT-LLM's block key mixes in the salt and the LoRA task
+        device = self.allocator.match(prompt, cache_key)
         num_computed = len(device) * tpb
         promised, is_async = self.scheduler.get_num_new_matched_tokens(request, num_computed)
         if is_async and promised == 0:
@@ -475,7 +478,7 @@ class PyExecutorHarness:
             self._start_batch(SchedulerOutput(new_requests=[], cached_requests=[cached]))
             self._forward(block_ids, tokens, len(tokens) - 1)
         pinned = bool(self.scheduler.request_finished(request, list(block_ids)))
-        self.allocator.store_for_reuse(block_ids, request.get_tokens(0)[: len(prompt)], cache_salt)
+        self.allocator.store_for_reuse(block_ids, request.get_tokens(0)[: len(prompt)], cache_key)
         if pinned:  # like store_blocks_for_reuse(pin_on_release=True): matchable, but kept until reported
             self._pinned[request.request_id] = list(block_ids)
             self.max_pinned_blocks = max(self.max_pinned_blocks, self.pinned_blocks)

@@ -47,8 +47,12 @@ def read_tenancy(request: Any) -> Tenancy:
 
 
 def refine(decided: Tenancy, request_data: Any) -> Tenancy:
-    """The tenancy once ``RequestData`` (1.3+) arrived: its salt string replaces an id-only or unknown tenancy."""
+    """The tenancy once ``RequestData`` (1.3+) arrived: its salt string replaces an unknown or salt-less tenancy.
+
+    A tenancy decided from an integer id stays as it is, so a request gives donors to the tenants it could get from.
+    """
     salt = getattr(request_data, "cache_salt", None)
-    if isinstance(salt, str) and decided.salt is None:
+    unsalted = decided.known and decided.salt is None and decided.salt_id is None
+    if isinstance(salt, str) and (not decided.known or unsalted):
         return Tenancy.from_salt(salt)
     return decided
