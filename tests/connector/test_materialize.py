@@ -213,3 +213,15 @@ def test_shifted_kv_of_a_context_dependent_model_differs_from_a_fresh_prefill(ma
     assert m.lineage == "approximate" and m.requires_rope_correction is True
     error = (r.kv.float() - h.fresh_kv(target).float()).abs().amax().item()
     assert error > 0.1  # the first shifted tokens followed other context in the donor
+
+
+def test_a_real_gptj_config_supports_shifted_spans(tmp_path) -> None:
+    from transformers import GPTJConfig
+
+    from trtllm_connector.model_info import ModelInfo
+
+    real = GPTJConfig().to_json_string(use_diff=False)  # n_embd / n_head / rotary_dim, no hidden_size
+    cfg = SemblendConfig(block_size=BLOCK, rope_config=real)
+    info = ModelInfo.load(cfg, HarnessLlmArgs(BLOCK))
+    assert info.shift_supported, info.rope_unsupported
+    assert (info.num_kv_heads, info.head_dim, info.rotary_dim, info.rope_style) == (16, 256, 64, "gptj")
