@@ -49,4 +49,6 @@ class DeclineReason(str, Enum):
     INVALID_EMBEDDING = "invalid_embedding"
     SEMANTIC_DISABLED = "semantic_disabled"
     CAPACITY = "capacity"
+    TENANT_UNKNOWN = "tenant_unknown"
+    APPROXIMATE_LINEAGE = "approximate_lineage"
     INTERNAL_ERROR = "internal_error"
