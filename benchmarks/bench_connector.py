@@ -26,12 +26,11 @@ from typing import Any
 from semblend_dynamo.audit import AuditWriter
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
-from trtllm_connector import process
 from trtllm_connector.base import KvCacheConnectorScheduler, SchedulerOutput
 from trtllm_connector.connector import SemBlendConnectorScheduler
+from trtllm_connector.engine_state import EngineState, PoolState
 from trtllm_connector.harness import HarnessLlmArgs, HarnessRequest
 from trtllm_connector.hints import HintInbox
-from trtllm_connector.process import PoolState
 
 TPB = 32
 
@@ -63,10 +62,11 @@ def build_scheduler(
     blocks_per_donor = args.prompt_tokens // TPB
     # Budget (10% of the pool) = the pinned target plus the headroom the registry keeps for the next donor.
     num_blocks = (args.pinned_blocks + 2 * blocks_per_donor) * 10
-    process.publish_pool(PoolState(num_blocks=num_blocks, num_layers=32, geometry_ok=True))
+    llm_args = HarnessLlmArgs(TPB)
+    EngineState.of(llm_args).publish_pool(PoolState(num_blocks=num_blocks, num_layers=32, geometry_ok=True))
     cfg = SemblendConfig(block_size=TPB, pin_budget_fraction=0.1, min_donor_tokens=TPB)
     sched = SemBlendConnectorScheduler(
-        HarnessLlmArgs(TPB), config=cfg, audit=AuditWriter(audit_path), hints=HintInbox(capacity=1 << 16)
+        llm_args, config=cfg, audit=AuditWriter(audit_path), hints=HintInbox(capacity=1 << 16)
     )
     rng = random.Random(0)
     donors: list[list[int]] = []

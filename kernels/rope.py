@@ -27,10 +27,27 @@ ScalingParams = tuple[tuple[str, Any], ...]
 _INTERLEAVED_MODEL_TYPES = frozenset({"gptj", "codegen", "cohere", "cohere2"})
 _SUPPORTED_ROPE_TYPES = frozenset({"default", "linear", "llama3", "yarn", "longrope"})
 _HF_DEFAULT_THETA = 10000.0  # transformers' default when a config names no rope_theta (GPT-J, LLaMA-1)
+_FIXED_BASE_MODEL_TYPES = frozenset({"gptj", "codegen"})
+"""transformers' modeling code for these builds its sinusoids with base 10000 and reads no theta from the config."""
+_HF_ATTRIBUTE_MAP = {"hidden_size": "n_embd", "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}
+"""GPT-J / CodeGen ``config.json`` spellings, mapped the way their configs' ``attribute_map`` does."""
 
 
 class UnsupportedRope(ValueError):
     """The model's RoPE cannot be corrected by a single rotation by the position delta."""
+
+
+def hf_config_dict(cfg: Mapping[str, Any] | Any) -> dict[str, Any]:
+    """A Hugging Face config (``config.json`` mapping or ``PretrainedConfig``) with the standard attribute names.
+
+    GPT-J-style configs say ``n_embd`` / ``n_head`` / ``n_layer``; transformers reads them as ``hidden_size`` /
+    ``num_attention_heads`` / ``num_hidden_layers`` (``attribute_map``), and so does this.
+    """
+    conf = dict(cfg if isinstance(cfg, Mapping) else cfg.to_dict())
+    for name, alias in _HF_ATTRIBUTE_MAP.items():
+        if conf.get(name) is None and conf.get(alias) is not None:
+            conf[name] = conf[alias]
+    return conf
 
 
 @dataclass(frozen=True)
@@ -81,7 +98,7 @@ class RopeConfig:
         caller will ever rotate to or from; LongRoPE is accepted only when it stays within the short-factor regime.
         Raises `UnsupportedRope` for anything a single delta rotation cannot reproduce exactly.
         """
-        conf: Mapping[str, Any] = cfg if isinstance(cfg, Mapping) else cfg.to_dict()
+        conf = hf_config_dict(cfg)
         raw = conf.get("rope_parameters") or conf.get("rope_scaling") or {}
         if not isinstance(raw, Mapping):
             raise UnsupportedRope(f"rope parameters must be a mapping, got {type(raw).__name__}")
@@ -113,6 +130,8 @@ class RopeConfig:
         base = float(
             params.get("rope_theta") or conf.get("rope_theta") or conf.get("rotary_emb_base") or _HF_DEFAULT_THETA
         )
+        if conf.get("model_type") in _FIXED_BASE_MODEL_TYPES:
+            base = _HF_DEFAULT_THETA
         if style is None:
             style = "gptj" if conf.get("model_type") in _INTERLEAVED_MODEL_TYPES else "neox"
 

@@ -77,6 +77,7 @@ class AuditRecord(BaseModel):
     blocks: int | None = Field(None, ge=0)
     delta: int | None = None
     mode: str | None = None
+    lineage: str | None = None
     latency_us: float | None = Field(None, ge=0)
     detail: str | None = None
 

@@ -52,6 +52,19 @@ class IndexBackend(str, Enum):
     USEARCH = "usearch"
 
 
+def isolation_rule_error(mode: str, isolation: str) -> str | None:
+    """The one home of the rule "shifted spans need isolation": why ``mode`` with ``isolation`` must not run, or None.
+
+    Shifted spans produce approximate KV; without isolation it would become exact reusable prefix-cache state.
+    """
+    if mode == "shifted" and isolation == "none":
+        return (
+            "SEMBLEND_EXACT_MATERIALIZATION_ONLY=0 (shifted spans) requires isolation: set SEMBLEND_ISOLATION="
+            "cache_salt or no_block_reuse (approximate KV must never become exact reusable cache state)"
+        )
+    return None
+
+
 class SemblendConfig(BaseModel):
     """Every ``SEMBLEND_*`` setting. Defaults are the safe ones."""
 
@@ -188,11 +201,9 @@ class SemblendConfig(BaseModel):
                 f"SEMBLEND_WINDOW_OVERLAP ({self.window_overlap}) must be smaller than SEMBLEND_WINDOW_TOKENS "
                 f"({self.window_tokens})"
             )
-        if self.mode == "shifted" and self.isolation == "none":
-            raise ValueError(
-                "SEMBLEND_EXACT_MATERIALIZATION_ONLY=0 (shifted spans) requires isolation: set SEMBLEND_ISOLATION="
-                "cache_salt or no_block_reuse (approximate KV must never become exact reusable cache state)"
-            )
+        problem = isolation_rule_error(self.mode, self.isolation)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def check_files(self) -> None:

@@ -52,5 +52,5 @@ class DeclineReason(str, Enum):
     EMBEDDING_OVERLOADED = "embedding_overloaded"
     """The router's embedding queue was full or the prompt's embedding missed its budget: routed exact-only."""
     TENANT_UNKNOWN = "tenant_unknown"
-    """The request's tenant could not be established: it is its own tenant (neither gets nor gives donor KV)."""
+    APPROXIMATE_LINEAGE = "approximate_lineage"
     INTERNAL_ERROR = "internal_error"

@@ -33,6 +33,7 @@ from .embedder import Embedder, EmbeddingError, embed_token_windows
 from .namespace import NamespaceKey
 from .outcomes import DeclineReason
 from .planner import PlanDecision, Planner
+from .policy import DonorPolicy, Tenancy
 from .segmenter import Window, WindowSegmenter
 from .span_aligner import Span, SpanAligner
 from .tokenizer import TokenizerAdapter, TokenizerError
@@ -108,6 +109,7 @@ class DonorDiscovery:
         background: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.policy = DonorPolicy(cfg)
         self.embedder = embedder if index is not None else None
         self.index = index
         self.aligner = aligner
@@ -354,8 +356,12 @@ class DonorDiscovery:
         embed: bool = True,
         prompt_vector: np.ndarray | None = None,
         known_spans: Sequence[Span] | None = None,
+        tenancy: Tenancy | None = None,
     ) -> DiscoveryResult:
         """Find donors for one request; never raises on the request's content.
+
+        ``tenancy``: what the request's salt establishes (None: the caller built ``namespace`` from a known tenant);
+        :meth:`DonorPolicy.may_seek` decides first whether the request may use semantic KV at all.
 
         ``exact_prefix_tokens``: the exact-prefix overlap the exact router found (it wins at or above
         ``exact_route_threshold`` of the prompt). ``device_prefix_tokens``: prompt tokens the chosen worker
@@ -405,10 +411,9 @@ class DonorDiscovery:
                 reason=DeclineReason.EXACT_PREFIX_WINS,
                 detail=detail,
             )
-        if not self.cfg.enabled:
-            return self._finish(
-                request_id, digest, n, exact_prefix_tokens, timings, reason=DeclineReason.SEMANTIC_DISABLED, detail=""
-            )
+        refused = self.policy.may_seek(tenancy if tenancy is not None else Tenancy.from_salt(namespace.cache_salt))
+        if refused is not None:
+            return self._finish(request_id, digest, n, exact_prefix_tokens, timings, reason=refused, detail="")
 
         t0 = time.perf_counter()
         if known_spans is not None:

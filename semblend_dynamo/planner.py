@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -129,11 +129,13 @@ class Planner:
         *,
         similarity: float | None = None,
         device_prefix_tokens: int = 0,
+        approximate_donors: Collection[str] = (),
     ) -> PlanDecision:
         """Decide for one target of ``target_len`` tokens whose first ``device_prefix_tokens`` are on device.
 
         ``spans`` come from :meth:`SpanAligner.align` (any order; overlapping spans are an error decline).
         ``similarity`` is the embedding similarity of the target to the donors, None when not computed.
+        Spans of ``approximate_donors`` (donors whose own KV is approximate) are never exact-equivalent.
         """
         cfg = self.cfg
         bs = cfg.block_size
@@ -160,7 +162,7 @@ class Planner:
                 return _decline(DeclineReason.INTERNAL_ERROR, "spans overlap on the target")
         if ordered[-1].target_end > target_len:
             return _decline(DeclineReason.INTERNAL_ERROR, "a span ends past the prompt")
-        exact = _exact_equivalence(ordered)
+        exact = _exact_equivalence(ordered, approximate_donors)
 
         # Trim inward to target blocks, clip to [device prefix, limit).
         kept: list[tuple[Span, bool]] = []
@@ -266,11 +268,12 @@ def _clip(span: Span, start: int, end: int) -> Span:
     )
 
 
-def _exact_equivalence(ordered: Sequence[Span]) -> list[bool]:
-    """Exact-equivalent: delta 0 from position 0, or directly continuing such a span of the same donor."""
+def _exact_equivalence(ordered: Sequence[Span], approximate_donors: Collection[str] = ()) -> list[bool]:
+    """Exact-equivalent: delta 0 from position 0 (or directly continuing such a span of the same donor), from a donor
+    whose own KV is exact."""
     out: list[bool] = []
     for i, span in enumerate(ordered):
-        if span.delta != 0:
+        if span.delta != 0 or span.donor_id in approximate_donors:
             out.append(False)
         elif span.target_start == 0:
             out.append(True)

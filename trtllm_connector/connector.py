@@ -18,6 +18,10 @@ Per request, in PyExecutor's order (TensorRT-LLM's documented connector call ord
    position delta; ``wait_for_save`` confirms completion (CUDA event) before auditing ``materialized``.
 5. ``request_finished``: finished prompts of at least ``min_donor_tokens`` become donors (return True = pinned) within
    the pin budget; ``get_finished`` reports releases, each only after its id was passed in.
+
+Who may get or give donor KV is :class:`~semblend_dynamo.policy.DonorPolicy`'s call: the tenant must be known
+(:mod:`trtllm_connector.tenancy`), and each request's *lineage* (exact or approximate) is tracked from its device
+prefix and its load to the donor it becomes, so approximate KV is never loaded or pinned as exact.
 """
 
 from __future__ import annotations
@@ -37,26 +41,26 @@ from semblend_kernels.layout import PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
 
 from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file
-from semblend_dynamo.config import ConfigError, SemblendConfig
+from semblend_dynamo.config import ConfigError, SemblendConfig, isolation_rule_error
 from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
-from semblend_dynamo.namespace import has_isolating_salt, tenant_of
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.planner import Planner
+from semblend_dynamo.policy import DonorPolicy, Lineage, Tenancy, isolation_in_force_error
 from semblend_dynamo.span_aligner import Span, SpanAligner
 
-from . import metrics, process
+from . import metrics
 from .base import KvCacheConnectorScheduler, KvCacheConnectorWorker
 from .donors import Donor, DonorRegistry
+from .engine_state import EngineState, PoolState
 from .hints import HintInbox
 from .metadata import ConnectorMetadata, LoadPlan
 from .model_info import ModelInfo
 from .outcome_link import OutcomeLink
-from .process import PoolState
+from .tenancy import read_tenancy, refine
 from .validation import Declined, ValidatedLoad, validate_load
 
 logger = logging.getLogger(__name__)
 
-CACHE_SALT_ATTRS = ("cache_salt", "py_cache_salt")
 LORA_ATTRS = ("lora_task_id", "py_lora_task_id")
 
 
@@ -67,15 +71,6 @@ def read_prompt(request: Any) -> list[int]:
     if isinstance(prompt_len, int) and prompt_len < len(tokens):
         return list(tokens[:prompt_len])
     return tokens if isinstance(tokens, list) else list(tokens)
-
-
-def read_cache_salt(request: Any) -> str | None:
-    """The request's cache salt if this TensorRT-LLM version exposes it on the request, else None."""
-    for name in CACHE_SALT_ATTRS:
-        value = getattr(request, name, None)
-        if isinstance(value, str):
-            return value
-    return None
 
 
 def read_lora(request: Any) -> str:
@@ -94,6 +89,7 @@ class _Promise:
     request_key: str
     namespace: str
     promised_at: float
+    lineage: Lineage
     block_ids: list[int] | None = None
     donor_ids: tuple[str, ...] = field(default=())
 
@@ -112,21 +108,23 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     ) -> None:
         """Built by TensorRT-LLM with ``llm_args`` only; the keyword arguments are for the harness and tests.
 
-        Raises :class:`ConfigError` for a configuration that must not run (shifted mode without isolation, a block
-        size that disagrees with the engine).
+        Raises :class:`ConfigError` for a configuration that must not run (shifted mode without isolation, an
+        isolation the engine's KV-cache config does not put in force, a block size that disagrees with the engine).
         """
         super().__init__(llm_args)
         cfg = config if config is not None else SemblendConfig.load()
-        if cfg.mode == "shifted" and cfg.isolation == "none":
-            raise ConfigError(
-                "SEMBLEND_EXACT_MATERIALIZATION_ONLY=0 (shifted spans) requires SEMBLEND_ISOLATION=cache_salt or "
-                "no_block_reuse: approximate KV must never become exact reusable cache state"
-            )
+        refused = isolation_rule_error(cfg.mode, cfg.isolation) or isolation_in_force_error(
+            cfg, engine_block_reuse=engine_block_reuse(llm_args)
+        )
+        if refused is not None:
+            raise ConfigError(refused)
         self.cfg = cfg
+        self.policy = DonorPolicy(cfg)
+        self.state = EngineState.of(llm_args)
         self.model = ModelInfo.load(cfg, llm_args)
         self.tokens_per_block = self.model.tokens_per_block
-        self.audit = audit if audit is not None else process.shared_audit(audit_file(cfg))
-        self.hints = hints if hints is not None else process.shared_hints()
+        self.audit = audit if audit is not None else self.state.audit(audit_file(cfg))
+        self.hints = hints if hints is not None else self.state.hints
         self.registry = DonorRegistry(
             0, cfg.pin_ttl_s, tokens_per_block=self.tokens_per_block, worker_id=cfg.worker_id, clock=clock
         )
@@ -135,8 +133,10 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         deployment = deployment_digest(self.model.namespace())
         self.link = OutcomeLink.start(cfg, self.hints, deployment) if cfg.connector_nats else None
         if self.link is not None:
-            process.publish_link(self.link)
+            self.state.publish_link(self.link)
         self._device_matched: dict[int, int] = {}
+        self._tenancy: dict[int, Tenancy] = {}  # decided in get_num_new_matched_tokens, refined by RequestData
+        self._lineage: dict[int, Lineage] = {}  # of the request's KV so far, until request_finished
         self._promises: dict[int, _Promise] = {}
         self._digests: dict[tuple[str, str], str] = {}
         self._worker_id = str(cfg.worker_id)
@@ -184,9 +184,16 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         """Called once per iteration after allocation: the plans for this iteration's promises, and releases."""
         loads: list[LoadPlan] = []
         try:
-            new_blocks = {
-                int(rd.request_id): list(rd.new_block_ids) for rd in getattr(scheduler_output, "new_requests", [])
-            }
+            new_requests = list(getattr(scheduler_output, "new_requests", []))
+            new_blocks = {int(rd.request_id): list(rd.new_block_ids) for rd in new_requests}
+            for rd in new_requests:  # TensorRT-LLM 1.3+ hands the salt string here
+                request_id = int(rd.request_id)
+                decided = self._tenancy.get(request_id)
+                if decided is None or (refined := refine(decided, rd)) == decided:
+                    continue
+                self._tenancy[request_id] = refined
+                if refined.tenant != decided.tenant:  # promised under a tenant the engine now contradicts
+                    self._drop_promise(request_id, DeclineReason.NAMESPACE_MISMATCH, "RequestData.cache_salt differs")
             # Promise, allocation and this call happen in one PyExecutor iteration: a promise still without blocks
             # here will never get them, so it is dropped (audited) rather than left holding its donors' leases.
             for request_id in [r for r, p in self._promises.items() if p.block_ids is None]:
@@ -198,7 +205,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 try:
                     loads.append(self._plan(request_id, promise, new_blocks.get(request_id)))
                 except Exception as exc:
-                    process.taint(request_id)
+                    self.state.taint(request_id)
                     reason = exc.reason if isinstance(exc, Declined) else DeclineReason.INTERNAL_ERROR
                     self._decline(
                         request_id, reason, promise.promised_at, key=promise.request_key, detail=f"after promise: {exc}"
@@ -218,11 +225,16 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def request_finished(self, request: Any, cache_block_ids: list[int]) -> bool:
         """Called when a request finishes. True pins its blocks as a donor until a worker reports it saved."""
         request_id = _request_id(request)
+        tenancy = self._tenancy.pop(request_id, None)
+        lineage = self._lineage.pop(request_id, None)
         try:
             self._device_matched.pop(request_id, None)
             if request_id in self._promises:
                 self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, "request finished before its load")
-            pinned = self._admit_donor(request, request_id, list(cache_block_ids))
+            tenancy = tenancy if tenancy is not None else read_tenancy(request)
+            # A request never decided on holds KV of unknown history: only exact mode cannot have made it approximate.
+            lineage = lineage if lineage is not None else Lineage.of(self.policy.shifted)
+            pinned = self._admit_donor(request, request_id, list(cache_block_ids), tenancy, lineage)
             if not pinned:
                 self._tags.pop(request_id, None)
             return pinned
@@ -246,16 +258,18 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32).astype(np.int64)
         hint = self.hints.take(key)
+        tenancy = self._tenancy[request_id] = read_tenancy(request)
+        device_lineage = self._lineage[request_id] = self.policy.device_prefix_lineage(tenancy, num_computed)
         tags = self._tags[request_id] = {
             "role": Role(hint.role).value if hint else Role.RECIPIENT.value,
             "trace_id": (hint.trace_id if hint else None) or uuid.uuid4().hex[:16],
         }
         if tags["role"] == Role.DONOR_PREFILL.value:  # a donor holds the KV a cold prefill gives: it never loads
             return 0
-        salt = read_cache_salt(request)
-        namespace = self._namespace_digest(read_lora(request), tenant_of(salt))
-        if not self.cfg.enabled:
-            return self._decline(request_id, DeclineReason.SEMANTIC_DISABLED, started, namespace=namespace, key=key)
+        refused = self.policy.may_seek(tenancy)
+        if refused is not None or tenancy.tenant is None:
+            return self._decline(request_id, refused or DeclineReason.TENANT_UNKNOWN, started, key=key)
+        namespace = self._namespace_digest(read_lora(request), tenancy.tenant)
         candidates = self._hint_candidates(hint, namespace)
         similarity = hint.similarity if hint else None
         if isinstance(candidates, DeclineReason):
@@ -268,10 +282,22 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             )
             return self._decline(request_id, candidates, started, namespace=namespace, key=key)
         spans = self._find_spans(hint, candidates, namespace, prompt)
-        decision = self.planner.plan(len(prompt), spans, similarity=similarity, device_prefix_tokens=num_computed)
+        decision = self.planner.plan(
+            len(prompt),
+            spans,
+            similarity=similarity,
+            device_prefix_tokens=num_computed,
+            approximate_donors=self._approximate_donors(spans),
+        )
         if hint is not None and not decision.accepted:  # the hinted donor alone falls short: search every donor
             local = self._find_spans(None, None, namespace, prompt)
-            retry = self.planner.plan(len(prompt), local, similarity=similarity, device_prefix_tokens=num_computed)
+            retry = self.planner.plan(
+                len(prompt),
+                local,
+                similarity=similarity,
+                device_prefix_tokens=num_computed,
+                approximate_donors=self._approximate_donors(local),
+            )
             if retry.accepted:
                 spans, decision = local, retry
         donor_id = spans[0].donor_id if spans else None
@@ -290,12 +316,15 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 exact_only=self.cfg.exact_materialization_only,
                 shift_supported=self.model.shift_supported,
             )
-            self._check_backend(load, salt)
+            self._check_backend(load, tenancy)
         except Declined as d:
             return self._decline(request_id, d.reason, started, namespace=namespace, key=key, detail=d.detail)
+        lineage = self._lineage[request_id] = Lineage.of(
+            device_lineage is Lineage.APPROXIMATE, load.lineage is Lineage.APPROXIMATE
+        )
         donors = {s.donor.donor_id: s.donor for s in load.segments}
         donor_ids = tuple(donors)
-        self._promises[request_id] = _Promise(load, key, namespace, started, donor_ids=donor_ids)
+        self._promises[request_id] = _Promise(load, key, namespace, started, lineage, donor_ids=donor_ids)
         for donor in donors.values():  # one lease per donor, returned once in build_connector_meta
             self.registry.lease(donor)
         metrics.DECISIONS.labels("promised", "").inc()
@@ -311,7 +340,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             tokens=load.tokens,
             blocks=load.tokens // self.tokens_per_block,
             delta=load.segments[0].delta,
-            requires_rope_correction=load.requires_rope_correction,
+            requires_rope_correction=_rope_corrected(load.requires_rope_correction, load.lineage),
+            lineage=load.lineage.value,
             mode=self.cfg.mode,
             latency_us=(time.perf_counter() - started) * 1e6,
         )
@@ -335,6 +365,14 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             return [Span(donor_id=donor_id, donor_start=0, target_start=0, length=length)] if length else []
         return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
 
+    def _approximate_donors(self, spans: list[Span]) -> set[str]:
+        out = set()
+        for span in spans:
+            donor = self.registry.get(span.donor_id)
+            if donor is not None and donor.lineage is Lineage.APPROXIMATE:
+                out.add(span.donor_id)
+        return out
+
     def _namespace_digest(self, lora: str, tenant: str) -> str:
         digest = self._digests.get((lora, tenant))
         if digest is None:
@@ -354,9 +392,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             return DeclineReason.NAMESPACE_MISMATCH
         return [hint.donor_id]
 
-    def _check_backend(self, load: ValidatedLoad, salt: str | None) -> None:
-        """What the worker and the cache need for this load, checked before the promise."""
-        pool = process.pool_state()
+    def _check_backend(self, load: ValidatedLoad, tenancy: Tenancy) -> None:
+        """What the worker, the cache and the donor policy need for this load, checked before the promise."""
+        pool = self.state.pool_state()
         if pool is None:
             raise Declined(DeclineReason.UNSUPPORTED_LAYOUT, "the worker has not registered the KV pool")
         needs_geometry = any(
@@ -364,8 +402,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         )
         if needs_geometry and not pool.geometry_ok:
             raise Declined(DeclineReason.UNSUPPORTED_LAYOUT, "pool geometry unknown: only whole-block copies possible")
-        if load.approximate and self.cfg.isolation == "cache_salt" and not has_isolating_salt(salt):
-            raise Declined(DeclineReason.ISOLATION_REQUIRED, "shifted spans need a per-request cache salt tenant|nonce")
+        refused = self.policy.may_load(tenancy, load.lineage)
+        if refused is DeclineReason.ISOLATION_REQUIRED:
+            raise Declined(refused, "approximate KV needs a per-request cache salt tenant|nonce")
+        if refused is not None:
+            raise Declined(refused, f"{load.lineage.value} load")
 
     def _plan(self, request_id: int, promise: _Promise, new_block_ids: list[int] | None) -> LoadPlan:
         """The plan rows for a promise, after revalidating every donor (raises :class:`Declined`)."""
@@ -401,6 +442,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             blocks=load.tokens // tpb,
             delta=load.segments[0].delta,
             requires_rope_correction=load.requires_rope_correction,
+            lineage=load.lineage.value,
             namespace=promise.namespace,
             mode=self.cfg.mode,
             promised_at=promise.promised_at,
@@ -408,20 +450,26 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             trace_id=self._tags.get(request_id, {}).get("trace_id"),
         )
 
-    def _admit_donor(self, request: Any, request_id: int, block_ids: list[int]) -> bool:
-        if process.pop_taint(request_id):  # promised KV that was never loaded: wrong content
+    def _admit_donor(
+        self, request: Any, request_id: int, block_ids: list[int], tenancy: Tenancy, lineage: Lineage
+    ) -> bool:
+        if self.state.pop_taint(request_id):  # promised KV that was never loaded: wrong content
             metrics.DONORS.labels("tainted").inc()
             return False
         if not self.cfg.enabled:
+            return False
+        refused = self.policy.may_give(tenancy, lineage)
+        if refused is not None or tenancy.tenant is None:
+            metrics.DONORS.labels((refused or DeclineReason.TENANT_UNKNOWN).value).inc()
             return False
         prompt = read_prompt(request)
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
             return False
-        pool = process.pool_state()
+        pool = self.state.pool_state()
         self.registry.budget_blocks = int(pool.num_blocks * self.cfg.pin_budget_fraction) if pool else 0
-        namespace = self.model.namespace(lora=read_lora(request), tenant=tenant_of(read_cache_salt(request)))
-        result = self.registry.admit(request_id, namespace, prompt, block_ids)
+        namespace = self.model.namespace(lora=read_lora(request), tenant=tenancy.tenant)
+        result = self.registry.admit(request_id, namespace, prompt, block_ids, lineage)
         for donor in result.released:
             self._released(donor, self.registry.why_gone(donor.donor_id))
         metrics.PINNED_BLOCKS.set(self.registry.held_blocks)
@@ -440,6 +488,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             namespace=donor.namespace_digest,
             tokens=len(donor.tokens),
             blocks=donor.num_blocks,
+            lineage=donor.lineage.value,
         )
         if self.link is not None:
             self.link.lifecycle(donor, "pinned")
@@ -466,7 +515,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         promise = self._promises.pop(request_id, None)
         if promise is None:
             return
-        process.taint(request_id)
+        self.state.taint(request_id)
         for donor_id in promise.donor_ids:
             self.registry.unlease(donor_id)
         self._decline(
@@ -534,7 +583,8 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         self.cfg = cfg
         self.model = ModelInfo.load(cfg, llm_args)
         self.rank = _mpi_rank() if rank is None else rank
-        self.audit = audit if audit is not None else process.shared_audit(audit_file(cfg))
+        self.state = EngineState.of(llm_args)
+        self.audit = audit if audit is not None else self.state.audit(audit_file(cfg))
         self.pool: torch.Tensor | None = None
         self.layout: PagedKVLayout | None = None
         self._inv_freq: torch.Tensor | None = None
@@ -560,7 +610,7 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
                 )
         if m.inv_freq is not None:
             self._inv_freq = torch.tensor(m.inv_freq, dtype=torch.float32, device=kv_cache_tensor.device)
-        process.publish_pool(PoolState(num_blocks=nb, num_layers=nl, geometry_ok=geometry_ok))
+        self.state.publish_pool(PoolState(num_blocks=nb, num_layers=nl, geometry_ok=geometry_ok))
 
     def start_load_kv(self, stream: Any) -> None:
         """Called before the forward pass with the forward stream: enqueue every planned copy on it."""
@@ -593,7 +643,7 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
             except Exception as exc:
                 self._report_failure(plan, exc)
                 continue
-            metrics.MATERIALIZED_TOKENS.inc(plan.tokens)
+            metrics.MATERIALIZED_TOKENS.labels(plan.lineage).inc(plan.tokens)
             if self.rank == 0:
                 self.audit.write(
                     event=AuditEvent.MATERIALIZED,
@@ -608,11 +658,12 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
                     tokens=plan.tokens,
                     blocks=plan.blocks,
                     delta=plan.delta,
-                    requires_rope_correction=plan.requires_rope_correction,
+                    requires_rope_correction=_rope_corrected(plan.requires_rope_correction, Lineage(plan.lineage)),
+                    lineage=plan.lineage,
                     mode=plan.mode,
                     latency_us=(time.perf_counter() - plan.promised_at) * 1e6,
                 )
-                link = process.outcome_link() if self.cfg.connector_nats else None  # the rank-0 scheduler's
+                link = self.state.outcome_link() if self.cfg.connector_nats else None  # the rank-0 scheduler's
                 if link is not None:
                     link.outcome(
                         str(plan.request_id),
@@ -674,7 +725,7 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         return None
 
     def _report_failure(self, plan: LoadPlan, exc: BaseException) -> None:
-        process.taint(plan.request_id)
+        self.state.taint(plan.request_id)
         if self.rank != 0:
             return
         self.audit.write(
@@ -705,6 +756,17 @@ def _exact_run(donor: Donor, prompt: np.ndarray, donor_start: int, target_start:
     )
 
 
+def engine_block_reuse(llm_args: Any) -> bool:
+    """Whether the engine keeps finished blocks for prefix reuse (TensorRT-LLM's default: yes)."""
+    value = getattr(getattr(llm_args, "kv_cache_config", None), "enable_block_reuse", None)
+    return True if value is None else bool(value)
+
+
+def _rope_corrected(rotates: bool, lineage: Lineage) -> bool:
+    """The audit's ``requires_rope_correction``: true when the KV is not a fresh prefill's (now or in its lineage)."""
+    return rotates or lineage is Lineage.APPROXIMATE
+
+
 def _request_id(request: Any) -> int:
     return int(request.request_id)
 
@@ -717,4 +779,4 @@ def _mpi_rank() -> int:
     return int(mpi_rank())
 
 
-__all__ = ["SemBlendConnectorScheduler", "SemBlendConnectorWorker", "read_cache_salt", "read_prompt"]
+__all__ = ["SemBlendConnectorScheduler", "SemBlendConnectorWorker", "engine_block_reuse", "read_prompt"]

@@ -31,6 +31,7 @@ import numpy as np
 
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
+from semblend_dynamo.policy import Lineage
 
 TOMBSTONES = 4096
 """Recently released donors remembered so a late hint is declined with the real reason."""
@@ -50,6 +51,8 @@ class Donor:
     pinned_at: float
     last_used: float
     leases: int = 0
+    lineage: Lineage = Lineage.EXACT
+    """Approximate: some of the donor's KV came from a shifted load or was computed on top of one."""
 
     @property
     def num_blocks(self) -> int:
@@ -136,7 +139,12 @@ class DonorRegistry:
 
     # --- lifecycle -----------------------------------------------------------------------------
     def admit(
-        self, request_id: int, namespace: NamespaceKey, tokens: Sequence[int], block_ids: Sequence[int]
+        self,
+        request_id: int,
+        namespace: NamespaceKey,
+        tokens: Sequence[int],
+        block_ids: Sequence[int],
+        lineage: Lineage = Lineage.EXACT,
     ) -> AdmitResult:
         """Called from ``request_finished``: pin the finished request as a donor if the budget allows."""
         need = len(block_ids)
@@ -161,6 +169,7 @@ class DonorRegistry:
             generation=self._generation,
             pinned_at=now,
             last_used=now,
+            lineage=lineage,
         )
         self._live[donor.donor_id] = donor
         self._tombstones.pop(donor.donor_id, None)

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from semblend_dynamo.config import SemblendConfig, env_name
+from semblend_dynamo.config import SemblendConfig, env_name, isolation_rule_error
 
 CONNECTOR_MODULE = "trtllm_connector.connector"
 CONNECTOR_SCHEDULER_CLASS = "SemBlendConnectorScheduler"
@@ -59,11 +59,9 @@ class EngineConfigSettings(BaseModel):
 
     @model_validator(mode="after")
     def _shifted_needs_isolation(self) -> EngineConfigSettings:
-        if self.mode == "shifted" and self.isolation == "none":
-            raise ValueError(
-                "mode 'shifted' reuses approximate KV and requires isolation 'cache_salt' or 'no_block_reuse' "
-                "(safety rule 3, docs/architecture.md); got isolation 'none'"
-            )
+        problem = isolation_rule_error(self.mode, self.isolation)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @property

@@ -13,15 +13,22 @@ harness. It reproduces one PyExecutor iteration (TensorRT-LLM's documented conne
    when the worker reports them, and the harness checks that every reported id was passed in first).
 
 The KV pool is a real tensor in TensorRT-LLM's layout ``[num_blocks, num_layers, 2, tokens_per_block*heads*dim]``.
-The "model" is pluggable (:class:`KvWriter`); the default :class:`ContextFreeStandInModel` makes K/V a function of
-(token id, position, layer, head) with RoPE applied at the position, so a test can compute what correct content is.
+The "model" is pluggable (:class:`KvWriter`). The default :class:`ContextDependentStandInModel` makes each token's K/V
+depend on the KV before it in the pool, like attention does, so shifted KV is approximate and KV computed on top of it
+is too; :meth:`PyExecutorHarness.fresh_kv` is a cold prefill to compare with. :class:`ContextFreeStandInModel` makes
+K/V a function of (token, position) only, for the tests that need bit-exact shifts (the kernel's oracle).
 
-Limits: one request per iteration, no chunked prefill, no tensor parallelism, no CUDA graphs, no async loads, and
-the stand-in model ignores context (so "shifted" KV is exactly right for it; a real model's is approximate).
+The engine side is modelled as far as the connector's safety depends on it: block reuse on or off
+(``kv_cache_config.enable_block_reuse`` in the LLM args the connector reads), a prefix cache keyed by the cache salt
+(finished requests' full blocks, connector-written ones included, become matchable under their salt, like
+TensorRT-LLM's radix tree), and the request shapes of TensorRT-LLM 1.2 and 1.3+ (:data:`SALT_SHAPES`).
+
+Limits: one request per iteration, no chunked prefill, no tensor parallelism, no CUDA graphs, no async loads.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import time
@@ -62,10 +69,12 @@ class KvWriter(Protocol):
 
 
 class ContextFreeStandInModel:
-    """A deterministic stand-in model: K = R(position) k(token, layer, head), V = v(token, layer, head).
+    """A context-free stand-in model: K = R(position) k(token, layer, head), V = v(token, layer, head).
 
     ``k`` and ``v`` come from seeded random tables. K/V never depend on other tokens, so a donor's K rotated by the
-    position delta equals the fresh K up to rounding: the exact oracle for the connector's copies.
+    position delta equals the fresh K up to rounding: the exact oracle for the connector's copies. It makes shifted
+    KV look exact, so it is only for tests of the copy itself; everything else uses
+    :class:`ContextDependentStandInModel`.
     """
 
     def __init__(
@@ -105,6 +114,41 @@ class ContextFreeStandInModel:
         scatter_tokens(pool, layout, block_ids, positions, kv)
 
 
+class ContextDependentStandInModel(ContextFreeStandInModel):
+    """A stand-in model whose K/V depend on every token before them, through the KV already in the pool.
+
+    ``v_i = OWN * v(tok_i) + MIX * v_{i-1}`` and ``K_i = R(i) (k(tok_i) + MIX * v_{i-1})``, where ``v_{i-1}`` is read
+    back from the pool as stored (rounded to its dtype), the way attention reads cached KV. So a continuation computed
+    on loaded KV equals a fresh prefill exactly when the loaded KV does, a shifted span differs from a fresh prefill
+    (its first tokens followed other context), and anything computed on top of approximate KV is approximate too.
+    """
+
+    OWN = 0.45
+    MIX = 0.9
+
+    def write_kv(
+        self, pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], tokens: Sequence[int], start_pos: int
+    ) -> None:
+        if start_pos >= len(tokens):
+            return
+        positions = list(range(start_pos, len(tokens)))
+        ids = torch.tensor([tokens[p] for p in positions], dtype=torch.int64) % self.vocab
+        if start_pos:
+            prev = gather_tokens(pool, layout, block_ids, [start_pos - 1])[0, :, 1].float().cpu()
+        else:
+            prev = torch.zeros(self._v.shape[1:])
+        own_v = self.OWN * self._v[ids]
+        k_content = torch.empty_like(own_v)
+        v_out = torch.empty_like(own_v)
+        for i in range(len(positions)):
+            k_content[i] = self._k[ids[i]] + self.MIX * prev
+            prev = (own_v[i] + self.MIX * prev).to(pool.dtype).float()  # as the pool will hold it
+            v_out[i] = prev
+        pos = torch.tensor(positions, dtype=torch.int64)
+        k = rotate_reference(k_content, pos, self.inv_freq, self.rotary_dim, self.style)
+        scatter_tokens(pool, layout, block_ids, positions, torch.stack([k, v_out], dim=2))
+
+
 def gather_tokens(
     pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], positions: Sequence[int]
 ) -> torch.Tensor:
@@ -127,14 +171,33 @@ def scatter_tokens(
     )
 
 
+SALT_SHAPES = ("cache_salt", "py_cache_salt", "cache_salt_id", "request_data", "none")
+"""How a request carries its salt: a 1.2 string attribute, the integer id only (the C++ ``cache_salt_id``), the id on
+the request plus the string in 1.3+ ``RequestData.cache_salt``, or no salt field at all (tenant unknown)."""
+
+
+def salt_id(cache_salt: str) -> int:
+    """A stable 64-bit id for a salt string (TensorRT-LLM hashes it the same way in spirit: an opaque integer)."""
+    return int.from_bytes(hashlib.blake2b(cache_salt.encode(), digest_size=8).digest(), "little")
+
+
 class HarnessRequest:
     """The part of ``LlmRequest`` the connector reads (bound attributes only)."""
 
-    def __init__(self, request_id: int, prompt: Sequence[int], cache_salt: str | None = None) -> None:
+    def __init__(
+        self, request_id: int, prompt: Sequence[int], cache_salt: str | None = None, salt_shape: str = "cache_salt"
+    ) -> None:
+        if salt_shape not in SALT_SHAPES:
+            raise ValueError(f"salt_shape {salt_shape!r}: one of {SALT_SHAPES}")
         self.request_id = request_id
         self.prompt_len = len(prompt)
-        self.cache_salt = cache_salt
-        self.lora_task_id = None
+        if salt_shape in ("cache_salt", "py_cache_salt"):
+            setattr(self, salt_shape, cache_salt)
+        elif salt_shape in ("cache_salt_id", "request_data"):
+            self.cache_salt_id = None if cache_salt is None else salt_id(cache_salt)
+        self.salt_shape = salt_shape
+        self.cache_salt_string = cache_salt
+        self.lora_task_id: int | None = None
         self._tokens = list(prompt)
         self.context_current_position = 0
 
@@ -154,16 +217,23 @@ class HarnessLlmArgs:
     attn_backend: str = "TRTLLM"
     tensor_parallel_size: int = 1
     kv_cache_config: Any = None
+    enable_block_reuse: bool = True
+    """TensorRT-LLM's default; copied into ``kv_cache_config`` where the engine keeps it."""
 
     def __post_init__(self) -> None:
         if self.kv_cache_config is None:
-            self.kv_cache_config = _KvCacheConfig(self.tokens_per_block)
+            self.kv_cache_config = HarnessKvCacheConfig(
+                self.tokens_per_block, enable_block_reuse=self.enable_block_reuse
+            )
 
 
 @dataclass
-class _KvCacheConfig:
+class HarnessKvCacheConfig:
+    """The part of ``KvCacheConfig`` the connector reads."""
+
     tokens_per_block: int
     dtype: str = "auto"
+    enable_block_reuse: bool = True
 
 
 class BlockAllocator:
@@ -185,7 +255,7 @@ class BlockAllocator:
     def num_free(self) -> int:
         return len(self._free)
 
-    def match(self, tokens: Sequence[int], salt: str | None) -> list[int]:
+    def match(self, tokens: Sequence[int], salt: Any) -> list[int]:
         """Blocks holding a prefix of ``tokens`` (whole blocks, at least one token left), now referenced."""
         if not self.prefix_reuse:
             return []
@@ -213,7 +283,7 @@ class BlockAllocator:
             out.append(block)
         return out
 
-    def store_for_reuse(self, blocks: Sequence[int], tokens: Sequence[int], salt: str | None) -> None:
+    def store_for_reuse(self, blocks: Sequence[int], tokens: Sequence[int], salt: Any) -> None:
         """Make a finished request's full blocks matchable by later requests (with prefix reuse)."""
         if not self.prefix_reuse:
             return
@@ -239,7 +309,7 @@ class BlockAllocator:
         else:
             self._refs[block] += 1
 
-    def _key(self, tokens: Sequence[int], i: int, salt: str | None) -> tuple[Any, ...]:
+    def _key(self, tokens: Sequence[int], i: int, salt: Any) -> tuple[Any, ...]:
         return (salt or "", *tokens[: (i + 1) * self.tokens_per_block])
 
 
@@ -305,9 +375,13 @@ class PyExecutorHarness:
         clock: Callable[[], float] = time.monotonic,
         seed: int = 0,
         device: str | torch.device = "cpu",
+        context_free: bool = False,
+        llm_args: HarnessLlmArgs | None = None,
     ) -> PyExecutorHarness:
-        """SemBlend's scheduler and worker over a pool of this geometry, with the context-free stand-in model.
+        """SemBlend's scheduler and worker over a pool of this geometry, with a stand-in model.
 
+        ``prefix_reuse`` is the engine's block reuse (``enable_block_reuse``, also told to the connector through
+        the LLM args). The model is :class:`ContextDependentStandInModel` unless ``context_free`` (bit-exact shifts).
         Unless ``cfg.rope_config`` is set, a Llama-style model config of this geometry is used. The scheduler gets
         its own hint inbox and (unless given) an in-memory audit writer, so harnesses do not share state.
         """
@@ -324,7 +398,8 @@ class PyExecutorHarness:
             cfg = cfg.model_copy(update={"rope_config": json.dumps(hf)})
         else:
             hf = json.loads(cfg.rope_config) if cfg.rope_config.strip().startswith("{") else hf
-        llm_args = HarnessLlmArgs(cfg.block_size)
+        if llm_args is None:
+            llm_args = HarnessLlmArgs(cfg.block_size, enable_block_reuse=prefix_reuse)
         audit = audit if audit is not None else AuditWriter(None)
         scheduler = SemBlendConnectorScheduler(
             llm_args, config=cfg, audit=audit, hints=hints if hints is not None else HintInbox(), clock=clock
@@ -332,9 +407,8 @@ class PyExecutorHarness:
         worker = SemBlendConnectorWorker(llm_args, config=cfg, audit=audit, rank=0)
         layout = PagedKVLayout(num_layers, num_kv_heads, head_dim, cfg.block_size)
         rope = RopeConfig.from_hf_config(hf)
-        model = ContextFreeStandInModel(
-            layout, rope.inv_freq(), rotary_dim=rope.rotary_dim, style=rope.style, seed=seed
-        )
+        model_cls = ContextFreeStandInModel if context_free else ContextDependentStandInModel
+        model = model_cls(layout, rope.inv_freq(), rotary_dim=rope.rotary_dim, style=rope.style, seed=seed)
         return cls(scheduler, worker, layout, num_blocks, model, dtype=dtype, device=device, prefix_reuse=prefix_reuse)
 
     @property
@@ -343,13 +417,26 @@ class PyExecutorHarness:
         return sum(len(blocks) for blocks in self._pinned.values())
 
     def run_request(
-        self, prompt: Sequence[int], *, cache_salt: str | None = None, output_tokens: int = 0, capture_kv: bool = True
+        self,
+        prompt: Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        salt_shape: str = "cache_salt",
+        lora_task_id: int | None = None,
+        output_tokens: int = 0,
+        capture_kv: bool = True,
     ) -> RequestResult:
-        """One request end to end: a prefill iteration, ``output_tokens`` decode iterations, then finish."""
-        request = HarnessRequest(self._next_id, prompt, cache_salt)
+        """One request end to end: a prefill iteration, ``output_tokens`` decode iterations, then finish.
+
+        ``salt_shape`` says how the request carries ``cache_salt`` (:data:`SALT_SHAPES`); the engine's prefix cache
+        keys blocks by the salt whatever the shape.
+        """
+        request = HarnessRequest(self._next_id, prompt, cache_salt, salt_shape)
+        request.lora_task_id = lora_task_id
         self._next_id += 1
         tpb = self.layout.tokens_per_block
-        device = self.allocator.match(prompt, cache_salt)
+        cache_key = (cache_salt or "", lora_task_id)  # TensorRT-LLM's block key mixes in the salt and the LoRA task
+        device = self.allocator.match(prompt, cache_key)
         num_computed = len(device) * tpb
         promised, is_async = self.scheduler.get_num_new_matched_tokens(request, num_computed)
         if is_async and promised == 0:
@@ -367,6 +454,8 @@ class PyExecutorHarness:
             computed_position=num_computed,
             num_scheduled_tokens=len(prompt) - num_computed - promised,
         )
+        if salt_shape == "request_data":  # TensorRT-LLM 1.3+: the salt string reaches the connector here
+            new_request.cache_salt = cache_salt  # type: ignore[attr-defined]
         fresh = block_ids[len(device) :]
         before = self.pool[fresh].clone()
         self._start_batch(SchedulerOutput(new_requests=[new_request], cached_requests=[]))
@@ -389,7 +478,7 @@ class PyExecutorHarness:
             self._start_batch(SchedulerOutput(new_requests=[], cached_requests=[cached]))
             self._forward(block_ids, tokens, len(tokens) - 1)
         pinned = bool(self.scheduler.request_finished(request, list(block_ids)))
-        self.allocator.store_for_reuse(block_ids, request.get_tokens(0)[: len(prompt)], cache_salt)
+        self.allocator.store_for_reuse(block_ids, request.get_tokens(0)[: len(prompt)], cache_key)
         if pinned:  # like store_blocks_for_reuse(pin_on_release=True): matchable, but kept until reported
             self._pinned[request.request_id] = list(block_ids)
             self.max_pinned_blocks = max(self.max_pinned_blocks, self.pinned_blocks)

@@ -26,6 +26,8 @@ class LoadPlan(BaseModel):
     blocks: int = Field(gt=0)
     delta: int = Field(description="position delta of the first span (0 for exact reuse)")
     requires_rope_correction: bool
+    """Some row rotates K (delta != 0): the worker needs the model's RoPE."""
+    lineage: str = Field("exact", description='"approximate" when the loaded KV differs from a fresh prefill')
     namespace: str
     mode: str
     promised_at: float = Field(description="time.perf_counter() at the promise, for end-to-end latency")

@@ -11,7 +11,9 @@ DECISIONS = Counter(
 )
 PROMISED_TOKENS = Counter("semblend_connector_promised_tokens_total", "tokens promised to TensorRT-LLM")
 MATERIALIZED_TOKENS = Counter(
-    "semblend_connector_materialized_tokens_total", "tokens whose donor KV copy completed on the device"
+    "semblend_connector_materialized_tokens_total",
+    "tokens whose donor KV copy completed on the device, by lineage (exact / approximate)",
+    ["lineage"],
 )
 DONORS = Counter("semblend_connector_donors_total", "donor lifecycle transitions", ["event"])
 PINNED_BLOCKS = Gauge("semblend_connector_pinned_blocks", "blocks held by pinned donors (incl. pending release)")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from semblend_kernels.rope import hf_config_dict
 
 from semblend_dynamo.config import ConfigError, SemblendConfig
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey, read_model_config
@@ -88,6 +89,7 @@ class ModelInfo(BaseModel):
         if hf is None:
             values["rope_unsupported"] = source_error
             return cls(**values)
+        hf = hf_config_dict(hf)  # GPT-J's n_embd / n_head read as transformers reads them
         heads = hf.get("num_key_value_heads") or hf.get("num_attention_heads")
         if heads:
             values["num_kv_heads"] = max(1, int(heads) // tp)

@@ -4,7 +4,8 @@
 wrong is checked here first, against the donor registry's current state (never against what a hint says):
 donor still pinned, namespace equal, tokens equal (rechecked token by token), target side contiguous from the
 device-matched prefix and cut to whole blocks, at least one prompt token left to compute, exact mode only with
-the same tokens at the same positions after the same context, and RoPE support for shifted spans.
+the same tokens at the same positions after the same context from a donor whose own KV is exact (lineage), and RoPE
+support for shifted spans.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from semblend_dynamo.outcomes import DeclineReason
+from semblend_dynamo.policy import Lineage
 from semblend_dynamo.span_aligner import Span
 
 from .donors import Donor, DonorRegistry
@@ -30,7 +32,7 @@ class Segment:
     target_start: int
     length: int
     exact_equivalent: bool
-    """Same tokens at the same positions after the same context: the KV equals a fresh prefill."""
+    """Same tokens at the same positions after the same context, from an exact donor: the KV equals a fresh prefill."""
 
     @property
     def delta(self) -> int:
@@ -50,9 +52,9 @@ class ValidatedLoad:
         return any(s.delta != 0 for s in self.segments)
 
     @property
-    def approximate(self) -> bool:
-        """Some KV comes from another context: it must stay out of the exact prefix cache (isolation)."""
-        return not all(s.exact_equivalent for s in self.segments)
+    def lineage(self) -> Lineage:
+        """Approximate when some KV moves, follows another context or comes from an approximate donor."""
+        return Lineage.of(not all(s.exact_equivalent for s in self.segments))
 
 
 class Declined(Exception):
@@ -116,9 +118,14 @@ def validate_load(
             raise Declined(DeclineReason.DONOR_NOT_RESIDENT, f"{span.donor_id} has no KV for tokens {d0}..{d0 + n}")
         if not np.array_equal(target[start:stop], donor.tokens[d0 : d0 + n]):
             raise Declined(DeclineReason.NO_CANDIDATE, f"{span.donor_id}: span tokens differ")
-        exact = d0 == start and np.array_equal(target[:start], donor.tokens[:d0])
+        exact = donor.lineage is Lineage.EXACT and d0 == start and np.array_equal(target[:start], donor.tokens[:d0])
         if exact_only and not exact:
-            raise Declined(DeclineReason.EXACT_ONLY_MODE, f"{span.donor_id}: delta {start - d0} or other context")
+            why = (
+                "an approximate donor"
+                if donor.lineage is Lineage.APPROXIMATE
+                else f"delta {start - d0} or other context"
+            )
+            raise Declined(DeclineReason.EXACT_ONLY_MODE, f"{span.donor_id}: {why}")
         segment = Segment(donor, donor.generation, d0, start, n, exact)
         segments.append(segment)
     load = ValidatedLoad(num_computed, end - num_computed, tuple(segments))

@@ -155,7 +155,7 @@ class HFReferenceEngine:
         self.model = model
         self.audit = audit if audit is not None else AuditWriter(None)
         self.clock = StageClock(cuda=param.is_cuda)
-        llm_args = HarnessLlmArgs(cfg.block_size, model=model_dir)
+        llm_args = HarnessLlmArgs(cfg.block_size, model=model_dir, enable_block_reuse=False)  # as the harness below
         scheduler = SemBlendConnectorScheduler(llm_args, config=cfg, audit=self.audit, hints=HintInbox())
         worker = SemBlendConnectorWorker(llm_args, config=cfg, audit=self.audit, rank=0)
         for name in self.SCHEDULER_STAGES:

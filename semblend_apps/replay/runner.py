@@ -160,13 +160,15 @@ def replay_request(
     backend: ReplayBackend | None = None,
     coverage: DonorCoverage | None = None,
 ) -> RequestReport:
-    """One request through exact check -> discovery -> alignment -> plan (-> backend), audited."""
+    """One request through exact check -> donor policy -> discovery -> alignment -> plan (-> backend), audited."""
     digest = namespace.digest()
     trace_id = uuid.uuid4().hex[:16]
     t0 = time.perf_counter()
     exact = exact_index.overlap(digest, request.tokens)
     exact_us = (time.perf_counter() - t0) * 1e6
-    result = discovery.discover(request.request_id, namespace, request.tokens, exact_prefix_tokens=exact)
+    result = discovery.discover(
+        request.request_id, namespace, request.tokens, exact_prefix_tokens=exact, tenancy=request.tenancy
+    )
     result.timings_us.exact_check += exact_us
     decision = result.decision
     reason = decision.reason

@@ -18,6 +18,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from semblend_dynamo.policy import Tenancy
 from semblend_dynamo.tokenizer import TokenizerAdapter
 
 __all__ = [
@@ -106,10 +107,16 @@ class WorkloadRequest(BaseModel):
     related_donors: list[str] = Field(default_factory=list)
     seed_donors: list[str] = Field(default_factory=list)
     transform: str = ""
+    tenant_known: bool = True
+    """False models a request whose engine passed no salt field: its tenant cannot be established."""
 
     @property
     def transform_name(self) -> str:
         return self.transform or self.kind.value
+
+    @property
+    def tenancy(self) -> Tenancy:
+        return Tenancy.from_salt(self.tenant) if self.tenant_known else Tenancy.unknown()
 
 
 class Workload(BaseModel):

@@ -43,7 +43,8 @@ def clock() -> ManualClock:
 
 @pytest.fixture()
 def make_harness(clock: ManualClock) -> Iterator[Callable[..., PyExecutorHarness]]:
-    """``make_harness(num_blocks=..., prefix_reuse=..., **settings)``: a harness with an in-memory audit."""
+    """``make_harness(num_blocks=..., prefix_reuse=..., context_free=..., **settings)``: a harness with an in-memory
+    audit and the context-dependent stand-in model (``context_free=True``: the bit-exact-shift oracle)."""
 
     def build(
         *,
@@ -51,11 +52,18 @@ def make_harness(clock: ManualClock) -> Iterator[Callable[..., PyExecutorHarness
         prefix_reuse: bool = False,
         audit: AuditWriter | None = None,
         geometry: dict[str, int] | None = None,
+        context_free: bool = False,
         **settings: Any,
     ) -> PyExecutorHarness:
         cfg = SemblendConfig(**{**BASE_SETTINGS, **settings})
         return PyExecutorHarness.with_stand_in(
-            cfg, num_blocks=num_blocks, prefix_reuse=prefix_reuse, audit=audit, clock=clock, **(geometry or {})
+            cfg,
+            num_blocks=num_blocks,
+            prefix_reuse=prefix_reuse,
+            audit=audit,
+            clock=clock,
+            context_free=context_free,
+            **(geometry or {}),
         )
 
     yield build

@@ -22,7 +22,8 @@ def _metric(name: str, labels: dict[str, str] | None = None) -> float:
 def test_audit_file_parses_and_counts_match(make_harness, tmp_path) -> None:
     path = tmp_path / "audit.jsonl"
     audit = AuditWriter(path)
-    materialized_before = _metric("semblend_connector_materialized_tokens_total")
+    exact_lineage = {"lineage": "exact"}
+    materialized_before = _metric("semblend_connector_materialized_tokens_total", exact_lineage)
     h = make_harness(audit=audit, num_blocks=128, pin_budget_fraction=0.3)
     donors = [prompt(70 + i, 100) for i in range(3)]
     results = [h.run_request(d) for d in donors]
@@ -55,7 +56,7 @@ def test_audit_file_parses_and_counts_match(make_harness, tmp_path) -> None:
             assert rec["rejection_reason"] in {r.value for r in DeclineReason}
             assert rec["outcome"] == "backend_declined"
     assert sum(rec.get("materialized", 0) for rec in lines) == sum(r.promised for r in promised)
-    assert _metric("semblend_connector_materialized_tokens_total") - materialized_before == sum(
+    assert _metric("semblend_connector_materialized_tokens_total", exact_lineage) - materialized_before == sum(
         r.promised for r in promised
     )
     assert set().union(*(rec.keys() for rec in lines)) >= SEMBENCH_FIELDS

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from semblend_dynamo.audit import AuditEvent
-from trtllm_connector import process
+from trtllm_connector.engine_state import EngineState
 from trtllm_connector.model_info import ModelInfo
 
 from .conftest import decline_reason, prompt, records
@@ -28,15 +28,15 @@ BEFORE_PROMISE = [
     ("scheduler", "planner.plan"),
     ("scheduler", "registry.get"),
     ("scheduler", "registry.lease"),
-    ("module", "pool_state"),
+    ("state", "pool_state"),
     ("class", "namespace"),
     ("method", "_namespace_digest"),
 ]
 
 
 def _patch(monkeypatch: pytest.MonkeyPatch, h: Any, where: str, path: str) -> None:
-    if where == "module":
-        monkeypatch.setattr(process, path, raise_injected_fault)
+    if where == "state":
+        monkeypatch.setattr(EngineState, path, raise_injected_fault)
     elif where == "class":
         monkeypatch.setattr(ModelInfo, path, raise_injected_fault)
         h.scheduler._digests.clear()

@@ -19,7 +19,14 @@ pytestmark = [
 def _harness(**settings) -> PyExecutorHarness:
     cfg = SemblendConfig(**{**BASE_SETTINGS, "block_size": 32, "min_span_tokens": 64, **settings})
     return PyExecutorHarness.with_stand_in(
-        cfg, num_blocks=512, num_layers=4, num_kv_heads=8, head_dim=128, rope_theta=500000.0, device="cuda"
+        cfg,
+        num_blocks=512,
+        num_layers=4,
+        num_kv_heads=8,
+        head_dim=128,
+        rope_theta=500000.0,
+        device="cuda",
+        context_free=True,  # the shifted copy is checked against the bit-exact-shift oracle
     )
 
 

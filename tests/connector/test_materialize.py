@@ -77,7 +77,8 @@ def _assert_shift_within_bf16(h: PyExecutorHarness, target: list[int], r, start:
 
 @pytest.mark.parametrize("isolation", ["no_block_reuse", "cache_salt"])
 def test_shifted_mode_matches_fresh_k_within_bf16_rounding(make_harness, isolation: str) -> None:
-    h = make_harness(exact_materialization_only=False, isolation=isolation)
+    # The copy itself is checked against the context-free oracle: only there is a shifted K exactly R(delta) K.
+    h = make_harness(exact_materialization_only=False, isolation=isolation, context_free=True)
     shared = prompt(7, 64)
     h.run_request(prompt(8, 24) + shared, cache_salt="tenantA|d1")
     target = shared + prompt(9, 20)
@@ -89,13 +90,20 @@ def test_shifted_mode_matches_fresh_k_within_bf16_rounding(make_harness, isolati
 
 
 def test_shifted_span_after_a_device_prefix_moves_forward(make_harness) -> None:
-    h = make_harness(exact_materialization_only=False, isolation="no_block_reuse", prefix_reuse=True, max_deviation=0.9)
+    h = make_harness(
+        exact_materialization_only=False,
+        isolation="cache_salt",
+        prefix_reuse=True,
+        max_deviation=0.9,
+        context_free=True,
+    )
     system = prompt(10, 16)
     shared = prompt(11, 64)
-    h.run_request(system + prompt(12, 40))  # leaves the system prompt in the device prefix cache
-    h.run_request(shared + prompt(13, 40))  # the donor of the shared text, at position 0
+    conversation = "tenantA|conv1"  # one conversation's turns share their salt, so its prefix cache
+    h.run_request(system + prompt(12, 40), cache_salt=conversation)  # leaves the system prompt in the device cache
+    h.run_request(shared + prompt(13, 40), cache_salt="tenantA|d1")  # the donor of the shared text, at position 0
     target = system + shared + prompt(14, 9)
-    r = h.run_request(target)
+    r = h.run_request(target, cache_salt=conversation)
     assert r.device_matched == 16 and r.promised == 64
     assert records(h, "materialized", r.request_id)[0].delta == 16
     _assert_shift_within_bf16(h, target, r, 16)
@@ -194,3 +202,28 @@ def test_disabled_connector_neither_promises_nor_pins(make_harness) -> None:
     assert h.run_request(donor).pinned is False
     r = h.run_request(donor[:72] + prompt(28, 30))
     assert r.promised == 0 and decline_reason(h, r.request_id) == "semantic_disabled"
+
+
+def test_shifted_kv_of_a_context_dependent_model_differs_from_a_fresh_prefill(make_harness) -> None:
+    h = make_harness(exact_materialization_only=False, isolation="cache_salt")
+    shared = prompt(7, 64)
+    h.run_request(prompt(8, 24) + shared, cache_salt="tenantA|d1")
+    target = shared + prompt(9, 20)
+    r = h.run_request(target, cache_salt="tenantA|t1")
+    assert r.promised == 64
+    [m] = records(h, "materialized", r.request_id)
+    assert m.lineage == "approximate" and m.requires_rope_correction is True
+    error = (r.kv.float() - h.fresh_kv(target).float()).abs().amax().item()
+    assert error > 0.1  # the first shifted tokens followed other context in the donor
+
+
+def test_a_real_gptj_config_supports_shifted_spans(tmp_path) -> None:
+    from transformers import GPTJConfig
+
+    from trtllm_connector.model_info import ModelInfo
+
+    real = GPTJConfig().to_json_string(use_diff=False)  # n_embd / n_head / rotary_dim, no hidden_size
+    cfg = SemblendConfig(block_size=BLOCK, rope_config=real)
+    info = ModelInfo.load(cfg, HarnessLlmArgs(BLOCK))
+    assert info.shift_supported, info.rope_unsupported
+    assert (info.num_kv_heads, info.head_dim, info.rotary_dim, info.rope_style) == (16, 256, 64, "gptj")

@@ -15,7 +15,7 @@ import torch
 from semblend_kernels.layout import PagedKVLayout
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, split_spans_to_plan
-from transformers import LlamaConfig
+from transformers import GPTJConfig, LlamaConfig
 from transformers.models.gptj import modeling_gptj
 from transformers.models.llama import modeling_llama
 
@@ -132,9 +132,7 @@ def test_moved_k_is_as_exact_as_bf16_allows(device: str, name: str) -> None:
 
 @pytest.mark.parametrize("device", TRITON_DEVICES)
 def test_gptj_pairing_is_as_exact_as_bf16_allows(device: str) -> None:
-    rope = RopeConfig.from_hf_config(
-        {"model_type": "gptj", "n_embd": 512, "hidden_size": 512, "num_attention_heads": 4, "rotary_dim": HEAD_DIM}
-    )
+    rope = RopeConfig.from_hf_config(GPTJConfig(n_embd=512, n_head=4, rotary_dim=HEAD_DIM).to_dict())
     assert rope.style == "gptj"
     donor_pos, target_pos = positions()
     k = raw_keys(donor_pos.numel())

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 from semblend_kernels.rope import RopeConfig, UnsupportedRope
-from transformers import LlamaConfig
+from transformers import GPTJConfig, GPTNeoXConfig, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
@@ -99,11 +99,31 @@ def test_config_object_and_partial_rotary_and_gptj() -> None:
         )
     )[0]
     torch.testing.assert_close(phi.inv_freq(), partial_inv.float(), rtol=5e-7, atol=0)
-    gptj = RopeConfig.from_hf_config(
-        {"model_type": "gptj", "n_embd": 4096, "hidden_size": 4096, "num_attention_heads": 16, "rotary_dim": 64}
-    )
-    assert (gptj.head_dim, gptj.rotary_dim, gptj.base, gptj.style) == (256, 64, 10000.0, "gptj")
     assert RopeConfig.from_hf_config(CASES["default"], style="gptj").style == "gptj"
+
+
+def test_real_gptj_configs_as_transformers_writes_them() -> None:
+    """GPT-J's config.json says n_embd / n_head (transformers maps them through ``attribute_map``)."""
+    real = GPTJConfig().to_dict()  # 6B: n_embd 4096, n_head 16, rotary_dim 64
+    assert "hidden_size" not in real and "num_attention_heads" not in real
+    gptj = RopeConfig.from_hf_config(real)
+    assert (gptj.head_dim, gptj.rotary_dim, gptj.base, gptj.style) == (256, 64, 10000.0, "gptj")
+    assert RopeConfig.from_hf_config(GPTJConfig()) == gptj  # the config object reads the same
+    full = RopeConfig.from_hf_config({**GPTJConfig(n_embd=1024, n_head=8).to_dict(), "rotary_dim": None})
+    assert (full.head_dim, full.rotary_dim) == (128, 128)  # rotary_dim None: the whole head rotates
+    # GPT-J's rotary base is fixed at 10000 in transformers' modeling code, whatever the config says.
+    assert RopeConfig.from_hf_config({**real, "rope_theta": 5e5}).base == 10000.0
+
+
+def test_real_gpt_neox_configs_new_and_legacy_spellings() -> None:
+    current = GPTNeoXConfig().to_dict()  # 20B: hidden 6144, 64 heads, rope_parameters.partial_rotary_factor 0.25
+    neox = RopeConfig.from_hf_config(current)
+    assert (neox.head_dim, neox.rotary_dim, neox.base, neox.style) == (96, 24, 10000.0, "neox")
+    legacy = {k: v for k, v in current.items() if k != "rope_parameters"}  # pythia-era config.json
+    legacy.update(rotary_pct=0.25, rotary_emb_base=10000)
+    assert RopeConfig.from_hf_config(legacy) == neox
+    base = RopeConfig.from_hf_config({**legacy, "rotary_emb_base": 25000}).base
+    assert base == 25000.0
 
 
 def test_longrope_only_within_its_short_regime() -> None:
