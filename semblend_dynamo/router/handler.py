@@ -54,9 +54,10 @@ from ..events.schemas import (
 )
 from ..events.subjects import Subjects
 from ..events.subscriber import EventSubscriber
-from ..namespace import NamespaceKey, tenant_of
+from ..namespace import NamespaceKey
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
+from ..policy import DonorPolicy, Tenancy
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .metrics import RouterMetrics
@@ -69,6 +70,10 @@ EXTRA_ARGS_KEY = "semblend"
 
 GAP_RESYNC_DELAY_S = 1.0
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
+
+
+UNREADABLE_SALT = object()
+"""Stands for a salt the request carries where the router cannot read it (``nvext`` that is not a map)."""
 
 
 class KvRouterLike(Protocol):
@@ -99,8 +104,8 @@ class RoutedRequest:
     cache_salt: str
     namespace: NamespaceKey
     key: str
-    tenant_known: bool = True
-    """False when the salt is unreadable or names no tenant: the request is its own tenant."""
+    tenancy: Tenancy = field(default_factory=lambda: Tenancy.from_salt(None))
+    """Who the request belongs to (:func:`request_tenancy`); unknown: it is its own tenant."""
     trace_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     """Put in the hint and the evidence: the connector's audit records of this request carry it too."""
 
@@ -117,13 +122,12 @@ class Decision:
     latency_us: dict[str, float] = field(default_factory=dict)
 
 
-def routing_fields(request: Mapping[str, Any]) -> tuple[str, str | None]:
-    """``(lora_name, cache_salt)`` of a request; the salt is None when it is present but unreadable.
+def routing_fields(request: Mapping[str, Any]) -> tuple[str, object]:
+    """``(lora_name, cache salt as sent)`` of a request.
 
     The cache salt is Dynamo's ``routing.cache_namespace`` (what Dynamo hashes blocks with), else the
     ``extra_args.nvext.cache_salt`` that the stock frontend passes to backends; LoRA is ``routing.lora_name``.
-    A salt that is not a string (an integer salt id, a list) or names no tenant (``"|nonce"``) is unreadable:
-    the tenant cannot be established from it.
+    The salt is returned as it came (None when absent): :func:`request_tenancy` reads it.
     """
     routing = request.get("routing") or {}
     extra = request.get("extra_args") or {}
@@ -132,15 +136,24 @@ def routing_fields(request: Mapping[str, Any]) -> tuple[str, str | None]:
     lora = routing.get("lora_name") or ""
     if not isinstance(lora, str):
         raise BadRequest("lora_name must be a string")
-    nvext = extra.get("nvext")
     salt: object = routing.get("cache_namespace")
+    nvext = extra.get("nvext")
     if salt in (None, "") and nvext is not None:
-        salt = nvext.get("cache_salt") if isinstance(nvext, Mapping) else nvext
-    if salt is None or salt == "":
-        return lora, ""
-    if not isinstance(salt, str) or not tenant_of(salt):
-        return lora, None
-    return lora, salt
+        salt = nvext.get("cache_salt") if isinstance(nvext, Mapping) else UNREADABLE_SALT
+    return lora, None if salt == "" else salt
+
+
+def request_tenancy(salt: object) -> Tenancy:
+    """The tenancy a salt establishes, read as the connector reads the engine's (``policy.Tenancy``).
+
+    None: no salt (the default tenant ``""``); a string: the tenant before ``|``; a non-negative integer: a salt id
+    (tenant ``salt-id:<id>``); anything else cannot be read, so the tenant is unknown.
+    """
+    if salt is None or isinstance(salt, str):
+        return Tenancy.from_salt(salt)
+    if type(salt) is int and salt >= 0:
+        return Tenancy.from_salt_id(salt)
+    return Tenancy.unknown()
 
 
 class SemanticRouter:
@@ -171,6 +184,7 @@ class SemanticRouter:
         self.deployment = deployment
         self.router_id = router_id or uuid.uuid4().hex
         self.subjects = Subjects.for_config(cfg)
+        self.policy = DonorPolicy(cfg)
         self.sync_inbox = sync_inbox(self.router_id)
         self._sync_limiter = SyncLimiter(cfg.sync_rate_per_s)
         self.embeddings = (
@@ -219,10 +233,12 @@ class SemanticRouter:
             raise BadRequest(str(exc)) from None
         lora, salt = routing_fields(request)
         request_id = _context_id(context) or uuid.uuid4().hex
-        if salt is None:  # its own tenant: a namespace no other request has
-            unique = f"tenant_unknown:{uuid.uuid4().hex}"
-            return RoutedRequest(request_id, tokens, lora, "", self.namespace_of(lora, unique), key, tenant_known=False)
-        return RoutedRequest(request_id, tokens, lora, salt, self.namespace_of(lora, salt), key)
+        tenancy = request_tenancy(salt)
+        # an unknown tenant is its own tenant: a namespace no other request has
+        tenant = tenancy.tenant if tenancy.tenant is not None else f"tenant_unknown:{uuid.uuid4().hex}"
+        cache_salt = salt if isinstance(salt, str) else ""
+        namespace = self.namespace_of(lora, cache_salt or tenant)
+        return RoutedRequest(request_id, tokens, lora, cache_salt, namespace, key, tenancy=tenancy)
 
     async def decide(self, routed: RoutedRequest) -> Decision:
         """Exact first, then (if needed and possible) the semantic stage; never raises."""
@@ -245,11 +261,9 @@ class SemanticRouter:
             return decision
         if exact_blocks:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
-        if not self.cfg.enabled or self.discovery is None:
-            decision.reason = DeclineReason.SEMANTIC_DISABLED
-            return decision
-        if not routed.tenant_known:
-            decision.reason = DeclineReason.TENANT_UNKNOWN
+        refused = self.policy.may_seek(routed.tenancy)
+        if refused is not None or self.discovery is None:
+            decision.reason = refused or DeclineReason.SEMANTIC_DISABLED
             return decision
         if not self.link.connected:
             decision.reason = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
@@ -267,7 +281,12 @@ class SemanticRouter:
         assert self.discovery is not None
         t0 = time.perf_counter()
         result = self.discovery.discover(
-            routed.request_id, routed.namespace, routed.tokens, exact_prefix_tokens=exact_tokens, embed=False
+            routed.request_id,
+            routed.namespace,
+            routed.tokens,
+            exact_prefix_tokens=exact_tokens,
+            embed=False,
+            tenancy=routed.tenancy,
         )
         if not (result.spans or result.exact_wins) and self.embeddings is not None:
             try:
@@ -285,6 +304,7 @@ class SemanticRouter:
                     exact_prefix_tokens=exact_tokens,
                     prompt_vector=vector,
                     known_spans=result.spans,
+                    tenancy=routed.tenancy,
                 )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
         self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)
@@ -430,8 +450,10 @@ class SemanticRouter:
     # --- donors ---------------------------------------------------------------------------------
     def _register_donor(self, routed: RoutedRequest, served: tuple[int, int]) -> None:
         """The finished prompt becomes a donor on the worker that served it (embedded off the loop, after requests)."""
-        if not routed.tenant_known or len(routed.tokens) < max(self.cfg.min_donor_tokens, self.cfg.block_size):
+        if len(routed.tokens) < max(self.cfg.min_donor_tokens, self.cfg.block_size):
             return
+        if self.policy.may_seek(routed.tenancy) is not None or routed.tenancy.salt_id is not None:
+            return  # an unknown tenant gives nothing; a salt id's blocks cannot be hashed as the engine hashes them
         task = asyncio.ensure_future(self._register(routed, served))
         self._registrations.add(task)
         task.add_done_callback(self._registrations.discard)

@@ -95,11 +95,13 @@ async def test_twins_through_the_router_find_only_their_own_donor(nats_server: N
             own += 1
         else:
             crossings += 1
-    unknown = await a.router.decide(a.router.parse(_request(target, "|nonce-only", "")))
+    unreadable = dict(_request(target, "", ""), extra_args={"nvext": {"cache_salt": ["acme"]}})
+    unknown = await a.router.decide(a.router.parse(unreadable))
+    salt_id = await a.router.decide(a.router.parse(dict(_request(target, "", ""), routing={"cache_namespace": 7})))
     other_lora = await a.router.decide(a.router.parse(_request(target, "acme|r9", "lora-unseen")))
     other_tenant = await a.router.decide(a.router.parse(_request(target, "hooli|r1", "")))
     assert (own, crossings) == (len(TWINS), 0)
-    assert unknown.hint is None and other_lora.hint is None and other_tenant.hint is None
+    assert unknown.hint is None and salt_id.hint is None and other_lora.hint is None and other_tenant.hint is None
     await workers.close()
     await a.close()
     await b.close()

@@ -1,4 +1,7 @@
-"""Tenant identity in the router: a request whose tenant cannot be established neither gets nor gives semantic KV."""
+"""Tenant identity in the router, read as the connector reads it (``policy.Tenancy``).
+
+A request whose tenant cannot be established neither gets nor gives semantic KV (counted ``tenant_unknown``).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from semblend_dynamo.outcomes import DeclineReason, Outcome
 from tests.router.test_handler import W1, _make_resident_donor, _prompt, _router
 
 UNREADABLE = [
-    {"routing": {"cache_namespace": 7}},  # an integer salt id
-    {"extra_args": {"nvext": {"cache_salt": 7}}},
-    {"extra_args": {"nvext": {"cache_salt": ["acme"]}}},
-    {"extra_args": {"nvext": {"cache_salt": "|nonce-only"}}},  # a nonce without a tenant
+    {"routing": {"cache_namespace": ["acme"]}},
+    {"extra_args": {"nvext": {"cache_salt": {"tenant": "acme"}}}},
+    {"extra_args": {"nvext": {"cache_salt": 7.5}}},
+    {"extra_args": {"nvext": {"cache_salt": True}}},
+    {"extra_args": {"nvext": {"cache_salt": -3}}},
     {"extra_args": {"nvext": 3}},
 ]
 
@@ -45,10 +49,33 @@ async def test_an_unknown_tenant_gives_no_donor(shape: dict[str, Any]) -> None:
 
 async def test_unknown_tenants_do_not_share_with_each_other() -> None:
     router, _ = _router()
-    a = router.parse({"token_ids": [1, 2, 3], "routing": {"cache_namespace": 7}})
-    b = router.parse({"token_ids": [1, 2, 3], "routing": {"cache_namespace": 7}})
-    assert not a.tenant_known and not b.tenant_known and a.namespace != b.namespace
-    assert router.parse({"token_ids": [1, 2, 3]}).tenant_known
+    a = router.parse({"token_ids": [1, 2, 3], "routing": {"cache_namespace": ["x"]}})
+    b = router.parse({"token_ids": [1, 2, 3], "routing": {"cache_namespace": ["x"]}})
+    assert not a.tenancy.known and not b.tenancy.known and a.namespace != b.namespace
+    assert router.parse({"token_ids": [1, 2, 3]}).tenancy.tenant == ""
+
+
+async def test_an_integer_salt_id_is_its_own_tenant_not_the_empty_one() -> None:
+    """The connector's finding: a salt id read as tenant "" received another tenant's KV. Here it gets nothing."""
+    router, _ = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)  # a donor of the default tenant ""
+    routed = router.parse({"token_ids": _prompt((2, 0, 1)), "extra_args": {"nvext": {"cache_salt": 7}}})
+    assert routed.tenancy.tenant == "salt-id:7" and routed.namespace != router.parse({"token_ids": [1]}).namespace
+    decision = await router.decide(routed)
+    assert decision.hint is None and decision.reason is not DeclineReason.TENANT_UNKNOWN
+    outputs = [
+        out async for out in router.generate({"token_ids": _prompt((1, 2, 0)), "routing": {"cache_namespace": 7}})
+    ]
+    await router.drain_registrations()
+    assert outputs and len(router.catalog) == 1  # it gave nothing: its blocks cannot be hashed as the engine does
+
+
+async def test_a_nonce_without_a_tenant_is_the_default_tenant() -> None:
+    """``isolating_salt("", nonce)`` is ``"|nonce"``: the default tenant, isolated per request."""
+    router, _ = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    routed = router.parse({"token_ids": _prompt((2, 0, 1)), "extra_args": {"nvext": {"cache_salt": "|n1"}}})
+    assert routed.tenancy.tenant == "" and routed.tenancy.isolating
 
 
 def test_an_empty_cache_namespace_falls_back_to_the_frontend_salt() -> None:
@@ -56,5 +83,5 @@ def test_an_empty_cache_namespace_falls_back_to_the_frontend_salt() -> None:
     routed = router.parse(
         {"token_ids": [1], "routing": {"cache_namespace": ""}, "extra_args": {"nvext": {"cache_salt": "acme|n1"}}}
     )
-    assert routed.tenant_known and routed.cache_salt == "acme|n1"
+    assert routed.tenancy.tenant == "acme" and routed.cache_salt == "acme|n1"
     assert routed.namespace == router.parse({"token_ids": [1], "routing": {"cache_namespace": "acme|n1"}}).namespace
