@@ -488,6 +488,10 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "metrics_host",
         "kv_index_poll_s",
         "log_format",
+        "sync_page_donors",
+        "sync_rate_per_s",
+        "embed_queue_size",
+        "embed_budget_ms",
     ),
 }
 """Every setting in exactly one group (by concern); a command's help shows the groups it uses."""
