@@ -213,7 +213,7 @@ async def test_connector_reports_of_eviction_remove_the_donor() -> None:
 
 
 async def test_blocks_hinted_and_backend_confirmed_are_counted_per_worker() -> None:
-    router, kv = _router()
+    router, _ = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
     await _run(router, {"token_ids": _prompt((2, 0, 1))})
     queued = [router.publisher._queue.get_nowait()[1] for _ in range(router.publisher.backlog)]
