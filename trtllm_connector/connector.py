@@ -385,12 +385,13 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             return None
         if hint.namespace != namespace or hint.worker_id != self.cfg.worker_id:
             return DeclineReason.NAMESPACE_MISMATCH
-        donor = self.registry.get(hint.donor_id)
+        # The router names a donor by its own id and by its prompt's request key (donor_key); ours differ.
+        donor = self.registry.get(hint.donor_id) or (self.registry.by_key(hint.donor_key) if hint.donor_key else None)
         if donor is None:
             return self.registry.why_gone(hint.donor_id)
         if donor.namespace_digest != namespace:
             return DeclineReason.NAMESPACE_MISMATCH
-        return [hint.donor_id]
+        return [donor.donor_id]
 
     def _check_backend(self, load: ValidatedLoad, tenancy: Tenancy) -> None:
         """What the worker, the cache and the donor policy need for this load, checked before the promise."""

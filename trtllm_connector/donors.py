@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from semblend_dynamo.events.schemas import request_key
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.policy import Lineage
@@ -53,6 +54,8 @@ class Donor:
     leases: int = 0
     lineage: Lineage = Lineage.EXACT
     """Approximate: some of the donor's KV came from a shifted load or was computed on top of one."""
+    key: str = ""
+    """``request_key`` of the donor's prompt: what a router hint names it by (``DonorHint.donor_key``)."""
 
     @property
     def num_blocks(self) -> int:
@@ -88,6 +91,7 @@ class DonorRegistry:
         self._live: OrderedDict[str, Donor] = OrderedDict()  # LRU order: oldest use first
         self._by_block: dict[int, set[str]] = {}
         self._by_first_block: dict[tuple[str, bytes], list[str]] = {}  # newest last
+        self._by_key: dict[str, str] = {}  # prompt request_key -> the newest live donor of that prompt
         self._pending_release: list[Donor] = []
         self._in_flight_blocks = 0  # blocks of releases handed out but possibly not yet freed
         self._tombstones: OrderedDict[str, DeclineReason] = OrderedDict()
@@ -109,6 +113,11 @@ class DonorRegistry:
 
     def get(self, donor_id: str) -> Donor | None:
         return self._live.get(donor_id)
+
+    def by_key(self, key: str) -> Donor | None:
+        """The live donor whose prompt has this ``request_key`` (the router names donors by it, not by our ids)."""
+        donor_id = self._by_key.get(key)
+        return self._live.get(donor_id) if donor_id is not None else None
 
     def longest_prefix(self, namespace_digest: str, target: np.ndarray, max_candidates: int = 16) -> tuple[str, int]:
         """The donor sharing the longest token prefix with ``target`` and that length (``("", 0)`` if none).
@@ -170,8 +179,10 @@ class DonorRegistry:
             pinned_at=now,
             last_used=now,
             lineage=lineage,
+            key=request_key(tokens),
         )
         self._live[donor.donor_id] = donor
+        self._by_key[donor.key] = donor.donor_id
         self._tombstones.pop(donor.donor_id, None)
         for b in donor.block_ids:
             self._by_block.setdefault(b, set()).add(donor.donor_id)
@@ -252,6 +263,8 @@ class DonorRegistry:
 
     def _release(self, donor: Donor, reason: DeclineReason) -> Donor:
         del self._live[donor.donor_id]
+        if self._by_key.get(donor.key) == donor.donor_id:
+            del self._by_key[donor.key]
         for b in donor.block_ids:
             owners = self._by_block.get(b)
             if owners is not None:

@@ -5,8 +5,8 @@ threads), both from the engine's ``llm_args``. Only the worker sees the KV pool:
 whether its shape matches the model geometry; the scheduler reads it to size the pin budget and to decline loads the
 worker could not perform. A worker whose promised copy failed marks the request tainted, so the scheduler never pins
 it. Both write through one :class:`~semblend_dynamo.audit.AuditWriter`, the worker publishes outcomes through the
-scheduler's NATS link, and a Dynamo handler shim submits hints to the scheduler's
-:class:`~trtllm_connector.hints.HintInbox` (``EngineState.of(llm.args).hints``).
+scheduler's NATS link, and that link feeds the router's hints into the scheduler's
+:class:`~trtllm_connector.hints.HintInbox`.
 
 The state is keyed by the ``llm_args`` object itself (identity, not equality), so two engines in one process, even
 with equal settings, never see each other's pins, taints, hints or pool.

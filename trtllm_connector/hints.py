@@ -1,10 +1,10 @@
 """Router hints waiting for their request: a bounded, thread-safe inbox keyed by ``request_key``.
 
-Hints reach a worker two ways: in the request's ``extra_args["semblend"]`` (a Dynamo TensorRT-LLM handler shim
-calls :meth:`HintInbox.submit_extra_args` before handing the request to the engine) or on this worker's NATS
-hint subject (:class:`trtllm_connector.nats_link.NatsLink` calls :meth:`HintInbox.submit`). The scheduler takes
-the hint in ``get_num_new_matched_tokens`` by the key it computes from the prompt tokens. A hint is advisory:
-the scheduler re-validates everything it says.
+Hints reach a worker one way: on its NATS hint subject, where :class:`~trtllm_connector.outcome_link.OutcomeLink`
+calls :meth:`HintInbox.submit_bytes` (``dynamo.trtllm`` passes TensorRT-LLM none of a request's ``extra_args``, so
+nothing the router adds to the request can reach the connector; docs/trtllm.md). The scheduler takes the hint in
+``get_num_new_matched_tokens`` by the key it computes from the prompt tokens. A hint is advisory: the scheduler
+re-validates everything it says.
 """
 
 from __future__ import annotations
@@ -12,15 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from pydantic import ValidationError
+from collections.abc import Callable
 
 from semblend_dynamo.events.codec import RejectedMessage, decode
 from semblend_dynamo.events.schemas import DonorHint
-
-EXTRA_ARGS_KEY = "semblend"
 
 
 class HintInbox:
@@ -59,22 +54,6 @@ class HintInbox:
         except RejectedMessage as exc:
             with self._lock:
                 self.rejected[exc.reason] += 1
-            return False
-        self.submit(hint)
-        return True
-
-    def submit_extra_args(self, extra_args: Mapping[str, Any] | None) -> bool:
-        """Take the hint from a request's ``extra_args["semblend"]`` (a dict in the DonorHint schema), if any."""
-        raw = (extra_args or {}).get(EXTRA_ARGS_KEY)
-        if raw is None:
-            return False
-        if isinstance(raw, (bytes, bytearray)):
-            return self.submit_bytes(bytes(raw))
-        try:
-            hint = DonorHint.model_validate(raw)
-        except ValidationError:
-            with self._lock:
-                self.rejected["invalid_fields"] += 1
             return False
         self.submit(hint)
         return True

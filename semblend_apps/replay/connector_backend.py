@@ -3,8 +3,8 @@
 Replay's in-process chain (exact check -> discovery -> plan) stands in for the router. This backend stands in for the
 request's trip to a worker: each replay donor is prefilled through the harness and pinned by the connector (its hint
 says ``role=donor_prefill``, so the connector runs it cold and none of its records counts as reuse); each
-accepted plan becomes a :class:`~semblend_dynamo.events.schemas.DonorHint` (what the router would put in
-``extra_args["semblend"]``) and the request is prefilled through the harness, where the connector validates the hint
+accepted plan becomes a :class:`~semblend_dynamo.events.schemas.DonorHint` (what the router would publish on the
+worker's hint subject) and the request is prefilled through the harness, where the connector validates the hint
 against its own state and materializes or declines. The connector's records land in replay's audit file.
 
 Replay targets are unpinned after they run, so (as in replay's own chain) only the workload's donors are donors.

@@ -79,7 +79,7 @@ class SemblendEvent(BaseModel):
 
 
 class DonorHint(SemblendEvent):
-    """What the router tells the chosen worker about a donor (``extra_args["semblend"]`` and the hints subject).
+    """What the router tells the chosen worker about a donor, on that worker's NATS hints subject.
 
     Advisory: the connector re-validates everything (namespace, residency, spans) before promising tokens.
     """

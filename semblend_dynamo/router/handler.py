@@ -11,8 +11,10 @@
    ``embed_budget_ms`` (over budget or queue full: exact-only, ``embedding_overloaded``);
 3. evidence with a resident primary donor whose worker is within ``placement_load_slack`` of the least
    loaded worker -> ``semantic_placement``: the request goes out with ``routing.allowed_worker_ids =
-   [donor worker]`` (Dynamo still applies its own load logic and books the request) and a
-   :class:`~semblend_dynamo.events.schemas.DonorHint` in ``extra_args["semblend"]``. ``discovery_only`` mode,
+   [donor worker]`` (Dynamo still applies its own load logic and books the request), and a
+   :class:`~semblend_dynamo.events.schemas.DonorHint` is published on the donor worker's NATS hint subject before
+   the request is forwarded (the one way a hint reaches the connector: ``dynamo.trtllm`` hands TensorRT-LLM none
+   of the request's ``extra_args``; docs/router.md). ``discovery_only`` mode,
    an overloaded donor worker or NATS being down give ``semantic_discovery_only`` / exact-only routing;
    no evidence gives ``exact_prefix_route`` (some exact overlap) or ``cold_fallback``;
 4. after the stream, :class:`RouteEvidence` is published and the prompt becomes a donor on the worker
@@ -64,9 +66,6 @@ from .metrics import RouterMetrics
 from .sync import SyncLimiter, build_page, check_request, sync_inbox
 
 log = logging.getLogger(__name__)
-
-EXTRA_ARGS_KEY = "semblend"
-"""``extra_args[EXTRA_ARGS_KEY]`` carries the DonorHint (schema ``semblend.hint/v1``) to the worker."""
 
 GAP_RESYNC_DELAY_S = 1.0
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
@@ -205,7 +204,7 @@ class SemanticRouter:
         routed = self.parse(request, context)
         decision = await self.decide(routed)
         forwarded = self.forward_request(request, routed, decision)
-        if decision.hint is not None:  # the worker's connector may also listen on its hint subject
+        if decision.hint is not None:  # queued before the request is forwarded
             self.publisher.offer(self.subjects.hints(decision.hint.worker_id), decision.hint)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
         served: tuple[int, int] | None = None
@@ -363,17 +362,13 @@ class SemanticRouter:
         return active[worker_id] - min(active.values()) <= self.cfg.placement_load_slack
 
     def forward_request(self, request: Mapping[str, Any], routed: RoutedRequest, decision: Decision) -> dict[str, Any]:
-        """The PreprocessedRequest sent on: the caller's, plus the hint and the worker restriction."""
+        """The PreprocessedRequest sent on: the caller's, plus the worker restriction (the hint goes on NATS)."""
         out = dict(request)
         out.setdefault("model", self.cfg.model_id)
         for key in ("stop_conditions", "sampling_options", "output_options"):
             out.setdefault(key, {})
         out.setdefault("eos_token_ids", [])
         out.setdefault("annotations", [])
-        if decision.hint is not None:
-            extra = dict(out.get("extra_args") or {})
-            extra[EXTRA_ARGS_KEY] = decision.hint.model_dump(mode="json", by_alias=True)
-            out["extra_args"] = extra
         routing = dict(out.get("routing") or {})
         if routed.cache_salt and not routing.get("cache_namespace"):
             routing["cache_namespace"] = routed.cache_salt  # Dynamo hashes the request's blocks with the salt

@@ -1,6 +1,8 @@
-"""HintInbox: extra_args and NATS-encoded hints, bounded and expiring, malformed ones counted."""
+"""HintInbox: NATS-encoded hints, bounded and expiring, malformed ones counted."""
 
 from __future__ import annotations
+
+import msgpack
 
 from semblend_dynamo.events.codec import encode
 from semblend_dynamo.events.schemas import DonorHint, request_key
@@ -23,19 +25,18 @@ def test_take_returns_a_hint_once() -> None:
     assert inbox.take("k1") is None
 
 
-def test_extra_args_dict_and_bytes_are_accepted() -> None:
+def test_an_enveloped_hint_is_taken_by_its_request_key() -> None:
     inbox = HintInbox()
     hint = _hint(request_key([1, 2, 3]))
-    assert inbox.submit_extra_args({"semblend": hint.model_dump(mode="json", by_alias=True)})
-    assert inbox.take(request_key([1, 2, 3])).donor_id == "0:1"
-    assert inbox.submit_extra_args({"semblend": encode(hint)})
-    assert inbox.take(hint.request_key) is not None
-    assert not inbox.submit_extra_args({"other": 1}) and not inbox.submit_extra_args(None)
+    assert inbox.submit_bytes(encode(hint))
+    assert inbox.take(request_key([1, 2, 3])) == hint
 
 
 def test_malformed_hints_are_counted_and_dropped() -> None:
     inbox = HintInbox()
-    assert not inbox.submit_extra_args({"semblend": {"schema": "semblend.hint/v1", "donor_id": 5}})
+    envelope = msgpack.unpackb(encode(_hint()))
+    envelope["payload"] = msgpack.packb({"schema": "semblend.hint/v1", "donor_id": 5})
+    assert not inbox.submit_bytes(msgpack.packb(envelope))
     assert not inbox.submit_bytes(b"\x00garbage")
     assert not inbox.submit_bytes(encode(_hint())[:10])
     assert inbox.rejected["invalid_fields"] == 1 and sum(inbox.rejected.values()) == 3

@@ -89,6 +89,35 @@ def test_shifted_mode_matches_fresh_k_within_bf16_rounding(make_harness, isolati
     _assert_shift_within_bf16(h, target, r, 0)
 
 
+def test_a_router_hint_finds_the_donor_by_its_prompt_key(make_harness) -> None:
+    """The router names a donor ``<worker>:<namespace>:<key>`` and by ``donor_key``; the connector's ids differ."""
+    h = make_harness(exact_materialization_only=False, isolation="no_block_reuse")
+    shared = prompt(15, 64)
+    donor = prompt(16, 24) + shared
+    assert h.run_request(donor).pinned
+    namespace = h.scheduler.model.namespace().digest()
+    target = shared + prompt(17, 20)
+    for key, trace in ((request_key(donor), "trace-found"), (request_key(prompt(18, 88)), "trace-unknown")):
+        h.scheduler.hints.submit(
+            DonorHint(
+                request_key=request_key(target),
+                donor_id=f"0:{namespace}:{key}",
+                donor_key=key,
+                worker_id=0,
+                namespace=namespace,
+                spans=[(24, 0, 64)],
+                decision="semantic_placement",
+                trace_id=trace,
+            )
+        )
+        r = h.run_request(target)
+        if trace == "trace-found":
+            [m] = records(h, "materialized", r.request_id)
+            assert r.promised == 64 and m.trace_id == trace and m.role == "recipient"
+        else:
+            assert r.promised == 0 and decline_reason(h, r.request_id) == "donor_not_resident"
+
+
 def test_shifted_span_after_a_device_prefix_moves_forward(make_harness) -> None:
     h = make_harness(
         exact_materialization_only=False,

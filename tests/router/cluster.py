@@ -213,7 +213,15 @@ class TestWorkerHandle:
         self.proc = proc
 
     def received(self) -> list[dict[str, Any]]:
-        return [json.loads(line)["request"] for line in self.record.read_text().splitlines()]
+        """The requests the worker served, in order."""
+        return [r["request"] for r in self._records() if "request" in r]
+
+    def hints(self) -> list[dict[str, Any]]:
+        """The router hints that arrived on the worker's NATS hint subject, in order."""
+        return [r["hint"] for r in self._records() if "hint" in r]
+
+    def _records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
 
     def command(self, cmd: str, **fields: Any) -> dict[str, Any]:
         return self.cluster.nats_request(control_subject(self.name), {"cmd": cmd, **fields})

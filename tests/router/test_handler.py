@@ -12,6 +12,7 @@ from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.link import NatsLink
 from semblend_dynamo.events.publisher import EvidencePublisher
 from semblend_dynamo.events.schemas import (
+    DonorHint,
     DonorLifecycle,
     DonorRegistration,
     KvEvent,
@@ -146,15 +147,17 @@ async def test_reordered_prompt_is_placed_on_the_donor_worker_with_a_hint() -> N
     assert outputs[0]["routing_data"]["worker_id"]["decode_worker_id"] == W1
     sent = kv.forwarded[-1]
     assert sent["routing"]["allowed_worker_ids"] == [W1]
-    hint = sent["extra_args"]["semblend"]
-    assert hint["decision"] == Outcome.SEMANTIC_PLACEMENT.value and hint["donor_id"] == "donor"
-    assert hint["request_key"] == request_key(target) and hint["spans"]
+    assert "semblend" not in (sent.get("extra_args") or {})  # the hint travels on NATS only
     assert router.publisher.backlog == 2  # the hint (worker subject) and the RouteEvidence, queued without blocking
+    queued = [router.publisher._queue.get_nowait() for _ in range(2)]
+    [(subject, hint)] = [(s, m) for s, m in queued if isinstance(m, DonorHint)]
+    assert subject == router.subjects.hints(W1)
+    assert hint.decision == Outcome.SEMANTIC_PLACEMENT.value and hint.donor_id == "donor"
+    assert hint.request_key == request_key(target) and hint.spans
     # one trace id joins the router's evidence and the worker's audit records of this request (docs/sembench.md)
-    queued = [router.publisher._queue.get_nowait()[1] for _ in range(2)]
-    evidence = next(e for e in queued if isinstance(e, RouteEvidence))
-    assert hint["role"] == "recipient" and len(hint["trace_id"]) == 16
-    assert evidence.trace_id == hint["trace_id"] == evidence.hint.trace_id
+    evidence = next(m for _, m in queued if isinstance(m, RouteEvidence))
+    assert hint.role == "recipient" and hint.trace_id is not None and len(hint.trace_id) == 16
+    assert evidence.trace_id == hint.trace_id == evidence.hint.trace_id
 
 
 async def test_overloaded_donor_worker_is_not_forced() -> None:
@@ -211,11 +214,12 @@ async def test_connector_reports_of_eviction_remove_the_donor() -> None:
 
 
 async def test_blocks_hinted_and_backend_confirmed_are_counted_per_worker() -> None:
-    router, kv = _router()
+    router, _ = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
     await _run(router, {"token_ids": _prompt((2, 0, 1))})
-    spans = kv.forwarded[-1]["extra_args"]["semblend"]["spans"]
-    placed = sum(length for _, _, length in spans) // BLOCK
+    queued = [router.publisher._queue.get_nowait()[1] for _ in range(router.publisher.backlog)]
+    [hint] = [m for m in queued if isinstance(m, DonorHint)]
+    placed = sum(length for _, _, length in hint.spans) // BLOCK
     assert placed > 0
     hinted = router.metrics.hinted_blocks.labels(f"{W1:x}", Outcome.SEMANTIC_PLACEMENT.value)
     assert hinted._value.get() == placed

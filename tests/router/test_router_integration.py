@@ -1,8 +1,8 @@
 """Router acceptance tests that need Dynamo *test workers* (tests/support/dynamo_test_worker.py), on a real
 nats-server and the real Dynamo runtime.
 
-A stock ``dynamo.mocker`` cannot do what these check: record the requests it receives (the hint in
-``extra_args["semblend"]`` and ``routing.allowed_worker_ids`` delivered to the worker), and publish blocks hashed
+A stock ``dynamo.mocker`` cannot do what these check: record the requests it receives (``routing.allowed_worker_ids``
+delivered to the worker) and the hints arriving on its NATS hint subject, and publish blocks hashed
 with the request's cache salt (the 1.6.1 mocker publishes unsalted hashes, so salted donors never become
 resident). Everything a mocker can do runs on mockers: tests/router/test_stock_graph.py (Frontend, both event
 planes, eviction by a real cache, a departing worker, the model card) and tests/router/test_router_faults.py.
@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from semblend_dynamo.events.schemas import request_key
 from semblend_dynamo.outcomes import Outcome
 from tests.router.cluster import (
     Cluster,
@@ -58,12 +59,20 @@ def _by_id(workers: tuple[TestWorkerHandle, ...], worker_id: int) -> TestWorkerH
     return next(w for w in workers if w.worker_id == worker_id)
 
 
-def _hint_for(worker: TestWorkerHandle, tokens: list[int]) -> dict[str, Any] | None:
-    """The semblend hint the worker received with the request for ``tokens`` (None: no hint)."""
-    for request in reversed(worker.received()):
-        if request["token_ids"] == tokens:
-            return (request.get("extra_args") or {}).get("semblend")
-    raise AssertionError("the worker never received this request")
+def _hint_for(worker: TestWorkerHandle, tokens: list[int], *, expected: bool) -> dict[str, Any] | None:
+    """The router hint for ``tokens`` that arrived on the worker's NATS hint subject (None: no hint).
+
+    The router publishes a hint before it forwards the request; an ``expected`` one is waited for (NATS and the
+    request plane are separate connections).
+    """
+    if not any(request["token_ids"] == tokens for request in worker.received()):
+        raise AssertionError("the worker never received this request")
+    key = request_key(tokens)
+
+    def find() -> dict[str, Any] | None:
+        return next((hint for hint in reversed(worker.hints()) if hint.get("request_key") == key), None)
+
+    return wait_until(find, timeout=5) if expected else find()
 
 
 def test_reordered_rag_request_goes_to_the_donor_worker_with_a_hint(cluster, workers, router_a) -> None:
@@ -77,7 +86,7 @@ def test_reordered_rag_request_goes_to_the_donor_worker_with_a_hint(cluster, wor
     assert {r["worker_id"] for r in results} == {donor_worker}, f"expected all on {donor_worker}, other is {other}"
     holder = _by_id(workers, donor_worker)
     for target in targets:
-        hint = _hint_for(holder, target)
+        hint = _hint_for(holder, target, expected=True)
         assert hint is not None and hint["schema"] == "semblend.hint/v1"
         assert hint["decision"] == Outcome.SEMANTIC_PLACEMENT.value
         assert hint["worker_id"] == donor_worker and hint["spans"], hint
@@ -92,7 +101,7 @@ def test_identical_content_never_places_across_tenants(cluster, workers, router_
     target = rag.prompt((2, 0, 1), chunk(64))
     (cross,) = cluster.send([request_for(target, tenant="tenantB")])
     assert cross["ok"], cross
-    assert _hint_for(_by_id(workers, int(cross["worker_id"])), target) is None
+    assert _hint_for(_by_id(workers, int(cross["worker_id"])), target, expected=False) is None
     (same,) = cluster.send([request_for(rag.prompt((1, 2, 0), chunk(64)), tenant="tenantA")])
     assert same["ok"] and same["worker_id"] == donor_worker
     namespaces = {d["namespace"] for d in router_a.donors()}

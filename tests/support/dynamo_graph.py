@@ -31,6 +31,7 @@ from urllib.parse import unquote
 
 import nats
 
+from semblend_dynamo.audit import read_audit
 from semblend_dynamo.events.codec import RejectedMessage, decode
 from semblend_dynamo.events.schemas import RouteEvidence
 from tests.support.nats import NatsServer, free_port
@@ -106,6 +107,19 @@ class Mocker:
         self.worker_id = worker_id
 
 
+class ConnectorTestWorker:
+    """A connector test worker, its Dynamo worker id and the connector's audit file."""
+
+    def __init__(self, process: GraphProcess, worker_id: int, audit_path: Path) -> None:
+        self.process = process
+        self.worker_id = worker_id
+        self.audit_path = audit_path
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The connector's audit records so far."""
+        return read_audit(self.audit_path) if self.audit_path.exists() else []
+
+
 class DynamoGraph:
     """nats-server + mockers + (optionally) the SemBlend router and Frontends, on one event plane."""
 
@@ -178,8 +192,8 @@ class DynamoGraph:
         self.mockers.append(mocker)
         return mocker
 
-    def start_router(self, **settings: str) -> GraphProcess:
-        self.router_port = free_port()
+    def semblend_env(self, **settings: str) -> dict[str, str]:
+        """The environment of a SemBlend process in this graph: shared ``SEMBLEND_*`` settings plus ``settings``."""
         env = dict(self.env)
         env.update(
             {
@@ -193,16 +207,41 @@ class DynamoGraph:
                 "SEMBLEND_EMBEDDER": "hash",
                 "SEMBLEND_MIN_DONOR_TOKENS": "64",
                 "SEMBLEND_MIN_SPAN_TOKENS": "32",
-                "SEMBLEND_METRICS_HOST": "127.0.0.1",
-                "SEMBLEND_METRICS_PORT": str(self.router_port),
                 "SEMBLEND_LOG_FORMAT": "json",
             }
         )
         env.update({f"SEMBLEND_{k.upper()}": v for k, v in settings.items()})
+        return env
+
+    def start_router(self, **settings: str) -> GraphProcess:
+        self.router_port = free_port()
+        env = self.semblend_env(metrics_host="127.0.0.1", metrics_port=str(self.router_port), **settings)
         self.router = self._start("router", [sys.executable, "-m", "semblend_dynamo.router"], env)
         router = self.router
         wait_until(lambda: "SEMBLEND_ROUTER_READY" in router.log(), timeout=60, what="router ready", of=router)
         return router
+
+    def start_connector_worker(
+        self, *, capacity_blocks: int = 4096, serve_first: str = "", **settings: str
+    ) -> ConnectorTestWorker:
+        """A connector test worker (tests/support/dynamo_connector_test_worker.py) beside the mockers.
+
+        ``settings`` are ``SEMBLEND_*`` settings on top of the graph's shared ones (give the router the same shared
+        ones); its audit file is ``<graph dir>/connector-audit.jsonl``. ``serve_first``: a prompt it serves before it
+        reports ready, so requests that start with it are steered to it by Dynamo's KV routing.
+        """
+        audit = self.dir / "connector-audit.jsonl"
+        env = self.semblend_env(audit_path=str(audit), audit_append="1", **settings)
+        cmd = [sys.executable, "-m", "tests.support.dynamo_connector_test_worker", "--namespace", self.worker_ns]
+        cmd += ["--model", MODEL, "--model-path", str(self.model_dir), "--capacity-blocks", str(capacity_blocks)]
+        cmd += ["--serve-first", serve_first]
+        process = self._start("connector-worker", cmd, env)
+        ready = wait_until(
+            lambda: re.search(r"^READY (\d+) (.*)$", process.log(), re.M), timeout=60, what="ready", of=process
+        )
+        if not json.loads(ready.group(2))["hints_subscribed"]:
+            raise AssertionError(f"connector test worker did not subscribe to its hints:\n{process.log()[-3000:]}")
+        return ConnectorTestWorker(process, int(ready.group(1)), audit)
 
     def start_frontend(self, *, router_mode: str = "round-robin", namespace: str | None = None) -> Frontend:
         port = free_port()

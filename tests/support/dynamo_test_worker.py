@@ -2,8 +2,8 @@
 
 It registers a minimal model card (``skip_model_assets=True``), serves ``generate``, keeps an LRU cache
 of the full KV blocks of what it served and publishes real Dynamo KV events with ``KvEventPublisher``
-(stored on serve, removed on LRU eviction or on a test command), and appends every request it receives
-(including ``extra_args``) to a JSON-lines file. Engine block ids are chained over the prefix like a
+(stored on serve, removed on LRU eviction or on a test command), and appends every request it receives, and every
+router hint arriving on its NATS hint subject, to a JSON-lines file. Engine block ids are chained over the prefix like a
 prefix-caching engine's, so a shared prefix shares blocks.
 
 Run as a subprocess (``python -m tests.support.dynamo_test_worker --help``); it prints ``READY <worker_id>``
@@ -34,6 +34,10 @@ from dynamo.llm import (
     register_model,
 )
 from dynamo.runtime import DistributedRuntime
+
+from semblend_dynamo.events.codec import RejectedMessage, decode
+from semblend_dynamo.events.schemas import DonorHint
+from semblend_dynamo.events.subjects import Subjects
 
 
 def _i64(u: int) -> int:
@@ -157,7 +161,17 @@ async def main(args: argparse.Namespace) -> None:
         result["worker_id"] = worker_id
         await msg.respond(json.dumps(result).encode())
 
+    async def hint(msg: Any) -> None:
+        try:
+            received = decode(msg.data, DonorHint, max_bytes=1 << 20).model_dump(mode="json", by_alias=True)
+        except RejectedMessage as exc:
+            received = {"rejected": exc.reason}
+        with open(args.record, "a") as f:
+            f.write(json.dumps({"worker_id": worker_id, "hint": received}) + "\n")
+
     await nc.subscribe(control_subject(args.name), cb=control)
+    await nc.subscribe(Subjects.for_endpoint(args.namespace, args.component, args.endpoint).hints(worker_id), cb=hint)
+    await nc.flush()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
