@@ -295,7 +295,10 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 return
             keep = (lo, start) if start > lo and end >= hi else (end, hi) if start <= lo and end < hi else None
             if keep is None:
-                self._drop_promise(request_id, DeclineReason.LOAD_CANCELLED, f"cancel_load({start}, {end})")
+                # The runtime computes the whole range itself: nothing of ours lands, so nothing is tainted.
+                self._drop_promise(
+                    request_id, DeclineReason.LOAD_CANCELLED, f"cancel_load({start}, {end})", taint=False
+                )
                 return
             promise.load = trim_load(load, *keep)
             kept = {seg.donor.donor_id for seg in promise.load.segments}
