@@ -29,7 +29,7 @@ def test_exact_reuse_is_bit_identical_under_both_generations(make_harness, api: 
 
 def test_the_1_2_harness_refuses_1_3_only_hooks(make_harness) -> None:
     h = make_harness(api="1.2")
-    with pytest.raises(ValueError, match="1.3"):
+    with pytest.raises(ValueError, match=r"1\.3\+ only"):
         h.run_request(prompt(1, 40), cancel_tail=8)
 
 
