@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import tempfile
 import types
@@ -65,6 +66,17 @@ def isolation_rule_error(mode: str, isolation: str) -> str | None:
     return None
 
 
+def parse_kv_scale(text: str) -> tuple[float, ...]:
+    """``SEMBLEND_KV_SCALE``: one finite positive number, or one per layer separated by commas."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"SEMBLEND_KV_SCALE={text!r}: numbers separated by commas") from None
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"SEMBLEND_KV_SCALE={text!r}: every scale must be finite and > 0")
+    return values
+
+
 class SemblendConfig(BaseModel):
     """Every ``SEMBLEND_*`` setting. Defaults are the safe ones."""
 
@@ -87,6 +99,11 @@ class SemblendConfig(BaseModel):
     tokenizer: str | None = Field(None, description="path to a tokenizer.json (default: the bundled tokenizer)")
     block_size: int = Field(32, ge=1, le=1024, description="KV tokens per block (TensorRT-LLM tokens_per_block)")
     kv_dtype: Literal["float16", "bfloat16", "fp8"] = Field("bfloat16", description="KV cache dtype")
+    kv_scale: str | None = Field(
+        None,
+        description="fp8 KV: the checkpoint's KV dequantization scale (kv_cache_scaling_factor), one number or one "
+        "per layer comma-separated (none: fp8 pools take exact loads only)",
+    )
 
     # --- segmentation / embedding ---------------------------------------------------------------
     window_tokens: int = Field(256, ge=8, le=512, description="tokens per embedding window")
@@ -192,6 +209,13 @@ class SemblendConfig(BaseModel):
     def _inline_rope_config_is_a_json_object(cls, value: str | None) -> str | None:
         if value is not None and value.strip().startswith("{"):
             _json_object(value)
+        return value
+
+    @field_validator("kv_scale")
+    @classmethod
+    def _kv_scale_is_positive_numbers(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_kv_scale(value)
         return value
 
     @model_validator(mode="after")
@@ -452,7 +476,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "min_similarity",
         "embedder",
     ),
-    "model": ("model_id", "tokenizer", "block_size", "kv_dtype", "rope_config"),
+    "model": ("model_id", "tokenizer", "block_size", "kv_dtype", "kv_scale", "rope_config"),
     "embedding": (
         "window_tokens",
         "window_overlap",

@@ -53,4 +53,8 @@ class DeclineReason(str, Enum):
     """The router's embedding queue was full or the prompt's embedding missed its budget: routed exact-only."""
     TENANT_UNKNOWN = "tenant_unknown"
     APPROXIMATE_LINEAGE = "approximate_lineage"
+    BLOCK_HASH_MISMATCH = "block_hash_mismatch"
+    LAYER_GROUPS_UNSUPPORTED = "layer_groups_unsupported"
+    KV_SCALE_UNKNOWN = "kv_scale_unknown"
+    LOAD_CANCELLED = "load_cancelled"
     INTERNAL_ERROR = "internal_error"

@@ -19,6 +19,13 @@ Per request, in PyExecutor's order (TensorRT-LLM's documented connector call ord
 5. ``request_finished``: finished prompts of at least ``min_donor_tokens`` become donors (return True = pinned) within
    the pin budget; ``get_finished`` reports releases, each only after its id was passed in.
 
+TensorRT-LLM 1.3+ adds (docs/trtllm.md, "API generations"): ``RequestData.cache_salt`` (the tenant, see
+:mod:`trtllm_connector.tenancy`) and ``RequestData.block_hashes`` (the engine's block identity: an exact load whose
+donor and target blocks hash differently under the same salt is dropped, ``block_hash_mismatch``); the hooks
+``request_reset`` and ``cancel_load`` (drop or trim the promise, return its donor leases); per-layer-group hooks
+(more than one layer group is declined, ``layer_groups_unsupported``). Attention DP is not supported: one rank-0
+scheduler owns the donor registry and the pins of every rank.
+
 Who may get or give donor KV is :class:`~semblend_dynamo.policy.DonorPolicy`'s call: the tenant must be known
 (:mod:`trtllm_connector.tenancy`), and each request's *lineage* (exact or approximate) is tracked from its device
 prefix and its load to the donor it becomes, so approximate KV is never loaded or pinned as exact.
@@ -37,7 +44,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from semblend_kernels.layout import PagedKVLayout
+from semblend_kernels.layout import FP8_KV_DTYPE, PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
 
 from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file
@@ -57,7 +64,7 @@ from .metadata import ConnectorMetadata, LoadPlan
 from .model_info import ModelInfo
 from .outcome_link import OutcomeLink
 from .tenancy import read_tenancy, refine
-from .validation import Declined, ValidatedLoad, validate_load
+from .validation import Declined, ValidatedLoad, trim_load, validate_load
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +103,10 @@ class _Promise:
 
 class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     """The leader half (rank 0): donor lookup, validation, promises, pins and the plan."""
+
+    # Under attention DP every rank would run its own scheduler over its own pool; our pins, hints and donor ids
+    # assume one scheduler per engine, so TensorRT-LLM must refuse the combination at start-up.
+    supports_attention_dp = False
 
     def __init__(
         self,
@@ -141,6 +152,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._digests: dict[tuple[str, str], str] = {}
         self._worker_id = str(cfg.worker_id)
         self._tags: dict[int, dict[str, str]] = {}  # request id -> its audit role and trace id, until it is gone
+        self._engine_blocks: dict[int, tuple[list[int], str | None]] = {}  # 1.3+: block_hashes and cache_salt
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
@@ -171,6 +183,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         try:
             device_blocks = self._device_matched.pop(request_id, 0) // self.tokens_per_block
+            if any(b < 0 for b in block_ids):  # BAD_PAGE_INDEX: a sliding window passed these blocks
+                self._drop_promise(request_id, DeclineReason.LAYER_GROUPS_UNSUPPORTED, "blocks without a page (-1)")
+                block_ids = [b for b in block_ids if b >= 0]
             for donor in self.registry.note_allocation(block_ids[device_blocks:]):
                 self._released(donor, DeclineReason.GENERATION_MISMATCH)
             promise = self._promises.get(request_id)
@@ -186,6 +201,10 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         try:
             new_requests = list(getattr(scheduler_output, "new_requests", []))
             new_blocks = {int(rd.request_id): list(rd.new_block_ids) for rd in new_requests}
+            for rd in (*new_requests, *getattr(scheduler_output, "cached_requests", ())):
+                hashes = getattr(rd, "block_hashes", None)  # 1.3+: cumulative, so the latest report is the whole chain
+                if hashes:
+                    self._engine_blocks[int(rd.request_id)] = (hashes, getattr(rd, "cache_salt", None))
             for rd in new_requests:  # TensorRT-LLM 1.3+ hands the salt string here
                 request_id = int(rd.request_id)
                 decided = self._tenancy.get(request_id)
@@ -203,6 +222,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 for donor_id in promise.donor_ids:
                     self.registry.unlease(donor_id)
                 try:
+                    self._check_block_hashes(request_id, promise)
                     loads.append(self._plan(request_id, promise, new_blocks.get(request_id)))
                 except Exception as exc:
                     self.state.taint(request_id)
@@ -227,6 +247,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         tenancy = self._tenancy.pop(request_id, None)
         lineage = self._lineage.pop(request_id, None)
+        engine_blocks = self._engine_blocks.pop(request_id, None)
         try:
             self._device_matched.pop(request_id, None)
             if request_id in self._promises:
@@ -234,13 +255,77 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             tenancy = tenancy if tenancy is not None else read_tenancy(request)
             # A request never decided on holds KV of unknown history: only exact mode cannot have made it approximate.
             lineage = lineage if lineage is not None else Lineage.of(self.policy.shifted)
-            pinned = self._admit_donor(request, request_id, list(cache_block_ids), tenancy, lineage)
+            pinned = self._admit_donor(request, request_id, list(cache_block_ids), tenancy, lineage, engine_blocks)
             if not pinned:
                 self._tags.pop(request_id, None)
             return pinned
         except Exception:
             logger.exception("semblend connector: request_finished failed for request %s", request_id)
             return False
+
+    # --- TensorRT-LLM 1.3+ optional hooks ---------------------------------------------------------------
+    def request_reset(self, request: Any) -> None:
+        """The request's allocation was released and it will run again from the start: forget everything about it.
+
+        A promise not yet planned is dropped (its donor leases returned); the next attempt is decided afresh.
+        """
+        request_id = _request_id(request)
+        try:
+            self._drop_promise(request_id, DeclineReason.LOAD_CANCELLED, "request reset", taint=False)
+            for table in (self._device_matched, self._tenancy, self._lineage, self._engine_blocks):
+                table.pop(request_id, None)  # type: ignore[attr-defined]
+            self.state.pop_taint(request_id)  # the tainted blocks went with the allocation
+        except Exception:
+            logger.exception("semblend connector: request_reset failed for request %s", request_id)
+
+    def cancel_load(self, request: Any, start: int, end: int) -> None:
+        """The runtime will not consume the promised tokens in ``[start, end)`` (absolute prompt positions).
+
+        Loads are synchronous, so nothing was copied yet: the promise is cut to the part still consumed (a head or a
+        tail of it). A cut that would leave a hole, or nothing, drops the promise.
+        """
+        request_id = _request_id(request)
+        try:
+            promise = self._promises.get(request_id)
+            if promise is None or end <= start:
+                return
+            load = promise.load
+            lo, hi = load.start, load.start + load.tokens
+            if end <= lo or start >= hi:
+                return
+            keep = (lo, start) if start > lo and end >= hi else (end, hi) if start <= lo and end < hi else None
+            if keep is None:
+                # The runtime computes the whole range itself: nothing of ours lands, so nothing is tainted.
+                self._drop_promise(
+                    request_id, DeclineReason.LOAD_CANCELLED, f"cancel_load({start}, {end})", taint=False
+                )
+                return
+            promise.load = trim_load(load, *keep)
+            kept = {seg.donor.donor_id for seg in promise.load.segments}
+            for donor_id in promise.donor_ids:
+                if donor_id not in kept:
+                    self.registry.unlease(donor_id)
+            promise.donor_ids = tuple(d for d in promise.donor_ids if d in kept)
+            metrics.DECISIONS.labels("cancelled", DeclineReason.LOAD_CANCELLED.value).inc()
+        except Exception as exc:
+            logger.exception("semblend connector: cancel_load failed for request %s", request_id)
+            self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, f"cancel_load: {type(exc).__name__}: {exc}")
+
+    def update_state_after_alloc_by_layer_group(self, request: Any, block_ids_by_layer_group: list[list[int]]) -> None:
+        """1.3+ with per-layer-group page indices: one group is the flat case; more cannot be served."""
+        if len(block_ids_by_layer_group) == 1:
+            self.update_state_after_alloc(request, list(block_ids_by_layer_group[0]))
+            return
+        self._drop_promise(
+            _request_id(request),
+            DeclineReason.LAYER_GROUPS_UNSUPPORTED,
+            f"{len(block_ids_by_layer_group)} KV layer groups",
+        )
+
+    def request_finished_by_layer_group(self, request: Any, cache_block_ids_by_layer_group: list[list[int]]) -> bool:
+        """1.3+ with per-layer-group page indices: one group is the flat case; with more nothing is pinned."""
+        groups = cache_block_ids_by_layer_group
+        return self.request_finished(request, list(groups[0]) if len(groups) == 1 else [])
 
     def evict_donor(self, donor_id: str) -> bool:
         """Release a donor now (operator action, tests, replay); a leased donor is kept. Returns whether released."""
@@ -396,8 +481,13 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _check_backend(self, load: ValidatedLoad, tenancy: Tenancy) -> None:
         """What the worker, the cache and the donor policy need for this load, checked before the promise."""
         pool = self.state.pool_state()
+        groups = max(self.model.layer_groups, pool.layer_groups if pool else 1)
+        if groups > 1:
+            raise Declined(DeclineReason.LAYER_GROUPS_UNSUPPORTED, f"{groups} KV layer groups (sliding-window layers)")
         if pool is None:
             raise Declined(DeclineReason.UNSUPPORTED_LAYOUT, "the worker has not registered the KV pool")
+        if load.requires_rope_correction and self.model.kv_scale_missing:
+            raise Declined(DeclineReason.KV_SCALE_UNKNOWN, "fp8 KV without SEMBLEND_KV_SCALE: exact loads only")
         needs_geometry = any(
             s.delta or s.donor_start % self.tokens_per_block or s.length % self.tokens_per_block for s in load.segments
         )
@@ -408,6 +498,29 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             raise Declined(refused, "approximate KV needs a per-request cache salt tenant|nonce")
         if refused is not None:
             raise Declined(refused, f"{load.lineage.value} load")
+
+    def _check_block_hashes(self, request_id: int, promise: _Promise) -> None:
+        """1.3+: the engine's hash of each exactly loaded block must equal the donor's (raises :class:`Declined`).
+
+        Our identity of an exact block is (namespace, the tokens up to it); the engine's is its block hash, which also
+        covers what we cannot see (multimodal keys, extra token ids). Compared only where both chains are known and
+        both requests carry the same salt string (the salt is part of the chain).
+        """
+        target = self._engine_blocks.get(request_id)
+        if target is None:
+            return
+        target_hashes, salt = target
+        tpb = self.tokens_per_block
+        for seg in promise.load.segments:
+            donor = seg.donor
+            if not seg.exact_equivalent or not donor.block_hashes or donor.cache_salt != salt:
+                continue
+            last = min((seg.target_start + seg.length) // tpb, len(donor.block_hashes), len(target_hashes))
+            for j in range(seg.target_start // tpb, last):
+                if donor.block_hashes[j] != target_hashes[j]:
+                    raise Declined(
+                        DeclineReason.BLOCK_HASH_MISMATCH, f"block {j}: the engine's hash differs from {donor.donor_id}"
+                    )
 
     def _plan(self, request_id: int, promise: _Promise, new_block_ids: list[int] | None) -> LoadPlan:
         """The plan rows for a promise, after revalidating every donor (raises :class:`Declined`)."""
@@ -452,7 +565,13 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         )
 
     def _admit_donor(
-        self, request: Any, request_id: int, block_ids: list[int], tenancy: Tenancy, lineage: Lineage
+        self,
+        request: Any,
+        request_id: int,
+        block_ids: list[int],
+        tenancy: Tenancy,
+        lineage: Lineage,
+        engine_blocks: tuple[list[int], str | None] | None,
     ) -> bool:
         if self.state.pop_taint(request_id):  # promised KV that was never loaded: wrong content
             metrics.DONORS.labels("tainted").inc()
@@ -467,10 +586,15 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
             return False
+        if any(b < 0 for b in block_ids):  # a block without a page holds no KV
+            return False
         pool = self.state.pool_state()
         self.registry.budget_blocks = int(pool.num_blocks * self.cfg.pin_budget_fraction) if pool else 0
         namespace = self.model.namespace(lora=read_lora(request), tenant=tenancy.tenant)
-        result = self.registry.admit(request_id, namespace, prompt, block_ids, lineage)
+        hashes, salt = engine_blocks if engine_blocks is not None else ((), None)
+        result = self.registry.admit(
+            request_id, namespace, prompt, block_ids, lineage, block_hashes=hashes, cache_salt=salt
+        )
         for donor in result.released:
             self._released(donor, self.registry.why_gone(donor.donor_id))
         metrics.PINNED_BLOCKS.set(self.registry.held_blocks)
@@ -512,11 +636,12 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         if self.link is not None:
             self.link.lifecycle(donor, "released" if reason == DeclineReason.DONOR_LEASE_EXPIRED else "evicted")
 
-    def _drop_promise(self, request_id: int, reason: DeclineReason, detail: str) -> None:
+    def _drop_promise(self, request_id: int, reason: DeclineReason, detail: str, *, taint: bool = True) -> None:
         promise = self._promises.pop(request_id, None)
         if promise is None:
             return
-        self.state.taint(request_id)
+        if taint:
+            self.state.taint(request_id)
         for donor_id in promise.donor_ids:
             self.registry.unlease(donor_id)
         self._decline(
@@ -570,6 +695,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
 class SemBlendConnectorWorker(KvCacheConnectorWorker):
     """The worker half (every rank): copies donor KV into target blocks and reports donor releases."""
 
+    supports_attention_dp = False  # see SemBlendConnectorScheduler
+
     def __init__(
         self,
         llm_args: Any,
@@ -589,20 +716,37 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
         self.pool: torch.Tensor | None = None
         self.layout: PagedKVLayout | None = None
         self._inv_freq: torch.Tensor | None = None
+        self._kv_scale: torch.Tensor | None = None  # fp8: dequantization scale on the pool's device
         self._saving: set[int] = set()  # ids passed in finished_gen_req_ids, not yet reported
         self._releases_due: set[int] = set()
         self._launched: list[tuple[LoadPlan, Any]] = []
 
+    def register_kv_cache_layout(self, layout: Any) -> None:
+        """1.3+ (KV cache manager V2): one layer group is one pool tensor; more are declined, never registered."""
+        groups = len(getattr(layout, "groups", ()) or ())
+        tensor = layout.as_single_pool_tensor() if groups <= 1 else None
+        if tensor is None:
+            logger.warning("semblend connector: %d KV layer groups; every load will be declined", groups)
+            self.state.publish_pool(
+                PoolState(num_blocks=0, num_layers=0, geometry_ok=False, layer_groups=max(groups, 2))
+            )
+            return
+        self.register_kv_caches(tensor)
+
     def register_kv_caches(self, kv_cache_tensor: torch.Tensor) -> None:
         """Called once with the primary pool ``[num_blocks, num_layers, 2, tokens_per_block*kv_heads*head_dim]``."""
+        m = self.model
+        if m.fp8 and kv_cache_tensor.dtype in (torch.uint8, torch.int8):  # fp8 codes handed over as raw bytes
+            kv_cache_tensor = kv_cache_tensor.view(FP8_KV_DTYPE)
         self.pool = kv_cache_tensor
         nb, nl = int(kv_cache_tensor.shape[0]), int(kv_cache_tensor.shape[1])
-        m = self.model
         geometry_ok = False
+        if kv_cache_tensor.dtype == FP8_KV_DTYPE and m.kv_scale is not None:
+            self._kv_scale = torch.tensor(m.kv_scale, dtype=torch.float32, device=kv_cache_tensor.device)
         if m.num_kv_heads and m.head_dim:
             try:
                 layout = PagedKVLayout(nl, m.num_kv_heads, m.head_dim, m.tokens_per_block, m.layout_order)  # type: ignore[arg-type]
-                layout.check_pool(kv_cache_tensor)
+                layout.check_pool(kv_cache_tensor, self._byte_copy_scale(kv_cache_tensor))
                 self.layout = layout
                 geometry_ok = True
             except ValueError as exc:
@@ -704,7 +848,8 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
                 dst = rows[:, 2].to(pool.device)
                 if bool(torch.isin(dst, src).any()):
                     raise ValueError("copy source and target blocks overlap")
-                pool.index_copy_(0, dst, pool.index_select(0, src))
+                raw = pool.view(torch.uint8) if pool.element_size() == 1 else pool  # fp8: bytes (no CPU fp8 index_copy)
+                raw.index_copy_(0, dst, raw.index_select(0, src))
             else:
                 if self.layout is None:
                     raise RuntimeError("pool geometry unknown for a non-whole-block load")
@@ -718,12 +863,29 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
                 # Triton on the GPU (its host-side plan check refuses overlapping reads and writes); on CPU pools
                 # the torch reference, which is the kernel's oracle.
                 copy = rope_delta_copy if pool.is_cuda else rope_delta_copy_reference
-                copy(pool, rows, inv_freq, self.layout, rotary_dim=rotary_dim, style=style)
+                kv_scale = self._kv_scale
+                if kv_scale is None and pool.dtype == FP8_KV_DTYPE:
+                    if plan.requires_rope_correction:
+                        raise RuntimeError("fp8 KV scale unknown for a shifted load")
+                    kv_scale = self._byte_copy_scale(pool)
+                copy(pool, rows, inv_freq, self.layout, rotary_dim=rotary_dim, style=style, kv_scale=kv_scale)
             if on_cuda:
                 event = torch.cuda.Event()
                 event.record(stream)
                 return event
         return None
+
+    def _byte_copy_scale(self, pool: torch.Tensor) -> torch.Tensor | None:
+        """The scale handed to the kernels: the known one, or for an fp8 pool without one a placeholder 1.0.
+
+        The placeholder is safe only for delta-0 rows, which the kernels copy byte for byte without converting;
+        shifted loads are declined (``kv_scale_unknown``) before they are promised, and refused here.
+        """
+        if pool.dtype != FP8_KV_DTYPE:
+            return None
+        if self._kv_scale is not None:
+            return self._kv_scale
+        return torch.ones(1, dtype=torch.float32, device=pool.device)
 
     def _report_failure(self, plan: LoadPlan, exc: BaseException) -> None:
         self.state.taint(plan.request_id)

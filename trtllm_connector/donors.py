@@ -56,6 +56,10 @@ class Donor:
     """Approximate: some of the donor's KV came from a shifted load or was computed on top of one."""
     key: str = ""
     """``request_key`` of the donor's prompt: what a router hint names it by (``DonorHint.donor_key``)."""
+    block_hashes: tuple[int, ...] = ()
+    """TensorRT-LLM 1.3+: the engine's hash chain of the donor's full blocks (empty when the engine gives none)."""
+    cache_salt: str | None = None
+    """The salt string the engine mixed into ``block_hashes`` (1.3+ ``RequestData.cache_salt``)."""
 
     @property
     def num_blocks(self) -> int:
@@ -154,6 +158,9 @@ class DonorRegistry:
         tokens: Sequence[int],
         block_ids: Sequence[int],
         lineage: Lineage = Lineage.EXACT,
+        *,
+        block_hashes: Sequence[int] = (),
+        cache_salt: str | None = None,
     ) -> AdmitResult:
         """Called from ``request_finished``: pin the finished request as a donor if the budget allows."""
         need = len(block_ids)
@@ -180,6 +187,8 @@ class DonorRegistry:
             last_used=now,
             lineage=lineage,
             key=request_key(tokens),
+            block_hashes=tuple(block_hashes),
+            cache_salt=cache_salt,
         )
         self._live[donor.donor_id] = donor
         self._by_key[donor.key] = donor.donor_id

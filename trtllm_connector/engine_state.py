@@ -35,6 +35,8 @@ class PoolState:
     num_layers: int
     geometry_ok: bool
     """The pool's block size matches tokens_per_block * kv_heads * head_dim from the model config."""
+    layer_groups: int = 1
+    """KV layer groups the engine reported (more than one: variable sliding-window attention, declined)."""
 
 
 _engines_lock = threading.Lock()

@@ -23,6 +23,15 @@ The engine side is modelled as far as the connector's safety depends on it: bloc
 (finished requests' full blocks, connector-written ones included, become matchable under their salt, like
 TensorRT-LLM's radix tree), and the request shapes of TensorRT-LLM 1.2 and 1.3+ (:data:`SALT_SHAPES`).
 
+``api`` selects the connector API generation the harness speaks (``"1.2"`` or ``"1.3"``, the default): its
+``RequestData`` / ``SchedulerOutput`` stand-ins (:data:`trtllm_connector.base.STAND_INS`); with ``"1.3"`` every
+``RequestData`` carries ``cache_salt`` and ``block_hashes`` (a chain from :func:`stand_in_block_hashes`, standing in
+for the engine's C++ block hasher), and ``run_request`` can replay the 1.3+ hooks ``cancel_load`` and
+``request_reset`` the way KV cache manager V2 calls them.
+
+Pools may be fp8 (``dtype=torch.float8_e4m3fn`` with ``kv_scale``): the model quantizes K and V with the per-layer
+scale as TensorRT-LLM does (``stored = real / scale``, saturating round to nearest even).
+
 Limits: one request per iteration, no chunked prefill, no tensor parallelism, no CUDA graphs, no async loads.
 """
 
@@ -43,9 +52,9 @@ from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import rotate_reference
 
 from semblend_dynamo.audit import AuditWriter
-from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.config import SemblendConfig, parse_kv_scale
 
-from .base import RequestData, SchedulerOutput
+from .base import STAND_INS
 from .connector import SemBlendConnectorScheduler, SemBlendConnectorWorker
 from .hints import HintInbox
 
@@ -92,6 +101,8 @@ class ContextFreeStandInModel:
         self.rotary_dim = rotary_dim
         self.style = style
         self.vocab = vocab
+        self.kv_scale: torch.Tensor | None = None
+        """fp8 pools: the per-layer dequantization scale ``[num_layers]`` the model quantizes with."""
         gen = torch.Generator().manual_seed(seed)
         shape = (vocab, layout.num_layers, layout.num_kv_heads, layout.head_dim)
         self._k = torch.randn(shape, generator=gen)
@@ -110,8 +121,8 @@ class ContextFreeStandInModel:
         if start_pos >= len(tokens):
             return
         positions = list(range(start_pos, len(tokens)))
-        kv = self.kv_fp32([tokens[p] for p in positions], positions).to(pool.dtype)
-        scatter_tokens(pool, layout, block_ids, positions, kv)
+        kv = self.kv_fp32([tokens[p] for p in positions], positions)
+        scatter_tokens(pool, layout, block_ids, positions, kv, kv_scale=self.kv_scale)
 
 
 class ContextDependentStandInModel(ContextFreeStandInModel):
@@ -133,8 +144,10 @@ class ContextDependentStandInModel(ContextFreeStandInModel):
             return
         positions = list(range(start_pos, len(tokens)))
         ids = torch.tensor([tokens[p] for p in positions], dtype=torch.int64) % self.vocab
+        scale = torch.ones(layout.num_layers) if self.kv_scale is None else self.kv_scale.float().cpu()
+        scale = scale.expand(layout.num_layers).reshape(-1, 1, 1)
         if start_pos:
-            prev = gather_tokens(pool, layout, block_ids, [start_pos - 1])[0, :, 1].float().cpu()
+            prev = gather_tokens(pool, layout, block_ids, [start_pos - 1])[0, :, 1].float().cpu() * scale
         else:
             prev = torch.zeros(self._v.shape[1:])
         own_v = self.OWN * self._v[ids]
@@ -142,11 +155,11 @@ class ContextDependentStandInModel(ContextFreeStandInModel):
         v_out = torch.empty_like(own_v)
         for i in range(len(positions)):
             k_content[i] = self._k[ids[i]] + self.MIX * prev
-            prev = (own_v[i] + self.MIX * prev).to(pool.dtype).float()  # as the pool will hold it
+            prev = ((own_v[i] + self.MIX * prev) / scale).to(pool.dtype).float() * scale  # as the pool will hold it
             v_out[i] = prev
         pos = torch.tensor(positions, dtype=torch.int64)
         k = rotate_reference(k_content, pos, self.inv_freq, self.rotary_dim, self.style)
-        scatter_tokens(pool, layout, block_ids, positions, torch.stack([k, v_out], dim=2))
+        scatter_tokens(pool, layout, block_ids, positions, torch.stack([k, v_out], dim=2), kv_scale=self.kv_scale)
 
 
 def gather_tokens(
@@ -160,9 +173,17 @@ def gather_tokens(
 
 
 def scatter_tokens(
-    pool: torch.Tensor, layout: PagedKVLayout, block_ids: Sequence[int], positions: Sequence[int], kv: torch.Tensor
+    pool: torch.Tensor,
+    layout: PagedKVLayout,
+    block_ids: Sequence[int],
+    positions: Sequence[int],
+    kv: torch.Tensor,
+    *,
+    kv_scale: torch.Tensor | None = None,
 ) -> None:
-    """Write K/V ``[T, NL, 2, H, D]`` to the given token positions of a request."""
+    """Write K/V ``[T, NL, 2, H, D]`` to the given token positions of a request (``kv_scale``: quantize by it)."""
+    if kv_scale is not None:
+        kv = kv.float() / kv_scale.float().cpu().expand(layout.num_layers).reshape(1, -1, 1, 1, 1)
     tpb = layout.tokens_per_block
     blocks = torch.tensor([block_ids[p // tpb] for p in positions], dtype=torch.int64)
     offsets = torch.tensor([p % tpb for p in positions], dtype=torch.int64)
@@ -174,6 +195,24 @@ def scatter_tokens(
 SALT_SHAPES = ("cache_salt", "py_cache_salt", "cache_salt_id", "request_data", "none")
 """How a request carries its salt: a 1.2 string attribute, the integer id only (the C++ ``cache_salt_id``), the id on
 the request plus the string in 1.3+ ``RequestData.cache_salt``, or no salt field at all (tenant unknown)."""
+
+
+def stand_in_block_hashes(
+    tokens: Sequence[int], tokens_per_block: int, cache_salt: str | None, lora: Any = None, extra_key: str = ""
+) -> list[int]:
+    """A stand-in for the engine's block hash chain (1.3+ ``RequestData.block_hashes``), one per full block.
+
+    Like TensorRT-LLM's ``BlockKeyHasher``: each hash chains the parent's with the block's tokens; the salt, the LoRA
+    task and any extra key (standing in for multimodal keys) are mixed into the first block. The values are opaque:
+    the connector only compares them.
+    """
+    out: list[int] = []
+    parent = hashlib.blake2b(f"{cache_salt}|{lora}|{extra_key}".encode(), digest_size=8).digest()
+    for i in range(len(tokens) // tokens_per_block):
+        block = tokens[i * tokens_per_block : (i + 1) * tokens_per_block]
+        parent = hashlib.blake2b(parent + json.dumps(list(block)).encode(), digest_size=8).digest()
+        out.append(int.from_bytes(parent, "little"))
+    return out
 
 
 def salt_id(cache_salt: str) -> int:
@@ -219,11 +258,13 @@ class HarnessLlmArgs:
     kv_cache_config: Any = None
     enable_block_reuse: bool = True
     """TensorRT-LLM's default; copied into ``kv_cache_config`` where the engine keeps it."""
+    kv_dtype: str = "auto"
+    """``kv_cache_config.dtype``: ``auto`` or ``fp8``."""
 
     def __post_init__(self) -> None:
         if self.kv_cache_config is None:
             self.kv_cache_config = HarnessKvCacheConfig(
-                self.tokens_per_block, enable_block_reuse=self.enable_block_reuse
+                self.tokens_per_block, dtype=self.kv_dtype, enable_block_reuse=self.enable_block_reuse
             )
 
 
@@ -234,6 +275,7 @@ class HarnessKvCacheConfig:
     tokens_per_block: int
     dtype: str = "auto"
     enable_block_reuse: bool = True
+    max_attention_window: list[int] | None = None
 
 
 class BlockAllocator:
@@ -343,7 +385,13 @@ class PyExecutorHarness:
         dtype: torch.dtype = torch.bfloat16,
         device: str | torch.device = "cpu",
         prefix_reuse: bool = False,
+        api: str = "1.3",
     ) -> None:
+        if api not in STAND_INS:
+            raise ValueError(f"api {api!r}: one of {sorted(STAND_INS)}")
+        self.api = api
+        self._request_data = STAND_INS[api].request_data
+        self._scheduler_output = STAND_INS[api].scheduler_output
         self.scheduler = scheduler
         self.worker = worker
         self.layout = layout
@@ -377,11 +425,14 @@ class PyExecutorHarness:
         device: str | torch.device = "cpu",
         context_free: bool = False,
         llm_args: HarnessLlmArgs | None = None,
+        api: str = "1.3",
     ) -> PyExecutorHarness:
         """SemBlend's scheduler and worker over a pool of this geometry, with a stand-in model.
 
         ``prefix_reuse`` is the engine's block reuse (``enable_block_reuse``, also told to the connector through
         the LLM args). The model is :class:`ContextDependentStandInModel` unless ``context_free`` (bit-exact shifts).
+        An fp8 ``dtype`` makes the KV cache fp8 (``kv_cache_config.dtype``); the model then quantizes with
+        ``cfg.kv_scale`` (1.0 when unset), as the engine would with the checkpoint's scale.
         Unless ``cfg.rope_config`` is set, a Llama-style model config of this geometry is used. The scheduler gets
         its own hint inbox and (unless given) an in-memory audit writer, so harnesses do not share state.
         """
@@ -398,8 +449,11 @@ class PyExecutorHarness:
             cfg = cfg.model_copy(update={"rope_config": json.dumps(hf)})
         else:
             hf = json.loads(cfg.rope_config) if cfg.rope_config.strip().startswith("{") else hf
+        fp8 = dtype == torch.float8_e4m3fn
         if llm_args is None:
-            llm_args = HarnessLlmArgs(cfg.block_size, enable_block_reuse=prefix_reuse)
+            llm_args = HarnessLlmArgs(
+                cfg.block_size, enable_block_reuse=prefix_reuse, kv_dtype="fp8" if fp8 else "auto"
+            )
         audit = audit if audit is not None else AuditWriter(None)
         scheduler = SemBlendConnectorScheduler(
             llm_args, config=cfg, audit=audit, hints=hints if hints is not None else HintInbox(), clock=clock
@@ -409,7 +463,11 @@ class PyExecutorHarness:
         rope = RopeConfig.from_hf_config(hf)
         model_cls = ContextFreeStandInModel if context_free else ContextDependentStandInModel
         model = model_cls(layout, rope.inv_freq(), rotary_dim=rope.rotary_dim, style=rope.style, seed=seed)
-        return cls(scheduler, worker, layout, num_blocks, model, dtype=dtype, device=device, prefix_reuse=prefix_reuse)
+        if fp8:
+            model.kv_scale = torch.tensor(parse_kv_scale(cfg.kv_scale or "1.0"), dtype=torch.float32)
+        return cls(
+            scheduler, worker, layout, num_blocks, model, dtype=dtype, device=device, prefix_reuse=prefix_reuse, api=api
+        )
 
     @property
     def pinned_blocks(self) -> int:
@@ -425,57 +483,78 @@ class PyExecutorHarness:
         lora_task_id: int | None = None,
         output_tokens: int = 0,
         capture_kv: bool = True,
+        cancel_tail: int = 0,
+        reset_once: bool = False,
+        engine_extra_key: str = "",
     ) -> RequestResult:
         """One request end to end: a prefill iteration, ``output_tokens`` decode iterations, then finish.
 
         ``salt_shape`` says how the request carries ``cache_salt`` (:data:`SALT_SHAPES`); the engine's prefix cache
-        keys blocks by the salt whatever the shape.
+        keys blocks by the salt whatever the shape. API 1.3 only: ``cancel_tail`` tokens at the end of the offer are
+        cancelled (``cancel_load``) and computed by the "model" instead; ``reset_once`` releases the first
+        allocation (``request_reset``) and runs the request again from the start; ``engine_extra_key`` is mixed into
+        the engine's block hashes only (what the connector cannot see, e.g. multimodal content).
         """
+        if self.api == "1.2" and (cancel_tail or reset_once or salt_shape == "request_data"):
+            raise ValueError("cancel_load, request_reset and RequestData.cache_salt are TensorRT-LLM 1.3+ only")
         request = HarnessRequest(self._next_id, prompt, cache_salt, salt_shape)
         request.lora_task_id = lora_task_id
         self._next_id += 1
         tpb = self.layout.tokens_per_block
         cache_key = (cache_salt or "", lora_task_id)  # TensorRT-LLM's block key mixes in the salt and the LoRA task
-        device = self.allocator.match(prompt, cache_key)
-        num_computed = len(device) * tpb
-        promised, is_async = self.scheduler.get_num_new_matched_tokens(request, num_computed)
-        if is_async and promised == 0:
-            raise HarnessViolation("load_kv_async must be False when num_tokens is 0!")
-        if promised % tpb or promised < 0:
-            raise HarnessViolation(f"promised {promised} tokens: not whole blocks")
-        if num_computed + promised >= len(prompt):
-            raise HarnessViolation("There must be at least one uncomputed token in the prompt!")
-        block_ids = device + self.allocator.allocate(-(-len(prompt) // tpb) - len(device))
-        self.scheduler.update_state_after_alloc(request, list(block_ids))
-        new_request = RequestData(
-            request_id=request.request_id,
+        rd_salt = None if salt_shape == "none" else cache_salt
+        for attempt in range(2 if reset_once else 1):
+            device = self.allocator.match(prompt, cache_key)
+            num_computed = len(device) * tpb
+            promised, is_async = self.scheduler.get_num_new_matched_tokens(request, num_computed)
+            if is_async and promised == 0:
+                raise HarnessViolation("load_kv_async must be False when num_tokens is 0!")
+            if promised % tpb or promised < 0:
+                raise HarnessViolation(f"promised {promised} tokens: not whole blocks")
+            if num_computed + promised >= len(prompt):
+                raise HarnessViolation("There must be at least one uncomputed token in the prompt!")
+            block_ids = device + self.allocator.allocate(-(-len(prompt) // tpb) - len(device))
+            self.scheduler.update_state_after_alloc(request, list(block_ids))
+            if reset_once and attempt == 0:  # V2 rollback: the allocation dies, the request runs again from the start
+                self.scheduler.request_reset(request)
+                self.allocator.release(block_ids)
+        consumed = promised
+        if cancel_tail and promised:
+            consumed = max(0, promised - cancel_tail)
+            self.scheduler.cancel_load(request, num_computed + consumed, num_computed + promised)
+        new_request = self._new_request_data(
+            request.request_id,
             new_tokens=list(prompt),
             new_block_ids=list(block_ids),
             computed_position=num_computed,
-            num_scheduled_tokens=len(prompt) - num_computed - promised,
+            num_scheduled_tokens=len(prompt) - num_computed - consumed,
+            hashes=(prompt, rd_salt, lora_task_id, engine_extra_key),
         )
-        if salt_shape == "request_data":  # TensorRT-LLM 1.3+: the salt string reaches the connector here
-            new_request.cache_salt = cache_salt  # type: ignore[attr-defined]
+        if salt_shape == "request_data" or self.api != "1.2":  # TensorRT-LLM 1.3+: the salt string reaches us here
+            new_request.cache_salt = rd_salt  # type: ignore[attr-defined]
         fresh = block_ids[len(device) :]
-        before = self.pool[fresh].clone()
-        self._start_batch(SchedulerOutput(new_requests=[new_request], cached_requests=[]))
-        changed = (self.pool[fresh] != before).flatten(1).any(dim=1).tolist()
+        before = self.pool[fresh].view(torch.uint8).clone()
+        self._start_batch(self._scheduler_output(new_requests=[new_request], cached_requests=[]))
+        changed = (self.pool[fresh].view(torch.uint8) != before).flatten(1).any(dim=1).tolist()
         written = [b for b, c in zip(fresh, changed, strict=True) if c]
-        self._forward(block_ids, request.get_tokens(0), num_computed + promised)
+        self._forward(block_ids, request.get_tokens(0), num_computed + consumed)
         kv = gather_tokens(self.pool, self.layout, block_ids, range(len(prompt))) if capture_kv else None
         for _ in range(output_tokens):
             request.append(int(request.get_tokens(0)[-1]) + 1)
             tokens = request.get_tokens(0)
             if len(tokens) > len(block_ids) * tpb:
                 block_ids += self.allocator.allocate(1)
-            cached = RequestData(
-                request_id=request.request_id,
+            cached = self._new_request_data(
+                request.request_id,
                 new_tokens=tokens[-1:],
                 new_block_ids=block_ids[-1:],
                 computed_position=len(tokens) - 1,
                 num_scheduled_tokens=1,
+                hashes=(tokens, rd_salt, lora_task_id, engine_extra_key),
             )
-            self._start_batch(SchedulerOutput(new_requests=[], cached_requests=[cached]))
+            if self.api != "1.2":
+                cached.cache_salt = rd_salt  # type: ignore[attr-defined]
+            self._start_batch(self._scheduler_output(new_requests=[], cached_requests=[cached]))
             self._forward(block_ids, tokens, len(tokens) - 1)
         pinned = bool(self.scheduler.request_finished(request, list(block_ids)))
         self.allocator.store_for_reuse(block_ids, request.get_tokens(0)[: len(prompt)], cache_key)
@@ -489,7 +568,7 @@ class PyExecutorHarness:
             request_id=request.request_id,
             prompt_tokens=len(prompt),
             device_matched=num_computed,
-            promised=promised,
+            promised=consumed,
             block_ids=list(block_ids),
             connector_written_blocks=written,
             kv=kv,
@@ -497,9 +576,17 @@ class PyExecutorHarness:
             released_donors=released,
         )
 
+    def _new_request_data(self, request_id: int, *, hashes: tuple[Any, ...], **fields: Any) -> Any:
+        """This generation's ``RequestData`` (1.3+: with the block hash chain of the request's tokens so far)."""
+        rd = self._request_data(request_id=request_id, **fields)
+        if self.api != "1.2":
+            tokens, salt, lora, extra = hashes
+            rd.block_hashes = stand_in_block_hashes(tokens, self.layout.tokens_per_block, salt, lora, extra)
+        return rd
+
     def idle_iteration(self) -> list[int]:
         """An iteration without requests (the connector still builds metadata and reports releases)."""
-        self._start_batch(SchedulerOutput(new_requests=[], cached_requests=[]))
+        self._start_batch(self._scheduler_output(new_requests=[], cached_requests=[]))
         self.worker.wait_for_save(self.stream)
         self.worker._clear_connector_meta()
         return self._end_iteration([])

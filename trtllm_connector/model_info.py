@@ -1,8 +1,11 @@
 """What the connector must know about the engine and the model, read once at start-up.
 
 From TensorRT-LLM's ``llm_args`` (read with ``getattr``: fields differ across versions): tokens per block,
-the attention backend (head-major blocks for ``TRTLLM``, token-major otherwise), the KV dtype and the
-tensor-parallel size. From the model's Hugging Face ``config.json`` (``SEMBLEND_ROPE_CONFIG``, a path or inline
+the attention backend (head-major blocks for ``TRTLLM``, token-major otherwise), the KV dtype, the
+tensor-parallel size and the number of KV layer groups (distinct ``kv_cache_config.max_attention_window`` sizes:
+more than one is variable sliding-window attention, which the connector declines). For an fp8 KV cache the
+dequantization scale comes from ``SEMBLEND_KV_SCALE`` (the connector API does not expose the attention layers'
+``kv_scale_quant_orig``); without it shifted loads are declined and exact loads stay byte copies. From the model's Hugging Face ``config.json`` (``SEMBLEND_ROPE_CONFIG``, a path or inline
 JSON, else ``<model dir>/config.json``): the RoPE configuration and the KV head geometry. Anything missing or
 unsupported is recorded as a reason, so the scheduler declines the requests that would need it instead of failing.
 The namespace key carries the RoPE fingerprint only when it comes from ``SEMBLEND_ROPE_CONFIG``, the setting routers
@@ -17,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from semblend_kernels.rope import hf_config_dict
 
-from semblend_dynamo.config import ConfigError, SemblendConfig
+from semblend_dynamo.config import ConfigError, SemblendConfig, parse_kv_scale
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey, read_model_config
 from semblend_dynamo.tokenizer import tokenizer_fingerprint
 
@@ -41,6 +44,19 @@ class ModelInfo(BaseModel):
     inv_freq: tuple[float, ...] | None = None
     rope_unsupported: str | None = None
     """Why shifted spans cannot be corrected (None when they can)."""
+    kv_scale: tuple[float, ...] | None = None
+    """fp8 KV: the dequantization scale (one for the pool, or one per layer); None when not known or not fp8."""
+    layer_groups: int = 1
+    """KV layer groups (one per attention window size); the connector serves one only."""
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype == "fp8"
+
+    @property
+    def kv_scale_missing(self) -> bool:
+        """An fp8 cache without a known scale: K cannot be rotated, only copied byte for byte."""
+        return self.fp8 and self.kv_scale is None
 
     @property
     def shift_supported(self) -> bool:
@@ -85,7 +101,10 @@ class ModelInfo(BaseModel):
             "layout_order": order,
             "tp_size": tp,
             "tokenizer_fingerprint": tokenizer_fingerprint(cfg.tokenizer),
+            "layer_groups": _layer_groups(kv_cfg),
         }
+        if kv_dtype == "fp8" and cfg.kv_scale is not None:
+            values["kv_scale"] = parse_kv_scale(cfg.kv_scale)
         if hf is None:
             values["rope_unsupported"] = source_error
             return cls(**values)
@@ -100,9 +119,15 @@ class ModelInfo(BaseModel):
             values["rope_fingerprint"] = ""
         if values.get("head_dim") is None and hf.get("hidden_size") and hf.get("num_attention_heads"):
             values["head_dim"] = int(hf["hidden_size"]) // int(hf["num_attention_heads"])
-        if kv_dtype == "fp8" and values.get("rope_unsupported") is None:
-            values["rope_unsupported"] = "fp8 KV needs per-layer scales to rotate"
         return cls(**values)
+
+
+def _layer_groups(kv_cfg: Any) -> int:
+    """Distinct attention window sizes in ``kv_cache_config.max_attention_window`` (1 when unset or uniform)."""
+    windows = getattr(kv_cfg, "max_attention_window", None)
+    if isinstance(windows, (list, tuple)) and windows:
+        return len({int(w) for w in windows})
+    return 1
 
 
 def _tp_size(llm_args: Any) -> int:

@@ -132,3 +132,18 @@ def validate_load(
     if load.requires_rope_correction and not shift_supported:
         raise Declined(DeclineReason.UNSUPPORTED_ROPE)
     return load
+
+
+def trim_load(load: ValidatedLoad, start: int, end: int) -> ValidatedLoad:
+    """The part of ``load`` for target tokens ``[start, end)`` (``cancel_load``: the runtime consumes only that)."""
+    if not load.start <= start < end <= load.start + load.tokens:
+        raise ValueError(f"[{start}, {end}) is not inside the load [{load.start}, {load.start + load.tokens})")
+    segments = []
+    for seg in load.segments:
+        lo, hi = max(start, seg.target_start), min(end, seg.target_start + seg.length)
+        if lo < hi:
+            shift = lo - seg.target_start
+            segments.append(
+                Segment(seg.donor, seg.generation, seg.donor_start + shift, lo, hi - lo, seg.exact_equivalent)
+            )
+    return ValidatedLoad(start, end - start, tuple(segments))

@@ -43,8 +43,9 @@ def clock() -> ManualClock:
 
 @pytest.fixture()
 def make_harness(clock: ManualClock) -> Iterator[Callable[..., PyExecutorHarness]]:
-    """``make_harness(num_blocks=..., prefix_reuse=..., context_free=..., **settings)``: a harness with an in-memory
-    audit and the context-dependent stand-in model (``context_free=True``: the bit-exact-shift oracle)."""
+    """``make_harness(num_blocks=..., prefix_reuse=..., context_free=..., api=..., dtype=..., **settings)``: a harness
+    with an in-memory audit and the context-dependent stand-in model (``context_free=True``: the bit-exact-shift
+    oracle), speaking TensorRT-LLM API ``api`` ("1.2" or "1.3") over a KV pool of ``dtype``."""
 
     def build(
         *,
@@ -53,6 +54,8 @@ def make_harness(clock: ManualClock) -> Iterator[Callable[..., PyExecutorHarness
         audit: AuditWriter | None = None,
         geometry: dict[str, int] | None = None,
         context_free: bool = False,
+        api: str = "1.3",
+        dtype: torch.dtype = torch.bfloat16,
         **settings: Any,
     ) -> PyExecutorHarness:
         cfg = SemblendConfig(**{**BASE_SETTINGS, **settings})
@@ -63,6 +66,8 @@ def make_harness(clock: ManualClock) -> Iterator[Callable[..., PyExecutorHarness
             audit=audit,
             clock=clock,
             context_free=context_free,
+            api=api,
+            dtype=dtype,
             **(geometry or {}),
         )
 
