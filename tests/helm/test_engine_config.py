@@ -72,7 +72,9 @@ def test_connector_module_path_is_in_this_package() -> None:
 
 
 def test_shifted_without_isolation_is_refused_with_a_reason() -> None:
-    with pytest.raises(ValidationError, match="requires isolation: set SEMBLEND_ISOLATION=cache_salt or no_block_reuse"):
+    with pytest.raises(
+        ValidationError, match="requires isolation: set SEMBLEND_ISOLATION=cache_salt or no_block_reuse"
+    ):
         EngineConfigSettings(mode="shifted")
 
 
