@@ -206,3 +206,25 @@ def test_concurrent_inserts_searches_and_deletes_stay_consistent(backend: IndexB
     assert errors == []
     assert len(index) <= 200 and len(index) == index.size(NS_A)
     assert all(f"d{i}" not in index for i in range(0, 400, 3))
+
+
+@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+def test_usearch_removals_are_batched_and_never_returned() -> None:
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((600, 16)).astype(np.float32)
+    index = DonorIndex(16, 1000, IndexBackend.USEARCH)
+    index.insert_batch([f"d{i}" for i in range(600)], "ns", vectors)
+    part = index._partitions["ns"]
+    batch = part.REMOVE_BATCH  # type: ignore[attr-defined]
+    removed = {f"d{i}" for i in range(batch - 1)}
+    for donor_id in removed:
+        assert index.delete(donor_id)
+    assert len(part._pending) == batch - 1  # type: ignore[attr-defined]
+    assert index.size("ns") == 600 - (batch - 1)
+    for i in range(batch - 1):  # each removed donor's own vector: its nearest neighbour was itself
+        hits = index.search("ns", vectors[i], 8)
+        assert len(hits) == 8 and not {h.donor_id for h in hits} & removed
+    assert index.delete(f"d{batch - 1}")  # the batch is full: handed to usearch at once
+    assert not part._pending  # type: ignore[attr-defined]
+    assert index.size("ns") == 600 - batch
+    assert not {h.donor_id for h in index.search("ns", vectors[0], 8)} & (removed | {f"d{batch - 1}"})
