@@ -83,7 +83,7 @@ class ItemEvaluator:
         prompt = chat_tokens(self.tokenizer, item["recipient_prompt"])
         donors = [chat_tokens(self.tokenizer, d["text"]) for d in item["donor_prompts"]]
         n = len(prompt)
-        gold = list(self.tokenizer(item["answers"][0], add_special_tokens=False)["input_ids"]) + [self.stop]
+        gold = [*self.tokenizer(item["answers"][0], add_special_tokens=False)["input_ids"], self.stop]
         runner = PrefillRunner(self.model)
         cold_last = runner.prefill(prompt, 0, 1)
         cold_cache = runner.arena.cache(n)
