@@ -117,7 +117,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     markers = dict(zip(workload.TRANSFORMS, "osD^v<>x", strict=True))
     for transform in workload.TRANSFORMS:
         for mode, fill in (("exact", "full"), ("shifted", "none")):
@@ -137,7 +137,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_xlabel("materialized share of the prompt")
     ax.set_ylabel("mean KL(cold || warm) over answer tokens")
     ax.set_title("SmolLM2-135M-Instruct: quality loss vs materialized share (1e-7 = identical)")
-    ax.legend(fontsize=6, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -156,7 +156,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
     parser.add_argument("--answer-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
+    parser.add_argument(
+        "--from-rows",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="summarize these rows.jsonl files (of earlier runs) only",
+    )
     args = parser.parse_args(argv)
+    if args.from_rows:
+        rows = [json.loads(line) for path in args.from_rows for line in path.read_text().splitlines() if line.strip()]
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_summary(rows, args.out, {"argv": sys.argv, "from_rows": [str(p) for p in args.from_rows]})
+        return 0
     unknown = [m for m in args.modes.split(",") if m not in MODES]
     if unknown:
         parser.error(f"unknown mode(s) {unknown}; known: {list(MODES)}")
@@ -173,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.manifest is not None:
         try:
             items = workload.read_manifest(args.manifest)
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     else:
@@ -203,14 +215,44 @@ def main(argv: list[str] | None = None) -> int:
             bar.update()
             if not tty:
                 print(f"[quality] {k}/{len(items)} items, {time.perf_counter() - started:.0f}s", flush=True)
-    summary = summarize(rows)
     meta = {"argv": sys.argv, "hardware": hardware, "seconds": time.perf_counter() - started, "items": len(items)}
-    (args.out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=1))
-    (args.out / "summary.md").write_text(f"{hardware}; {meta['seconds']:.0f} s\n\n" + markdown(summary))
-    plot(rows, args.out / "quality_vs_share.png")
-    print(markdown(summary))
+    write_summary(rows, args.out, meta)
     print(f"[quality] done in {meta['seconds']:.0f}s -> {args.out}")
     return 0
+
+
+def write_summary(rows: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> None:
+    """``summary.json``, ``summary.md`` and the plot under ``out``; the table on stdout."""
+    summary = summarize(rows)
+    (out / "summary.json").write_text(
+        json.dumps({"meta": meta, "summary": summary, "gate": gate_report(rows)}, indent=1)
+    )
+    (out / "summary.md").write_text(json.dumps(meta) + "\n\n" + markdown(summary))
+    plot(rows, out / "quality_vs_share.png")
+    print(markdown(summary))
+    print(json.dumps(gate_report(rows), indent=1))
+
+
+def gate_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Shifted materializations (gate open) split by the gate's verdict, each with whether it met the quality bar."""
+    shifted = [r for r in rows if r["mode"] == "shifted" and r["materialized"] and r.get("plan_mode") == "shifted"]
+
+    def brief(r: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: r[k]
+            for k in ("transform", "prompt_tokens", "spans", "estimated_deviation", "mean_kl", "task_cold", "task_warm")
+        } | {"acceptable": r["acceptable"]}
+
+    accepted = [brief(r) for r in shifted if r.get("gate") == "accepted"]
+    declined = [brief(r) | {"gate": r.get("gate")} for r in shifted if r.get("gate") != "accepted"]
+    return {
+        "accepted": len(accepted),
+        "accepted_unacceptable": sum(1 for r in accepted if not r["acceptable"]),
+        "declined": len(declined),
+        "declined_unacceptable": sum(1 for r in declined if not r["acceptable"]),
+        "accepted_cases": accepted,
+        "declined_cases": declined,
+    }
 
 
 if __name__ == "__main__":

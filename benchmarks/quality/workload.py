@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MANIFEST_VERSION = "sembench.manifest.v1"
+from semblend_apps.replay.manifest import MANIFEST_VERSION
+
 TRANSFORMS = (
     "exact_repeat",
     "instruction_variant",
@@ -233,19 +234,10 @@ def write_manifest(path: Path, items: Sequence[dict[str, Any]]) -> None:
 
 
 def read_manifest(path: Path) -> list[dict[str, Any]]:
-    """Items of a SemBench JSONL manifest; one clear ``ValueError`` naming the line when one is malformed."""
-    out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            for key in ("item_id", "transform", "donor_prompts", "recipient_prompt"):
-                raw[key]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{lineno}: not a SemBench manifest item ({exc})") from None
-        out.append(raw)
-    return out
+    """Items of a SemBench manifest, checked by replay's reader (:class:`ManifestError` with one clear line)."""
+    from semblend_apps.replay.manifest import load_manifest
+
+    return [item.model_dump() for item in load_manifest(path)]
 
 
 def chat_tokens(tokenizer: Any, user_text: str) -> list[int]:
