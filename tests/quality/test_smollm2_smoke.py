@@ -1,7 +1,9 @@
 """Smoke version of benchmarks/quality on the real SmolLM2-135M-Instruct (CPU, short prompts, a few items).
 
-Exact mode must reproduce cold logits bit for bit (fp32); the negative control must materialize nothing; a leading
-evidence recipient is materialized in shifted mode with the deviation gate's approval and stays within the quality bar.
+Exact mode must reproduce cold logits bit for bit (fp32); the negative control must materialize nothing; in shifted
+mode (run with the gate open, then the default gate replayed on the plan) a leading-evidence recipient is accepted and
+stays within the quality bar, and a reordered-RAG recipient (a 64-token span moved by 214 positions) is declined, and
+would have changed the answer.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ def rows(smollm2):
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    recs = list(workload.records([200, 220], count))
-    items = workload.build(recs, ["exact_repeat", "leading_evidence_new_task", "negative_control"])[:3]
+    recs = list(workload.records([250, 300, 250], count))  # the first budget finds no entry to ask about: skipped
+    transforms = ["exact_repeat", "leading_evidence_new_task", "rag_reorder", "negative_control"]
+    items = workload.build(recs, transforms)[: len(transforms)]
     evaluator = ItemEvaluator(model, tokenizer, MODES, answer_tokens=4)
     return {(r["transform"], r["mode"]): r for item in items for r in evaluator.rows(item)}
 
@@ -74,3 +77,13 @@ def test_gate_lets_a_leading_evidence_span_through_within_the_quality_bar(rows):
     assert start == workload.SYSTEM_BLOCKS * BLOCK_SIZE and delta < 0
     assert row["gate"] == "accepted"
     assert row["acceptable"] and row["mean_kl"] <= 0.05
+
+
+@pytest.mark.slow
+def test_gate_declines_a_short_far_moved_span_that_would_have_changed_the_answer(rows):
+    row = rows[("rag_reorder", "shifted")]
+    assert row["materialized"] > 0  # the gate was open for the run
+    (_, _, exact_delta), (start, length, delta) = row["spans"]
+    assert exact_delta == 0 and start == 64 and length == 64 and delta < -200
+    assert row["gate"] == "deviation_too_high"
+    assert not row["acceptable"]
