@@ -32,8 +32,11 @@ def test_manifest_round_trips_through_replays_reader(tmp_path: Path) -> None:
 
 
 def test_evidence_is_sized_to_its_budget() -> None:
-    for rec in workload.records([300, 900], _words):
-        assert 0.5 * 300 <= sum(_words(p) + 2 for p in rec.paragraphs)
+    budgets = [300, 900, 2000]
+    recs = list(workload.records(budgets, _words))
+    assert len(recs) == len(budgets)
+    for budget, rec in zip(budgets, recs, strict=True):
+        assert budget / 2 <= sum(_words(p) + 2 for p in rec.paragraphs) <= budget
 
 
 def test_rouge_l_and_the_quality_bar() -> None:
