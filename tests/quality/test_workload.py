@@ -32,10 +32,10 @@ def test_manifest_round_trips_through_replays_reader(tmp_path: Path) -> None:
 
 
 def test_evidence_is_sized_to_its_budget() -> None:
-    budgets = [300, 900, 2000]
-    recs = list(workload.records(budgets, _words))
-    assert len(recs) == len(budgets)
-    for budget, rec in zip(budgets, recs, strict=True):
+    recs = list(workload.records([300, 900, 2000, 2000], _words))  # a stretch with no entry to ask about is skipped
+    assert len(recs) >= 3
+    for rec in recs:
+        budget = int(rec.source_id.split("-")[-2])
         assert budget / 2 <= sum(_words(p) + 2 for p in rec.paragraphs) <= budget
 
 
