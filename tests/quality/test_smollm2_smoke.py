@@ -40,7 +40,7 @@ def rows(smollm2):
     recs = list(workload.records([250, 300, 250], count))  # the first budget finds no entry to ask about: skipped
     transforms = ["exact_repeat", "leading_evidence_new_task", "rag_reorder", "negative_control"]
     items = workload.build(recs, transforms)[: len(transforms)]
-    evaluator = ItemEvaluator(model, tokenizer, MODES, answer_tokens=4)
+    evaluator = ItemEvaluator(model, tokenizer, MODES, answer_tokens=16)  # as in docs/quality.md
     return {(r["transform"], r["mode"]): r for item in items for r in evaluator.rows(item)}
 
 
