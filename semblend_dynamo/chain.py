@@ -31,7 +31,7 @@ from .outcomes import DeclineReason
 from .planner import span_deviation
 from .span_aligner import Span
 
-__all__ = ["ChainDecision", "ChainLoad", "ChainPlan", "ChainSettings", "plan_chain"]
+__all__ = ["ChainDecision", "ChainLoad", "ChainPlan", "ChainRequest", "ChainSettings", "chain_requests", "plan_chain"]
 
 
 class ChainSettings(BaseModel):
@@ -107,6 +107,31 @@ class ChainPlan(BaseModel):
     @property
     def steps(self) -> int:
         return len(self.step_prefixes)
+
+
+class ChainRequest(BaseModel):
+    """One request of a chain: the recipient's first ``prompt_tokens`` tokens, loading ``load`` after what is held."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int = Field(gt=0)
+    load: ChainLoad | None
+    final: bool
+
+
+def chain_requests(plan: ChainPlan, *, device_prefix_tokens: int = 0) -> list[ChainRequest]:
+    """The requests that run ``plan``, in order: prefill-only steps, then the real request (``final``).
+
+    Each request finds the previous one in the engine's prefix cache (same isolation salt), so the tokens it holds
+    when the connector is asked are the previous request's prompt; it loads the load that starts there.
+    """
+    by_start = {load.start: load for load in plan.loads}
+    out: list[ChainRequest] = []
+    held = device_prefix_tokens
+    for prefix in [*plan.step_prefixes, plan.prompt_tokens]:
+        out.append(ChainRequest(prompt_tokens=prefix, load=by_start.get(held), final=prefix == plan.prompt_tokens))
+        held = prefix
+    return out
 
 
 class ChainDecision(BaseModel):

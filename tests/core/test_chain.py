@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from semblend_dynamo.chain import ChainSettings, plan_chain
+from semblend_dynamo.chain import ChainSettings, chain_requests, plan_chain
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.planner import span_deviation
 from semblend_dynamo.span_aligner import Span
@@ -100,3 +100,29 @@ def test_the_last_prompt_token_is_never_loaded() -> None:
     plan = plan_chain(1024, spans, settings()).plan
     assert plan is not None
     assert plan.loads[-1].end <= 1023 // BS * BS
+
+
+def test_chain_requests_load_each_span_after_the_previous_step() -> None:
+    spans = [
+        Span(donor_id="a", donor_start=0, target_start=30, length=600),
+        Span(donor_id="b", donor_start=0, target_start=700, length=600),
+    ]
+    plan = plan_chain(1400, spans, settings()).plan
+    assert plan is not None
+    requests = chain_requests(plan)
+    assert [(r.prompt_tokens, r.load.start if r.load else None, r.final) for r in requests] == [
+        (48, None, False),  # computes the wrapper (and the first span's head)
+        (720, 48, False),  # loads the first span after the first step, computes the gap
+        (1400, 720, True),  # the real request loads the second span and computes the question
+    ]
+
+
+def test_a_chain_whose_first_load_starts_at_zero_loads_it_in_the_first_request() -> None:
+    spans = [
+        Span(donor_id="a", donor_start=64, target_start=0, length=600),
+        Span(donor_id="b", donor_start=0, target_start=700, length=600),
+    ]
+    plan = plan_chain(1400, spans, settings(head_tokens=0)).plan
+    assert plan is not None
+    requests = chain_requests(plan)
+    assert [(r.prompt_tokens, r.load.start if r.load else None) for r in requests] == [(704, 0), (1400, 704)]
