@@ -38,6 +38,7 @@ class AuditEvent(str, Enum):
     LOOKUP = "lookup"
     PROMISED = "promised"
     MATERIALIZED = "materialized"
+    CHAIN_STEP_LOADED = "chain_step_loaded"  # a prefill-chain step's load: not counted as reuse on its own
     DECLINED = "declined"
     DONOR_RELEASED = "donor_released"
     ROUTED = "routed"

@@ -104,18 +104,19 @@ def span_deviation(length: int, delta: int, *, skipped: int = 0) -> float:
     return min(1.0, CONTEXT_FLOOR + (1.0 - CONTEXT_FLOOR) * boundary + displacement + rope)
 
 
-def estimate_deviation(spans: Sequence[Span], exact_equivalent: Sequence[bool]) -> float:
+def estimate_deviation(spans: Sequence[Span], exact_equivalent: Sequence[bool], *, skipped: int = 0) -> float:
     """Token-weighted mean deviation over the shifted spans' tokens (0 when every span is exact-equivalent).
 
     Exact-equivalent spans are left out of the mean: their KV is exact, but it does not make the approximate KV
     after them any better. (Averaging them in let a 64-token shifted span after a 64-token exact system prompt pass
-    at half its estimate; on SmolLM2 it changed the greedy answer: docs/quality.md.)
+    at half its estimate; on SmolLM2 it changed the greedy answer: docs/quality.md.) ``skipped``: tokens after each
+    span's changed-context boundary that were recomputed, not loaded (a prefill chain's head recompute).
     """
     shifted = [s for s, exact in zip(spans, exact_equivalent, strict=True) if not exact]
     total = sum(s.length for s in shifted)
     if total == 0:
         return 0.0
-    return sum(s.length * span_deviation(s.length, s.delta) for s in shifted) / total
+    return sum(s.length * span_deviation(s.length, s.delta, skipped=skipped) for s in shifted) / total
 
 
 class Planner:
@@ -132,12 +133,15 @@ class Planner:
         similarity: float | None = None,
         device_prefix_tokens: int = 0,
         approximate_donors: Collection[str] = (),
+        chain_head_tokens: int | None = None,
     ) -> PlanDecision:
         """Decide for one target of ``target_len`` tokens whose first ``device_prefix_tokens`` are on device.
 
         ``spans`` come from :meth:`SpanAligner.align` (any order; overlapping spans are an error decline).
         ``similarity`` is the embedding similarity of the target to the donors, None when not computed.
         Spans of ``approximate_donors`` (donors whose own KV is approximate) are never exact-equivalent.
+        ``chain_head_tokens`` marks one request of a prefill chain: the chain planner already weighed the reuse of the
+        whole chain (no reuse-ratio gate here), and each span's first ``chain_head_tokens`` tokens were recomputed.
         """
         cfg = self.cfg
         bs = cfg.block_size
@@ -218,12 +222,12 @@ class Planner:
         plan_exact = [e for _, e in chosen]
         reused = sum(s.length for s in plan_spans)
         ratio = reused / target_len
-        if ratio < cfg.min_reuse_ratio:
+        if chain_head_tokens is None and ratio < cfg.min_reuse_ratio:
             return _decline(
                 DeclineReason.BELOW_REUSE_RATIO,
                 f"reuse {reused}/{target_len} = {ratio:.3f} < min_reuse_ratio {cfg.min_reuse_ratio}",
             )
-        deviation = estimate_deviation(plan_spans, plan_exact)
+        deviation = estimate_deviation(plan_spans, plan_exact, skipped=chain_head_tokens or 0)
         shifted = not all(plan_exact)
         if shifted:
             if similarity is not None and not similarity >= cfg.min_similarity:

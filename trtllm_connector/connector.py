@@ -351,6 +351,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         }
         if tags["role"] == Role.DONOR_PREFILL.value:  # a donor holds the KV a cold prefill gives: it never loads
             return 0
+        if hint is not None and hint.role == Role.CHAIN_STEP.value and not hint.spans:  # a chain step of own words
+            return 0
         refused = self.policy.may_seek(tenancy)
         if refused is not None or tenancy.tenant is None:
             return self._decline(request_id, refused or DeclineReason.TENANT_UNKNOWN, started, key=key)
@@ -373,6 +375,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             similarity=similarity,
             device_prefix_tokens=num_computed,
             approximate_donors=self._approximate_donors(spans),
+            chain_head_tokens=hint.chain_head_tokens if hint else None,
         )
         if hint is not None and not decision.accepted:  # the hinted donor alone falls short: search every donor
             local = self._find_spans(None, None, namespace, prompt)
@@ -790,8 +793,9 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
                 continue
             metrics.MATERIALIZED_TOKENS.labels(plan.lineage).inc(plan.tokens)
             if self.rank == 0:
+                chain_step = plan.role == Role.CHAIN_STEP.value
                 self.audit.write(
-                    event=AuditEvent.MATERIALIZED,
+                    event=AuditEvent.CHAIN_STEP_LOADED if chain_step else AuditEvent.MATERIALIZED,
                     role=plan.role,
                     trace_id=plan.trace_id,
                     outcome=Outcome.BACKEND_MATERIALIZED,

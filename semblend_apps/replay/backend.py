@@ -6,6 +6,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from semblend_dynamo.chain import ChainPlan
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.pipeline import DiscoveryResult
@@ -21,6 +22,8 @@ class BackendOutcome(BaseModel):
     materialized_tokens: int = Field(ge=0)
     reason: DeclineReason | None = None
     detail: str = ""
+    chain_steps: int = Field(0, ge=0, description="prefill-only steps run before the request (a prefill chain)")
+    chain_step_tokens: int = Field(0, ge=0, description="tokens those steps loaded (not the request's own reuse)")
 
 
 class ReplayBackend(Protocol):
@@ -41,3 +44,9 @@ class ReplayBackend(Protocol):
     def execute(
         self, request: WorkloadRequest, namespace: NamespaceKey, result: DiscoveryResult, *, trace_id: str
     ) -> BackendOutcome: ...
+
+    def execute_chain(
+        self, request: WorkloadRequest, namespace: NamespaceKey, chain: ChainPlan, *, trace_id: str
+    ) -> BackendOutcome:
+        """Run an accepted prefill chain: its steps, then the request (audited as ``chain_step`` / ``recipient``)."""
+        ...

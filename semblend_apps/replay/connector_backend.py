@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role, run_audit_path
+from semblend_dynamo.chain import ChainPlan, chain_requests
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey, isolating_salt
@@ -50,8 +51,15 @@ class ConnectorReplayBackend:
         self.audit = RequestTrackingAuditWriter(
             str(run_audit_path(cfg.audit_path or DEFAULT_AUDIT_PATH, append=cfg.audit_append))
         )
+        # The engine's block reuse follows the isolation setting; prefill chains need it (each step finds the previous).
         self.harness = PyExecutorHarness.with_stand_in(
-            cfg, num_layers=1, num_kv_heads=1, head_dim=8, num_blocks=num_blocks, audit=self.audit
+            cfg,
+            num_layers=1,
+            num_kv_heads=1,
+            head_dim=8,
+            num_blocks=num_blocks,
+            audit=self.audit,
+            prefix_reuse=cfg.isolation != "no_block_reuse",
         )
         self.scheduler = self.harness.scheduler
         self._donor_ids: dict[str, str] = {}  # replay donor id -> connector donor id
@@ -104,12 +112,64 @@ class ConnectorReplayBackend:
                 trace_id=trace_id,
             )
         )
-        run = self.harness.run_request(
-            request.tokens, cache_salt=isolating_salt(request.tenant, request.request_id), capture_kv=False
-        )
+        return self._run(request.tokens, isolating_salt(request.tenant, request.request_id))
+
+    def execute_chain(
+        self, request: WorkloadRequest, namespace: NamespaceKey, chain: ChainPlan, *, trace_id: str
+    ) -> BackendOutcome:
+        """Each request of the chain under the recipient's isolation salt, its load hinted; any failure runs cold."""
+        salt = isolating_salt(request.tenant, request.request_id)
+        step_tokens = 0
+        for steps, part in enumerate(chain_requests(chain)):
+            tokens = request.tokens[: part.prompt_tokens]
+            role = Role.RECIPIENT if part.final else Role.CHAIN_STEP
+            # Every request of the chain is hinted, so its records carry its role and the recipient's trace id; a step
+            # that only computes the recipient's own words names no spans and loads nothing.
+            donor = (part.load or chain.loads[0]).spans[0].donor_id
+            connector_donor = self._donor_ids.get(donor)
+            if connector_donor is None:
+                return self._cold(request, DeclineReason.DONOR_NOT_RESIDENT, "chain donor not pinned", steps)
+            spans = part.load.spans if part.load is not None else []
+            self.scheduler.hints.submit(
+                DonorHint(
+                    request_key=request_key(tokens),
+                    request_id=request.request_id,
+                    donor_id=connector_donor,
+                    worker_id=self.scheduler.cfg.worker_id,
+                    namespace=namespace.digest(),
+                    spans=[(s.donor_start, s.target_start, s.length) for s in spans if s.donor_id == donor],
+                    decision=Outcome.SEMANTIC_PLACEMENT,
+                    trace_id=trace_id,
+                    role=role,
+                    chain_head_tokens=self.scheduler.cfg.chain_head_tokens,
+                )
+            )
+            if part.final:
+                done = self._run(tokens, salt)
+                return done.model_copy(update={"chain_steps": steps, "chain_step_tokens": step_tokens})
+            records = self._records(tokens, salt)
+            loaded = sum(r.materialized or 0 for r in records if r.event == AuditEvent.CHAIN_STEP_LOADED.value)
+            if part.load is not None and not loaded:
+                # The chain broke: the request must not meet the steps' blocks, so it runs cold under a fresh salt.
+                return self._cold(
+                    request, DeclineReason.CHAIN_STEP_FAILED, f"step {steps + 1} loaded nothing", steps + 1
+                )
+            step_tokens += loaded
+        raise AssertionError("chain_requests always ends with the request itself")
+
+    def _cold(self, request: WorkloadRequest, reason: DeclineReason, detail: str, steps: int) -> BackendOutcome:
+        self._records(request.tokens, isolating_salt(request.tenant, f"{request.request_id}-cold"))
+        return BackendOutcome(materialized_tokens=0, reason=reason, detail=detail, chain_steps=steps)
+
+    def _records(self, tokens: list[int], salt: str) -> list[AuditRecord]:
+        """Prefill ``tokens`` through the harness; the connector's records of that request."""
+        run = self.harness.run_request(tokens, cache_salt=salt, capture_kv=False)
         if run.pinned:  # replay targets are not donors
             self.scheduler.evict_donor(self.scheduler.registry.donor_id_for(run.request_id))
-        records = self.audit.by_request.pop(str(run.request_id), [])
+        return self.audit.by_request.pop(str(run.request_id), [])
+
+    def _run(self, tokens: list[int], salt: str) -> BackendOutcome:
+        records = self._records(tokens, salt)
         materialized = sum(r.materialized or 0 for r in records if r.event == AuditEvent.MATERIALIZED.value)
         if materialized:
             return BackendOutcome(materialized_tokens=materialized)

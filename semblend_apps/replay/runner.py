@@ -29,11 +29,12 @@ from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, run_audit_path
+from semblend_dynamo.chain import ChainPlan, ChainSettings, plan_chain
 from semblend_dynamo.config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from semblend_dynamo.embedder import Embedder, HashEmbedder, build_embedder
 from semblend_dynamo.namespace import ModelIdentity, NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason, Outcome
-from semblend_dynamo.pipeline import DonorDiscovery, StageTimings
+from semblend_dynamo.pipeline import DiscoveryResult, DonorDiscovery, StageTimings
 from semblend_dynamo.tokenizer import TokenizerAdapter, TokenizerError
 
 from .backend import DEFAULT_AUDIT_PATH, BackendOutcome, ReplayBackend
@@ -86,6 +87,8 @@ class RequestReport(BaseModel):
     exact_prefix_tokens: int
     reused_tokens: int = Field(description="tokens the plan would load (or the backend loaded)")
     planned_tokens: int = Field(0, description="tokens of the plan (accepted or not), 0 without one")
+    chain_steps: int = Field(0, description="prefill-only steps a prefill chain ran before the request")
+    chain_step_tokens: int = Field(0, description="donor tokens those steps loaded (reach, not the request's reuse)")
     donor_count: int = Field(0, description="donors the request was built from (a manifest item: its donors)")
     donor_covered_tokens: int = Field(description="prompt tokens inside token-exact windows of resident donors")
     similarity: float | None = None
@@ -173,7 +176,7 @@ def replay_request(
     decision = result.decision
     reason = decision.reason
     plan = decision.plan
-    reused = 0
+    reused = chain_steps = chain_step_tokens = 0
     if result.exact_wins:
         cls, outcome = ReplayClass.EXACT, Outcome.EXACT_PREFIX_ROUTE
     elif discovery.cfg.discovery_only and result.has_evidence:
@@ -189,6 +192,14 @@ def replay_request(
                 cls, outcome = ReplayClass.MATERIALIZED, Outcome.BACKEND_MATERIALIZED
             else:
                 cls, outcome = ReplayClass.BACKEND_DECLINED, Outcome.BACKEND_DECLINED
+    elif (chain := _chain_for(discovery.cfg, request, result, backend)) is not None and backend is not None:
+        done = backend.execute_chain(request, namespace, chain, trace_id=trace_id)
+        reused, reason = done.materialized_tokens, done.reason
+        chain_steps, chain_step_tokens = done.chain_steps, done.chain_step_tokens
+        if done.materialized_tokens > 0:
+            cls, outcome = ReplayClass.MATERIALIZED, Outcome.BACKEND_MATERIALIZED
+        else:
+            cls, outcome = ReplayClass.BACKEND_DECLINED, Outcome.BACKEND_DECLINED
     elif result.spans or reason not in (DeclineReason.NO_CANDIDATE, None):
         cls, outcome = ReplayClass.DECLINED, Outcome.COLD_FALLBACK
     elif result.primary_donor is not None:
@@ -241,6 +252,8 @@ def replay_request(
         planned_tokens=plan.reused_tokens if plan is not None else 0,
         donor_count=len(request.seed_donors or request.related_donors),
         donor_covered_tokens=coverage.covered(digest, request.tokens) if coverage is not None else 0,
+        chain_steps=chain_steps,
+        chain_step_tokens=chain_step_tokens,
         similarity=result.best_similarity,
         primary_donor=result.primary_donor,
         primary_is_related=result.primary_donor in request.related_donors,
@@ -370,6 +383,22 @@ def expected_classes(cfg: SemblendConfig, backend: bool) -> list[ReplayClass]:
 LOADING = (ReplayClass.WOULD_MATERIALIZE, ReplayClass.MATERIALIZED)
 
 
+CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_RATIO)
+"""Plan declines a prefill chain can overcome: spans behind the recipient's own words, or too little of them at once."""
+
+
+def _chain_for(
+    cfg: SemblendConfig, request: WorkloadRequest, result: DiscoveryResult, backend: ReplayBackend | None
+) -> ChainPlan | None:
+    """An accepted prefill chain for a request the plain plan declined, or None (chains off, not shifted, no gain)."""
+    if backend is None or not cfg.chain_enabled or cfg.mode != "shifted" or not result.spans:
+        return None
+    if result.decision.reason not in CHAIN_REASONS:
+        return None
+    chain = plan_chain(len(request.tokens), result.spans, ChainSettings.from_config(cfg))
+    return chain.plan if chain.accepted else None
+
+
 def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
     """The report's ``by_transform``: per transform name, what its requests came to.
 
@@ -389,6 +418,8 @@ def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
                 "declined": {},
                 "cold": 0,
                 "materialized_tokens": 0,
+                "chain_steps": 0,
+                "chain_step_tokens": 0,
                 "donor_covered_tokens": 0,
                 "prompt_tokens": 0,
             },
@@ -396,6 +427,8 @@ def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
         row["requests"] += 1
         row["prompt_tokens"] += r.prompt_tokens
         row["donor_covered_tokens"] += r.donor_covered_tokens
+        row["chain_steps"] += r.chain_steps
+        row["chain_step_tokens"] += r.chain_step_tokens
         cls = r.replay_class
         if cls in LOADING:
             row["materialized"] += 1

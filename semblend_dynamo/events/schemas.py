@@ -101,7 +101,11 @@ class DonorHint(SemblendEvent):
     trace_id: str | None = Field(None, min_length=1, max_length=64)
     """The router's id for this request: the connector stamps it on its audit records, so the two sides join."""
     role: Role = Role.RECIPIENT
-    """``donor_prefill``: the request only makes a donor (a replay or benchmark seeding donors); it loads nothing."""
+    """``donor_prefill``: the request only makes a donor (a replay or benchmark seeding donors); it loads nothing.
+    ``chain_step``: a prefill-only step of a prefill chain (its loads are not a client's reuse)."""
+    chain_head_tokens: NonNeg | None = None
+    """Set on every request of a prefill chain: the chain was weighed as a whole (semblend_dynamo/chain.py) and each
+    span's first ``chain_head_tokens`` tokens are recomputed in the new context."""
 
 
 class RouteEvidence(SemblendEvent):

@@ -16,6 +16,7 @@ from tests.support.sembench_fixture import FIXTURE_PATH
 from tests.support.sembench_parser import parse_trtllm_audit
 
 SHIFTED = ("--exact-materialization-only", "0", "--isolation", "cache_salt")
+CHAIN = (*SHIFTED, "--chain-enabled", "1")
 TRANSFORMS = {
     "exact_repeat",
     "same_evidence_new_task",
@@ -36,7 +37,7 @@ def replay_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: s
     return data, Path(data["audit_path"])  # this run's file, beside --audit-path
 
 
-@pytest.mark.parametrize("mode", [(), SHIFTED], ids=["exact", "shifted"])
+@pytest.mark.parametrize("mode", [(), SHIFTED, CHAIN], ids=["exact", "shifted", "chain"])
 def test_sembench_parse_of_our_audit_counts_what_our_report_counts(capsys, tmp_path, mode) -> None:
     data, audit = replay_manifest(capsys, tmp_path, *mode)
     counts = parse_trtllm_audit(audit)
@@ -105,3 +106,30 @@ def test_by_transform_rows_add_up(capsys, tmp_path) -> None:
     # repeated and re-tasked evidence is covered by donors; the negative controls' documents are not
     assert data["by_transform"]["exact_repeat"]["donor_covered_tokens"] > 0
     assert data["by_transform"]["negative_control"]["donor_covered_tokens"] == 0
+
+
+def test_a_prefill_chain_reaches_evidence_behind_the_recipients_own_words(capsys, tmp_path) -> None:
+    plain, _ = replay_manifest(capsys, tmp_path / "plain", *SHIFTED)
+    chained, audit = replay_manifest(capsys, tmp_path / "chain", *CHAIN)
+    before, after = plain["by_transform"]["instruction_variant"], chained["by_transform"]["instruction_variant"]
+    assert before["materialized"] == 0 and before["declined"] == {"not_prefix_contiguous": before["requests"]}
+    assert after["materialized"] == after["requests"] and after["chain_steps"] >= after["requests"]
+    assert after["materialized_tokens"] >= 0.8 * after["donor_covered_tokens"]
+    assert chained["by_transform"]["negative_control"]["false_positives"] == 0
+    records = read_audit(audit)
+    chained_ids = {r["request_id"] for r in chained["requests"] if r["chain_steps"]}
+    traces = {r["trace_id"] for r in chained["requests"] if r["request_id"] in chained_ids}
+    steps = [r for r in records if r.get("role") == "chain_step"]
+    assert {r["trace_id"] for r in steps} <= traces  # steps are audited under their recipient's trace
+    assert not [r for r in steps if r["event"] == "materialized"]  # a step's load is never counted as reuse
+    loads = [r for r in records if r["event"] == "materialized" and r["trace_id"] in traces]
+    assert loads and all(r["lineage"] == "approximate" and r["requires_rope_correction"] for r in loads)
+
+
+def test_chain_steps_load_spans_and_are_audited_as_chain_steps(capsys, tmp_path) -> None:
+    data, audit = replay_manifest(capsys, tmp_path, *CHAIN, "--chain-step-overhead-tokens", "0")
+    rag = data["by_transform"]["rag_reorder"]
+    assert rag["materialized"] == rag["requests"] and rag["chain_step_tokens"] > 0
+    steps = [r for r in read_audit(audit) if r["event"] == "chain_step_loaded"]
+    assert sum(r["materialized"] for r in steps) == sum(t["chain_step_tokens"] for t in data["by_transform"].values())
+    assert all(r["role"] == "chain_step" and r["lineage"] == "approximate" for r in steps)
