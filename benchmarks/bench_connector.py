@@ -1,12 +1,13 @@
 """Scheduler decision latency: ``get_num_new_matched_tokens`` with ~10K pinned donor blocks, next to a no-op connector.
 
-Run: ``.venv/bin/python benchmarks/bench_connector.py [--prompt-tokens 2048] [--requests 2000]``
+Run: ``.venv/bin/python benchmarks/bench_connector.py [--prompt-tokens 8192] [--mode exact|shifted] [--requests 2000]``
 
 The SemBlend scheduler holds donors pinning ``--pinned-blocks`` blocks (budget = 10% of a virtual pool; no KV tensor
 is needed for a scheduler decision). Each measured request goes through the real per-request scheduler calls
 (``get_num_new_matched_tokens`` timed; ``update_state_after_alloc`` and ``build_connector_meta`` untimed, so leases
 and promises are settled as in PyExecutor). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
-a donor's first 3/4), and a hit named by a router hint. The no-op connector (returns ``(0, False)``) is the baseline
+a donor's first 3/4), and a hit named by a router hint; in ``--mode shifted`` (the span aligner runs, isolation
+``no_block_reuse``) also a shifted hit (3/4 of a donor taken from its token 40 on, so its KV moves by -40 positions). The no-op connector (returns ``(0, False)``) is the baseline
 measured in the same run. Audit records go to a real JSONL file, as in production (``--audit memory`` shows how much
 of the decision the audit's file writes take).
 """
@@ -14,6 +15,8 @@ of the decision the audit's file writes take).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import random
 import statistics
@@ -33,6 +36,16 @@ from trtllm_connector.harness import HarnessLlmArgs, HarnessRequest
 from trtllm_connector.hints import HintInbox
 
 TPB = 32
+LLAMA_3_8B_ROPE = json.dumps(
+    {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+        "rope_theta": 500000.0,
+    }
+)
 
 
 class NoOpConnectorScheduler(KvCacheConnectorScheduler):
@@ -62,9 +75,17 @@ def build_scheduler(
     blocks_per_donor = args.prompt_tokens // TPB
     # Budget (10% of the pool) = the pinned target plus the headroom the registry keeps for the next donor.
     num_blocks = (args.pinned_blocks + 2 * blocks_per_donor) * 10
-    llm_args = HarnessLlmArgs(TPB)
+    shifted = args.mode == "shifted"
+    llm_args = HarnessLlmArgs(TPB, enable_block_reuse=not shifted)
     EngineState.of(llm_args).publish_pool(PoolState(num_blocks=num_blocks, num_layers=32, geometry_ok=True))
-    cfg = SemblendConfig(block_size=TPB, pin_budget_fraction=0.1, min_donor_tokens=TPB)
+    cfg = SemblendConfig(
+        block_size=TPB,
+        pin_budget_fraction=0.1,
+        min_donor_tokens=TPB,
+        exact_materialization_only=not shifted,
+        isolation="no_block_reuse" if shifted else "none",
+        rope_config=LLAMA_3_8B_ROPE,
+    )
     sched = SemBlendConnectorScheduler(
         llm_args, config=cfg, audit=AuditWriter(audit_path), hints=HintInbox(capacity=1 << 16)
     )
@@ -85,16 +106,21 @@ def build_scheduler(
 
 
 def measure(
-    decide: Callable[[HarnessRequest], Any], settle: Callable[[HarnessRequest], None], prompts: list[list[int]]
-) -> list[float]:
+    decide: Callable[[HarnessRequest], tuple[int, bool]],
+    settle: Callable[[HarnessRequest], None],
+    prompts: list[list[int]],
+) -> tuple[list[float], int]:
+    """Decision times in µs and how many of the requests got a promise."""
     out = []
+    promised = 0
     for i, tokens in enumerate(prompts):
         request = HarnessRequest(10_000_000 + i, tokens)
         t0 = time.perf_counter()
-        decide(request)
+        tokens_promised, _ = decide(request)
         out.append((time.perf_counter() - t0) * 1e6)
+        promised += tokens_promised > 0
         settle(request)
-    return out
+    return out, promised
 
 
 def main() -> None:
@@ -102,6 +128,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=2048)
     parser.add_argument("--pinned-blocks", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--mode", choices=("exact", "shifted"), default="exact", help="exact prefix or span aligner")
     parser.add_argument("--audit", choices=("file", "memory"), default="file", help="audit JSONL file or in memory")
     args = parser.parse_args()
     rng = random.Random(1)
@@ -117,6 +144,8 @@ def main() -> None:
 
         misses = [fresh(args.prompt_tokens) for _ in range(args.requests)]
         hits = [rng.choice(donors)[:cut] + fresh(args.prompt_tokens - cut) for _ in range(args.requests)]
+        shift = TPB + TPB // 4  # not a whole block: the donor's KV must move (RoPE delta -40)
+        shifted_hits = [rng.choice(donors)[shift : shift + cut] + fresh(args.prompt_tokens - cut) for _ in hits]
 
         def settle(request: HarnessRequest) -> None:
             nonlocal target_block
@@ -128,7 +157,7 @@ def main() -> None:
 
         def hinted(request: HarnessRequest) -> Any:
             tokens = request.get_tokens(0)
-            donor_index = next(i for i, d in enumerate(donors) if d[:cut] == tokens[:cut])
+            donor_index = next(i for i, d in enumerate(donors) if d[:TPB] == tokens[:TPB])
             sched.hints.submit(
                 DonorHint(
                     request_key=request_key(tokens),
@@ -140,7 +169,7 @@ def main() -> None:
             )
             return None
 
-        results: dict[str, list[float]] = {}
+        results: dict[str, tuple[list[float], int]] = {}
         results["no-op connector (baseline)"] = measure(
             lambda r: noop.get_num_new_matched_tokens(r, 0), lambda r: None, misses
         )
@@ -148,6 +177,10 @@ def main() -> None:
         results["SemBlend, hit (local lookup)"] = measure(
             lambda r: sched.get_num_new_matched_tokens(r, 0), settle, hits
         )
+        if args.mode == "shifted":
+            results["SemBlend, shifted hit (local search)"] = measure(
+                lambda r: sched.get_num_new_matched_tokens(r, 0), settle, shifted_hits
+            )
         hinted_prompts = hits[: args.requests // 2]
         for tokens in hinted_prompts:
             hinted(HarnessRequest(0, tokens))
@@ -159,18 +192,19 @@ def main() -> None:
         pinned = sched.registry.pinned_blocks
         sched.audit.close()
 
-    base_p99 = percentiles(results["no-op connector (baseline)"])[1]
+    base_p99 = percentiles(results["no-op connector (baseline)"][0])[1]
     print(
         f"prompt {args.prompt_tokens} tokens, {pinned} pinned blocks in {len(donors)} donors, "
-        f"tokens_per_block {TPB}, audit to {args.audit}"
+        f"tokens_per_block {TPB}, mode {args.mode}, audit to {args.audit}"
     )
+    print(f"load average (1/5/15 min) at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     print(f"promises: {promised}; declines by reason: {declined}")
-    print("| case | n | p50 (µs) | p99 (µs) | p99 - baseline p99 (µs) |")
-    print("|---|---|---|---|---|")
-    for name, samples in results.items():
+    print("| case | n | promised | p50 (µs) | p99 (µs) | p99 - baseline p99 (µs) |")
+    print("|---|---|---|---|---|---|")
+    for name, (samples, n_promised) in results.items():
         p50, p99 = percentiles(samples)
-        print(f"| {name} | {len(samples)} | {p50:.1f} | {p99:.1f} | {p99 - base_p99:.1f} |")
+        print(f"| {name} | {len(samples)} | {n_promised} | {p50:.1f} | {p99:.1f} | {p99 - base_p99:.1f} |")
 
 
 if __name__ == "__main__":

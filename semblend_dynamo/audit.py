@@ -89,7 +89,8 @@ class AuditRecord(BaseModel):
         return self
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
+        # pydantic's own serializer: a third of model_dump + json.dumps, and audit writes are on the decision path
+        return self.model_dump_json(exclude_none=True)
 
 
 class AuditWriter:
