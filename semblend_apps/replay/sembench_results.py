@@ -20,7 +20,7 @@ from semblend_dynamo.audit import RUN_ID
 from .manifest import manifest_sha256
 
 if TYPE_CHECKING:
-    from .runner import ReplayReport, RequestReport
+    from .report import ReplayReport, RequestReport
 
 __all__ = ["RESULT_VERSION", "request_row", "write_results"]
 
