@@ -121,7 +121,11 @@ def replay_request(
     elif discovery.cfg.discovery_only and result.has_evidence:
         cls, outcome = ReplayClass.DISCOVERY_ONLY, Outcome.SEMANTIC_DISCOVERY_ONLY
         reused = plan.reused_tokens if plan is not None else 0
-    elif decision.accepted and plan is not None:
+    elif (
+        decision.accepted
+        and plan is not None
+        and (chain := _chain_for(discovery.cfg, request, result, backend)) is None
+    ):
         reused = plan.reused_tokens
         cls, outcome = ReplayClass.WOULD_MATERIALIZE, Outcome.SEMANTIC_PLACEMENT
         if backend is not None:
@@ -329,13 +333,18 @@ CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_
 def _chain_for(
     cfg: SemblendConfig, request: WorkloadRequest, result: DiscoveryResult, backend: ReplayBackend | None
 ) -> ChainPlan | None:
-    """An accepted prefill chain for a request the plain plan declined, or None (chains off, not shifted, no gain)."""
+    """A prefill chain for a request the plain plan declined or covers less of, or None (chains off, no gain)."""
     if backend is None or not cfg.chain_enabled or cfg.mode != "shifted" or not result.spans:
         return None
-    if result.decision.reason not in CHAIN_REASONS:
+    decision = result.decision
+    if decision.reason not in CHAIN_REASONS and not decision.accepted:
         return None
     chain = plan_chain(len(request.tokens), result.spans, ChainSettings.from_config(cfg))
-    return chain.plan if chain.accepted else None
+    if not chain.accepted or chain.plan is None:
+        return None
+    if decision.accepted and decision.plan is not None and chain.plan.loaded_tokens <= decision.plan.reused_tokens:
+        return None  # the plain load already takes as much: no steps needed
+    return chain.plan
 
 
 def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
