@@ -255,7 +255,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             tenancy = tenancy if tenancy is not None else read_tenancy(request)
             # A request never decided on holds KV of unknown history: only exact mode cannot have made it approximate.
             lineage = lineage if lineage is not None else Lineage.of(self.policy.shifted)
-            pinned = self._admit_donor(request, request_id, list(cache_block_ids), tenancy, lineage, engine_blocks)
+            # A chain step is a prefix of its recipient, prefilled only to be loaded after: never a donor of its own.
+            chain_step = self._tags.get(request_id, {}).get("role") == Role.CHAIN_STEP.value
+            pinned = not chain_step and self._admit_donor(
+                request, request_id, list(cache_block_ids), tenancy, lineage, engine_blocks
+            )
             if not pinned:
                 self._tags.pop(request_id, None)
             return pinned
@@ -407,8 +411,10 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             self._check_backend(load, tenancy)
         except Declined as d:
             return self._decline(request_id, d.reason, started, namespace=namespace, key=key, detail=d.detail)
+        # Every request of a prefill chain holds approximate KV (its loads sit after the recipient's own words).
+        in_chain = hint is not None and hint.chain_head_tokens is not None
         lineage = self._lineage[request_id] = Lineage.of(
-            device_lineage is Lineage.APPROXIMATE, load.lineage is Lineage.APPROXIMATE
+            device_lineage is Lineage.APPROXIMATE, load.lineage is Lineage.APPROXIMATE, in_chain
         )
         donors = {s.donor.donor_id: s.donor for s in load.segments}
         donor_ids = tuple(donors)
