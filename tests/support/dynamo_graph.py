@@ -31,6 +31,7 @@ from urllib.parse import unquote
 
 import nats
 
+from semblend_apps.up import write_model_dir
 from semblend_dynamo.audit import read_audit
 from semblend_dynamo.events.codec import RejectedMessage, decode
 from semblend_dynamo.events.schemas import RouteEvidence
@@ -38,43 +39,9 @@ from tests.support.nats import NatsServer, free_port
 from tests.support.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKENIZER = ROOT / "semblend_dynamo" / "data" / "tokenizer.json"
 MODEL = "tiny"
 BLOCK = 16
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def write_model_dir(path: Path) -> Path:
-    """A model directory the mocker and the Frontend accept: the bundled BPE tokenizer plus small configs."""
-    path.mkdir(parents=True, exist_ok=True)
-    shutil.copy(TOKENIZER, path / "tokenizer.json")
-    vocab = len(json.loads(TOKENIZER.read_text())["model"]["vocab"]) + 3
-    config = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "vocab_size": vocab,
-        "hidden_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "torch_dtype": "float16",
-        "max_position_embeddings": 8192,
-        "eos_token_id": 0,
-    }
-    (path / "config.json").write_text(json.dumps(config))
-    tokenizer_config = {
-        "eos_token": "<|endoftext|>",
-        "model_max_length": 8192,
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "chat_template": CHAT_TEMPLATE,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
-    return path
 
 
 class GraphProcess:
