@@ -3,8 +3,8 @@ mode, ``chain_enabled``) -> two ``dynamo.mocker --engine-type trtllm`` workers, 
 
 The router's steps are observed from outside it: its hints on the workers' NATS hint subjects (one per request of the
 chain, in order, each keyed by that request's own tokens), its ``RouteEvidence`` and its step counter; the
-mocker's own prefix cache (``cached_tokens`` of the real request: the steps' prefix, found on the same worker under
-the same salt).
+mocker's own prefix cache (``cached_tokens`` of the real request: the last step's prefix, found on the same worker).
+The stock mocker does not salt its block hashes, so the salt of every request is asserted in test_handler.py.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_router_runs_the_chain_steps_on_the_donors_worker_before_the_request(cha
     assert final == recipient.hint
     assert {h.worker_id for h in hints} == {donor.worker_id} and {h.trace_id for h in hints} == {recipient.trace_id}
     assert g.graph.router_metric("semblend_router_chain_steps_total", result="ok") == len(steps)
-    # the mocker found the last step's prefix in its cache: same worker, same salt (the steps' length is in the hint)
+    # the mocker found the last step's prefix in its cache: the step ran on the same worker (its length: the last load's start)
     last_step_tokens = final.spans[0][1]
     cached = response["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= last_step_tokens, (cached, [h.model_dump() for h in hints])
