@@ -216,7 +216,7 @@ class SemanticRouter:
         routed = self.parse(request, context)
         decision = await self.decide(routed)
         forwarded = self.forward_request(request, routed, decision)
-        if decision.chain_steps:
+        if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
         if decision.hint is not None:  # queued before the request is forwarded
             self.publisher.offer(self.subjects.hints(decision.hint.worker_id), decision.hint)
