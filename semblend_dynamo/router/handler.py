@@ -339,13 +339,14 @@ class SemanticRouter:
         decision.hint = self._hint(
             routed, result, donor.donor_id, donor.registration.donor_key, worker_id, dp_rank, outcome
         )
-        if outcome is Outcome.SEMANTIC_PLACEMENT and decision.reason in CHAIN_REASONS:
+        if outcome is Outcome.SEMANTIC_PLACEMENT and (decision.reason in CHAIN_REASONS or result.decision.accepted):
             self._plan_chain(routed, result, decision, decision.hint)
 
     def _plan_chain(
         self, routed: RoutedRequest, result: DiscoveryResult, decision: Decision, recipient: DonorHint
     ) -> None:
-        """Turn a placement into a prefill chain when chains are on, the engine reuses salted blocks and it pays."""
+        """Turn a placement into a prefill chain when chains are on, the engine reuses salted blocks, it pays and it
+        loads more than the plain plan would."""
         cfg = self.cfg
         tenant = routed.tenancy.tenant
         if not cfg.chain_enabled or cfg.mode != "shifted" or cfg.isolation != "cache_salt":
@@ -361,6 +362,9 @@ class SemanticRouter:
         chain = plan_chain(len(routed.tokens), spans, ChainSettings.from_config(cfg))
         if not chain.accepted or chain.plan is None:
             return
+        plain = result.decision.plan if result.decision.accepted else None
+        if plain is not None and chain.plan.loaded_tokens <= plain.reused_tokens:
+            return  # the plain load already takes as much: no steps needed
         *steps, (_, final) = chain_hints(chain.plan, routed.tokens, recipient, keys, cfg.chain_head_tokens)
         decision.chain_steps, decision.hint, decision.reason = steps, final, None
         decision.salt = isolating_salt(tenant, routed.trace_id)

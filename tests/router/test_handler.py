@@ -367,3 +367,15 @@ async def test_without_chains_or_salted_block_reuse_the_placement_is_declined_as
     [evidence] = [m for _, m in _queued(router) if isinstance(m, RouteEvidence)]
     assert evidence.decline_reason == "not_prefix_contiguous"
     assert evidence.hint is not None and evidence.hint.chain_head_tokens is None
+
+
+async def test_an_accepted_plain_plan_stays_plain_unless_the_chain_loads_more() -> None:
+    router, kv = _chain_router()
+    _make_resident_donor(router, CHAIN_DONOR, W1)
+    # the donor's own first 128 tokens, then new words: the plain prefix load takes it all, no chain
+    plain = CHAIN_DONOR[:128] + _own(48)
+    await _run(router, {"token_ids": plain})
+    assert len(kv.forwarded) == 1 and "cache_namespace" not in kv.forwarded[0]["routing"]
+    # the same prefix, then DOC1 behind new words: the chain loads DOC1 too
+    await _run(router, {"token_ids": CHAIN_DONOR[:128] + _own(32) + DOCS[1] + _own(16)})
+    assert [len(r["token_ids"]) for r in kv.forwarded[1:]] == [16, 176, 272]  # the first span's head is recomputed
