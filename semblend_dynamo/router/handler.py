@@ -20,6 +20,10 @@
 4. after the stream, :class:`RouteEvidence` is published and the prompt becomes a donor on the worker
    that served it (a :class:`DonorRegistration` every replica indexes).
 
+With ``chain_enabled`` in shifted mode, a placement whose plan was declined only because the spans sit behind the
+recipient's own words may run as a prefill chain (:mod:`semblend_dynamo.chain`): prefill-only steps on the donor's
+worker under the recipient's isolating salt, then the request itself (:meth:`SemanticRouter._run_chain`).
+
 Nothing on this path fails a request because of the semantic stage: every error there becomes a counted
 decline and the request is forwarded unrestricted.
 """
@@ -31,12 +35,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from dynamo.llm import compute_block_hash_for_seq
 from nats.aio.msg import Msg
 
+from ..chain import ChainSettings, plan_chain
 from ..config import SemblendConfig
 from ..events.codec import RejectedMessage, kv_events_from_dump
 from ..events.link import NatsLink
@@ -56,19 +61,22 @@ from ..events.schemas import (
 )
 from ..events.subjects import Subjects
 from ..events.subscriber import EventSubscriber
-from ..namespace import NamespaceKey
+from ..namespace import NamespaceKey, isolating_salt
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
 from ..policy import DonorPolicy, Tenancy
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .metrics import RouterMetrics
+from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
 from .sync import SyncLimiter, build_page, check_request, sync_inbox
 
 log = logging.getLogger(__name__)
 
 GAP_RESYNC_DELAY_S = 1.0
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
+CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_RATIO)
+"""Plan declines a prefill chain can overcome: spans behind the recipient's own words, or too few of them at once."""
 
 
 UNREADABLE_SALT = object()
@@ -119,6 +127,10 @@ class Decision:
     hint: DonorHint | None = None
     allowed_worker: int | None = None
     latency_us: dict[str, float] = field(default_factory=dict)
+    chain_steps: list[tuple[int, DonorHint]] = field(default_factory=list)
+    """A prefill chain's steps before the request, ``(prompt tokens, hint)`` each; ``hint`` is then the last hint."""
+    salt: str | None = None
+    """The cache salt the router gives the request (a chain's isolating salt), replacing the caller's."""
 
 
 def routing_fields(request: Mapping[str, Any]) -> tuple[str, object]:
@@ -204,6 +216,8 @@ class SemanticRouter:
         routed = self.parse(request, context)
         decision = await self.decide(routed)
         forwarded = self.forward_request(request, routed, decision)
+        if decision.salt is not None:  # a prefill chain (possibly of the request alone)
+            forwarded = await self._run_chain(forwarded, routed, decision)
         if decision.hint is not None:  # queued before the request is forwarded
             self.publisher.offer(self.subjects.hints(decision.hint.worker_id), decision.hint)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
@@ -211,13 +225,13 @@ class SemanticRouter:
         finished = False
         try:
             async for out in self._forward(forwarded, decision):
-                served = served or _served_worker(out)
+                served = served or served_worker(out)
                 yield out
             finished = True
         finally:
             self._record(routed, decision, served)
-            if finished and served is not None:
-                self._register_donor(routed, served)
+            if finished and served is not None:  # under the salt it ran with (chain steps are never donors)
+                self._register_donor(replace(routed, cache_salt=decision.salt) if decision.salt else routed, served)
 
     def parse(self, request: Mapping[str, Any], context: Any = None) -> RoutedRequest:
         """Validate the fields the router needs; raises :class:`BadRequest` with a clear message."""
@@ -325,6 +339,35 @@ class SemanticRouter:
         decision.hint = self._hint(
             routed, result, donor.donor_id, donor.registration.donor_key, worker_id, dp_rank, outcome
         )
+        if outcome is Outcome.SEMANTIC_PLACEMENT and (decision.reason in CHAIN_REASONS or result.decision.accepted):
+            self._plan_chain(routed, result, decision, decision.hint)
+
+    def _plan_chain(
+        self, routed: RoutedRequest, result: DiscoveryResult, decision: Decision, recipient: DonorHint
+    ) -> None:
+        """Turn a placement into a prefill chain when chains are on, the engine reuses salted blocks, it pays and it
+        loads more than the plain plan would."""
+        cfg = self.cfg
+        tenant = routed.tenancy.tenant
+        if not cfg.chain_enabled or cfg.mode != "shifted" or cfg.isolation != "cache_salt":
+            return
+        if tenant is None or routed.tenancy.salt_id is not None:
+            return  # the chain's salt must be a string of the request's own tenant
+        keys: dict[str, str | None] = {}
+        for span in result.spans:  # every load comes from a donor resident on the chain's worker
+            donor = self.catalog.resident_donor(span.donor_id)
+            if donor is not None and donor.worker == (recipient.worker_id, recipient.dp_rank):
+                keys[span.donor_id] = donor.registration.donor_key
+        spans = [s for s in result.spans if s.donor_id in keys]
+        chain = plan_chain(len(routed.tokens), spans, ChainSettings.from_config(cfg))
+        if not chain.accepted or chain.plan is None:
+            return
+        plain = result.decision.plan if result.decision.accepted else None
+        if plain is not None and chain.plan.loaded_tokens <= plain.reused_tokens:
+            return  # the plain load already takes as much: no steps needed
+        *steps, (_, final) = chain_hints(chain.plan, routed.tokens, recipient, keys, cfg.chain_head_tokens)
+        decision.chain_steps, decision.hint, decision.reason = steps, final, None
+        decision.salt = isolating_salt(tenant, routed.trace_id)
 
     def _hint(
         self,
@@ -377,6 +420,52 @@ class SemanticRouter:
         if routing:
             out["routing"] = routing
         return out
+
+    async def _run_chain(self, forwarded: dict[str, Any], routed: RoutedRequest, decision: Decision) -> dict[str, Any]:
+        """Run the chain's steps in order on its worker; the request to forward after them.
+
+        Each step is hinted, then sent with the chain's salt and waited for (``chain_step_timeout_s``, cancelled past
+        it). A step that fails sends the request cold: no hint, no pin, a fresh salt (it must not meet the steps'
+        blocks), decline ``chain_step_failed``.
+        """
+        assert decision.allowed_worker is not None and decision.salt is not None
+        t0 = time.perf_counter()
+        forwarded = salted(forwarded, decision.salt)
+        try:
+            for done, (prompt_tokens, hint) in enumerate(decision.chain_steps):
+                self.publisher.offer(self.subjects.hints(hint.worker_id), hint)
+                step = step_request(forwarded, prompt_tokens)
+                try:
+                    await run_step(
+                        self.kv_router.generate_from_request,
+                        step,
+                        decision.allowed_worker,
+                        self.cfg.chain_step_timeout_s,
+                    )
+                except ChainStepFailed as exc:
+                    self.metrics.chain_steps.labels(exc.result).inc()
+                    log.warning(
+                        "chain step %d/%d of %s failed (%s); running it cold",
+                        done + 1,
+                        len(decision.chain_steps),
+                        routed.request_id,
+                        exc,
+                    )
+                    return self._chain_failed(forwarded, routed, decision)
+                self.metrics.chain_steps.labels("ok").inc()
+            return forwarded
+        finally:
+            decision.latency_us["chain_steps"] = (time.perf_counter() - t0) * 1e6
+            self.metrics.stage_latency.labels("chain_steps").observe(decision.latency_us["chain_steps"] / 1e6)
+
+    def _chain_failed(self, forwarded: dict[str, Any], routed: RoutedRequest, decision: Decision) -> dict[str, Any]:
+        assert routed.tenancy.tenant is not None
+        decision.outcome, decision.reason = Outcome.COLD_FALLBACK, DeclineReason.CHAIN_STEP_FAILED
+        decision.hint, decision.allowed_worker = None, None
+        decision.salt = isolating_salt(routed.tenancy.tenant, f"{routed.trace_id}-cold")
+        routing = dict(forwarded.get("routing") or {})
+        routing.pop("allowed_worker_ids", None)
+        return salted(dict(forwarded, routing=routing), decision.salt)
 
     async def _forward(self, request: dict[str, Any], decision: Decision) -> AsyncIterator[dict[str, Any]]:
         """Forward through Dynamo; a restricted placement that fails before any output is retried unrestricted."""
@@ -626,12 +715,3 @@ def _context_id(context: Any) -> str | None:
             return None
         return str(value) if value else None
     return None
-
-
-def _served_worker(out: Mapping[str, Any]) -> tuple[int, int] | None:
-    """The worker Dynamo sent the request to, from the first response's ``routing_data``."""
-    worker = ((out.get("routing_data") or {}).get("worker_id")) or {}
-    worker_id = worker.get("decode_worker_id")
-    if worker_id is None:
-        return None
-    return int(worker_id), int(worker.get("decode_dp_rank") or 0)

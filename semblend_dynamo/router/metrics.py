@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from ..events.codec import REJECT_REASONS
 from ..outcomes import Outcome
+from .prefill_chain import STEP_RESULTS
 
 _LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 STREAMS = ("kv_events", "kv_index", "donors", "outcomes", "donors_sync", "sync_pages")
@@ -80,6 +81,14 @@ class RouterMetrics:
         self.forward_retries = Counter(
             "semblend_router_forward_retries", "placements retried without restriction", ["reason"], registry=r
         )
+        self.chain_steps = Counter(
+            "semblend_router_chain_steps",
+            "prefill-chain steps sent, by result (ok, timeout, error, wrong_worker: the chain then runs cold)",
+            ["result"],
+            registry=r,
+        )
+        for result in STEP_RESULTS:
+            self.chain_steps.labels(result)
         for outcome in Outcome:
             self.decisions.labels(outcome.value)
         for stream in STREAMS:

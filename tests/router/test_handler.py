@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -235,3 +236,146 @@ async def test_blocks_hinted_and_backend_confirmed_are_counted_per_worker() -> N
     )
     router.on_outcome(report, None)  # type: ignore[arg-type]
     assert router.metrics.confirmed_blocks.labels(f"{W1:x}")._value.get() == 3  # whole blocks only
+
+
+# --- prefill chains ---------------------------------------------------------------------------------------------
+CHAIN_SETTINGS = dict(
+    exact_materialization_only=False, isolation="cache_salt", chain_enabled=True, chain_step_overhead_tokens=0
+)
+
+
+class ChainKvRouterTestDouble(KvRouterTestDouble):
+    """Also notes how many messages were queued for NATS when each request was forwarded, and can make chain steps
+    (``max_tokens == 1``) hang, fail or land on another worker."""
+
+    def __init__(self, router_of: Any, step_fault: str | None = None) -> None:
+        super().__init__()
+        self.router_of = router_of
+        self.step_fault = step_fault
+        self.queued_at_forward: list[int] = []
+        self.closed_streams = 0
+
+    async def generate_from_request(self, request: dict[str, Any]) -> Any:
+        self.queued_at_forward.append(self.router_of().publisher.backlog)
+        if request["stop_conditions"].get("max_tokens") != 1 or self.step_fault is None:
+            return await super().generate_from_request(request)
+        self.forwarded.append(request)
+        if self.step_fault == "error":
+            raise RuntimeError("worker went away")
+        double = self
+
+        async def stream() -> Any:
+            try:
+                if double.step_fault == "timeout":
+                    await asyncio.Event().wait()
+                yield {"token_ids": [1], "routing_data": {"worker_id": {"decode_worker_id": W2, "decode_dp_rank": 0}}}
+            finally:
+                double.closed_streams += 1
+
+        return stream()
+
+
+def _chain_router(step_fault: str | None = None, **settings: Any) -> tuple[SemanticRouter, ChainKvRouterTestDouble]:
+    router, _ = _router(**{**CHAIN_SETTINGS, "chain_step_timeout_s": 0.05, **settings})
+    kv = ChainKvRouterTestDouble(lambda: router, step_fault)
+    router.kv_router = kv
+    return router, kv
+
+
+def _own(n: int) -> list[int]:
+    return [RNG.randrange(7000, 9000) for _ in range(n)]
+
+
+# donor: [32 other][DOC0][DOC1]; recipient: [32 own][DOC0][32 own][DOC1][16 own] = 272 tokens. With 16-token blocks
+# and a 16-token head: load 1 is DOC0's target [48, 128), load 2 is DOC1's [176, 256); steps of 48 and 176 tokens.
+CHAIN_DONOR = _own(32) + DOCS[0] + DOCS[1]
+CHAIN_RECIPIENT = _own(32) + DOCS[0] + _own(32) + DOCS[1] + _own(16)
+
+
+def _queued(router: SemanticRouter) -> list[tuple[str, Any]]:
+    return [router.publisher._queue.get_nowait() for _ in range(router.publisher.backlog)]
+
+
+async def test_chain_runs_its_steps_on_the_donor_worker_under_one_salt_then_the_request() -> None:
+    router, kv = _chain_router()
+    _make_resident_donor(router, CHAIN_DONOR, W1)
+    caller = {"token_ids": CHAIN_RECIPIENT, "stop_conditions": {"max_tokens": 7}}
+    outputs = await _run(router, caller)
+    assert outputs and outputs[0]["routing_data"]["worker_id"]["decode_worker_id"] == W1
+    assert [len(r["token_ids"]) for r in kv.forwarded] == [48, 176, 272]
+    assert all(r["token_ids"] == CHAIN_RECIPIENT[: len(r["token_ids"])] for r in kv.forwarded)
+    assert [r["stop_conditions"] for r in kv.forwarded] == [{"max_tokens": 1}, {"max_tokens": 1}, {"max_tokens": 7}]
+    assert all(r["routing"]["allowed_worker_ids"] == [W1] for r in kv.forwarded)
+    salts = {(r["routing"]["cache_namespace"], r["extra_args"]["nvext"]["cache_salt"]) for r in kv.forwarded}
+    [(salt, nvext_salt)] = salts
+    assert salt == nvext_salt and salt.startswith("|") and len(salt) > 1  # default tenant "", a per-request nonce
+    assert kv.queued_at_forward == [1, 2, 3]  # each request's hint is queued before it is sent
+    queued = _queued(router)
+    hints = [(subject, m) for subject, m in queued if isinstance(m, DonorHint)]
+    assert [s for s, _ in hints] == [router.subjects.hints(W1)] * 3
+    assert [h.role for _, h in hints] == ["chain_step", "chain_step", "recipient"]
+    assert [h.request_key for _, h in hints] == [request_key(CHAIN_RECIPIENT[:n]) for n in (48, 176, 272)]
+    assert [h.spans for _, h in hints] == [[], [(48, 48, 80)], [(144, 176, 80)]]
+    assert {h.chain_head_tokens for _, h in hints} == {16} and {h.donor_id for _, h in hints} == {"donor"}
+    assert len({h.trace_id for _, h in hints}) == 1
+    [evidence] = [m for _, m in queued if isinstance(m, RouteEvidence)]
+    assert evidence.outcome == Outcome.SEMANTIC_PLACEMENT and evidence.decline_reason is None
+    assert evidence.hint == hints[-1][1] and evidence.worker_id == W1
+    assert router.metrics.chain_steps.labels("ok")._value.get() == 2
+
+
+async def test_only_the_chained_request_becomes_a_donor_under_the_salt_it_ran_with() -> None:
+    router, kv = _chain_router()
+    _make_resident_donor(router, CHAIN_DONOR, W1)
+    await _run(router, {"token_ids": CHAIN_RECIPIENT})
+    await router.drain_registrations()
+    salt = kv.forwarded[-1]["routing"]["cache_namespace"]
+    added = [m for _, m in _queued(router) if isinstance(m, DonorRegistration)]
+    [registration] = added  # the 48- and 176-token steps are not donors
+    assert registration.num_tokens == len(CHAIN_RECIPIENT) and registration.worker_id == W1
+    assert registration.block_hashes == compute_block_hash_for_seq(CHAIN_RECIPIENT, BLOCK, cache_namespace=salt)
+
+
+@pytest.mark.parametrize("fault", ["timeout", "error", "wrong_worker"])
+async def test_a_failed_step_sends_the_request_cold_under_a_fresh_salt(fault: str) -> None:
+    router, kv = _chain_router(step_fault=fault)
+    _make_resident_donor(router, CHAIN_DONOR, W1)
+    outputs = await _run(router, {"token_ids": CHAIN_RECIPIENT})
+    assert outputs  # the request is still served
+    step, real = kv.forwarded
+    assert len(step["token_ids"]) == 48 and len(real["token_ids"]) == len(CHAIN_RECIPIENT)
+    assert "allowed_worker_ids" not in real["routing"]
+    assert real["routing"]["cache_namespace"] == real["extra_args"]["nvext"]["cache_salt"]
+    assert real["routing"]["cache_namespace"] not in ("", step["routing"]["cache_namespace"])
+    assert kv.closed_streams == (0 if fault == "error" else 1)  # a timed-out step is cancelled, its stream closed
+    queued = _queued(router)
+    assert [m.role for _, m in queued if isinstance(m, DonorHint)] == ["chain_step"]  # the real request: no hint
+    [evidence] = [m for _, m in queued if isinstance(m, RouteEvidence)]
+    assert evidence.outcome == Outcome.COLD_FALLBACK and evidence.decline_reason == "chain_step_failed"
+    assert evidence.hint is None
+    assert router.metrics.chain_steps.labels(fault)._value.get() == 1
+    assert router.metrics.declines.labels("chain_step_failed")._value.get() == 1
+
+
+@pytest.mark.parametrize("settings", [{"chain_enabled": False}, {"isolation": "no_block_reuse"}])
+async def test_without_chains_or_salted_block_reuse_the_placement_is_declined_as_before(settings: dict) -> None:
+    router, kv = _chain_router(**settings)
+    _make_resident_donor(router, CHAIN_DONOR, W1)
+    await _run(router, {"token_ids": CHAIN_RECIPIENT})
+    [sent] = kv.forwarded
+    assert "cache_namespace" not in sent["routing"]  # the caller's salt (none) is kept
+    [evidence] = [m for _, m in _queued(router) if isinstance(m, RouteEvidence)]
+    assert evidence.decline_reason == "not_prefix_contiguous"
+    assert evidence.hint is not None and evidence.hint.chain_head_tokens is None
+
+
+async def test_an_accepted_plain_plan_stays_plain_unless_the_chain_loads_more() -> None:
+    router, kv = _chain_router()
+    _make_resident_donor(router, CHAIN_DONOR, W1)
+    # the donor's own first 128 tokens, then new words: the plain prefix load takes it all, no chain
+    plain = CHAIN_DONOR[:128] + _own(48)
+    await _run(router, {"token_ids": plain})
+    assert len(kv.forwarded) == 1 and "cache_namespace" not in kv.forwarded[0]["routing"]
+    # the same prefix, then DOC1 behind new words: the chain loads DOC1 too
+    await _run(router, {"token_ids": CHAIN_DONOR[:128] + _own(32) + DOCS[1] + _own(16)})
+    assert [len(r["token_ids"]) for r in kv.forwarded[1:]] == [16, 176, 272]  # the first span's head is recomputed

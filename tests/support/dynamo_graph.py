@@ -237,6 +237,10 @@ class DynamoGraph:
     def evidence_subject(self) -> str:
         return f"namespace.{self.worker_ns}.component.backend.endpoint.generate.semblend.evidence"
 
+    def hints_subject(self) -> str:
+        """Every worker's hint subject."""
+        return f"namespace.{self.worker_ns}.component.backend.endpoint.generate.semblend.hints.*"
+
     def close(self) -> dict[str, float]:
         """Stop every process (reverse start order) by PID with SIGTERM; returns each one's exit seconds."""
         took = {}
@@ -283,10 +287,12 @@ class Frontend:
 
 
 class EvidenceTap:
-    """Collects the router's ``RouteEvidence`` records from NATS (its own record of every decision)."""
+    """Collects the router's ``RouteEvidence`` records (its own record of every decision), or the records of another
+    ``schema`` (its ``DonorHint`` messages), from NATS."""
 
-    def __init__(self, nats_url: str, subject: str) -> None:
-        self.records: list[RouteEvidence] = []
+    def __init__(self, nats_url: str, subject: str, schema: type[Any] = RouteEvidence) -> None:
+        self.schema = schema
+        self.records: list[Any] = []
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
@@ -303,7 +309,7 @@ class EvidenceTap:
 
         async def on_msg(msg: Any) -> None:
             try:
-                record = decode(msg.data, RouteEvidence, max_bytes=1 << 20)
+                record = decode(msg.data, self.schema, max_bytes=1 << 20)
             except RejectedMessage:
                 return
             with self._lock:
