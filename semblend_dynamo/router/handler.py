@@ -512,6 +512,7 @@ class SemanticRouter:
         """Called for each decoded kv-events message."""
         gaps = self.catalog.apply_kv_events(batch.events)
         self.metrics.kv_blocks_in.inc(sum(event.num_blocks for event in batch.events))
+        self.metrics.kv_ingest_lag.observe(max(0.0, time.time() - batch.published_at / 1000))
         if gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
 
