@@ -33,7 +33,6 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -97,10 +96,11 @@ async def emulator(args: argparse.Namespace) -> None:
 
     workers: list[tuple[int, Any]] = []
     runtimes = []
+    serving = []
     for _ in range(args.workers):
         drt = DistributedRuntime(loop, "file", "tcp", event_plane="nats")
         ep = drt.endpoint(f"{args.worker_ns}.backend.generate")
-        asyncio.ensure_future(ep.serve_endpoint(generate))
+        serving.append(asyncio.ensure_future(ep.serve_endpoint(generate)))
         runtime_config = ModelRuntimeConfig()
         runtime_config.total_kv_blocks = 1 << 20
         # A model card with a runtime config, as a worker registers: Dynamo's KvRouter then knows the worker and
@@ -253,7 +253,7 @@ async def emulator(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     print("EMULATOR_READY", flush=True)
     await stop.wait()
-    for task in tasks:
+    for task in tasks + serving:
         task.cancel()
     await nc.close()
     for (_, publisher), drt in zip(workers, runtimes, strict=True):
@@ -427,8 +427,8 @@ def bench(args: argparse.Namespace) -> None:
             state = control(graph.nats.url, {"cmd": "donors", "upto": n}, timeout=3600)
             published_s = time.monotonic() - t0
             for r in (a, b):
-                wait_for(lambda r=r: r.get("/healthz")["donors"] >= n, args.timeout, f"{r.name} holds {n} donors")
-                wait_for(lambda r=r: resident(r.metrics()) >= n, args.timeout, f"{r.name}: {n} resident")
+                wait_for(lambda r=r, n=n: r.get("/healthz")["donors"] >= n, args.timeout, f"{r.name} holds {n} donors")
+                wait_for(lambda r=r, n=n: resident(r.metrics()) >= n, args.timeout, f"{r.name}: {n} resident")
             ingested_s = time.monotonic() - t0
             m0 = {r.name: r.metrics() for r in (a, b)}
             time.sleep(args.window)
