@@ -145,6 +145,7 @@ async def emulator(args: argparse.Namespace) -> None:
     async def add_donors(upto: int) -> None:
         own = args.donor_blocks - args.shared_blocks
         batch: list[bytes] = []
+        started, first = time.perf_counter(), state["donors"]
         for d in range(state["donors"], upto):
             w = d % len(workers)
             worker_id, publisher = workers[w]
@@ -175,13 +176,16 @@ async def emulator(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.05)  # the blocks go first (the publisher batches them), then the registrations
                 for data in batch:
                     await nc.publish(donors_subject, data)
-                await nc.flush()
+                await nc.flush(timeout=120)
                 batch = []
+                # paced: a burst beyond what replicas index gets them cut off by nats-server as slow consumers
+                ahead = started + (d + 1 - first) / args.register_rate - time.perf_counter()
+                await asyncio.sleep(max(ahead, 0.0))
             state["donors"] = d + 1
         await asyncio.sleep(0.05)
         for data in batch:
             await nc.publish(donors_subject, data)
-        await nc.flush()
+        await nc.flush(timeout=120)
 
     async def churn() -> None:
         """Stored then removed blocks (generation blocks coming and going) at the fleet's event rate."""
@@ -238,9 +242,13 @@ async def emulator(args: argparse.Namespace) -> None:
 
     async def control(msg: Any) -> None:
         cmd = json.loads(msg.data)
+        reply: dict[str, Any] = {}
         if cmd["cmd"] == "donors":
-            await add_donors(int(cmd["upto"]))
-        reply = dict(state, worker_ids=[w for w, _ in workers])
+            try:
+                await add_donors(int(cmd["upto"]))
+            except Exception as exc:  # reported to the orchestrator, which stops the run
+                reply["error"] = repr(exc)
+        reply.update(state, worker_ids=[w for w, _ in workers])
         await msg.respond(json.dumps(reply).encode())
 
     await nc.subscribe(CONTROL, cb=control)
@@ -396,6 +404,7 @@ def bench(args: argparse.Namespace) -> None:
         cmd = [sys.executable, __file__, "--emulator", "--worker-ns", graph.worker_ns, "--workers", str(emulated)]
         cmd += ["--churn-events", str(args.churn_events), "--churn-blocks", str(args.churn_blocks)]
         cmd += ["--donor-blocks", str(args.donor_blocks), "--shared-blocks", str(args.shared_blocks)]
+        cmd += ["--register-rate", str(args.register_rate)]
         cmd += ["--mocker-rps", str(args.mocker_rps), "--mocker-ids", *[str(m.worker_id) for m in mockers]]
         emu = graph._start("emulator", cmd)
         wait_until(lambda: "EMULATOR_READY" in emu.log(), timeout=300, what="emulator ready", of=emu)
@@ -424,8 +433,10 @@ def bench(args: argparse.Namespace) -> None:
             )
         for step, n in enumerate(args.donors):
             t0 = time.monotonic()
-            state = control(graph.nats.url, {"cmd": "donors", "upto": n}, timeout=3600)
+            state = control(graph.nats.url, {"cmd": "donors", "upto": n}, timeout=1800)
             published_s = time.monotonic() - t0
+            if "error" in state:
+                raise RuntimeError(f"emulator failed adding donors: {state['error']}")
             for r in (a, b):
                 wait_for(lambda r=r, n=n: r.get("/healthz")["donors"] >= n, args.timeout, f"{r.name} holds {n} donors")
                 wait_for(lambda r=r, n=n: resident(r.metrics()) >= n, args.timeout, f"{r.name}: {n} resident")
@@ -497,6 +508,7 @@ def main() -> None:
     p.add_argument("--churn-blocks", type=int, default=4, help="blocks per churn event")
     p.add_argument("--donor-blocks", type=int, default=4, help="blocks per donor (its whole prompt)")
     p.add_argument("--shared-blocks", type=int, default=2, help="of which a per-worker shared prefix")
+    p.add_argument("--register-rate", type=float, default=1000.0, help="donor registrations/s (peer router's rate)")
     p.add_argument("--dim", type=int, default=384, help="embedding dim (the hash embedder's)")
     p.add_argument("--window", type=float, default=10.0, help="seconds of churn over which the lag is measured")
     p.add_argument("--timeout", type=float, default=1200.0)
