@@ -322,9 +322,7 @@ class SemanticRouter:
         else:
             decision.reason = DeclineReason.CAPACITY
         decision.outcome = outcome
-        decision.hint = self._hint(
-            routed, result, donor.donor_id, donor.registration.donor_key, worker_id, dp_rank, outcome
-        )
+        decision.hint = self._hint(routed, result, donor.donor_id, donor.donor_key, worker_id, dp_rank, outcome)
 
     def _hint(
         self,

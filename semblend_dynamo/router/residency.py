@@ -17,6 +17,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
 
 WorkerKey = tuple[int, int]
@@ -77,6 +79,10 @@ class DonorEntry:
     @property
     def worker(self) -> WorkerKey:
         return (self.worker_id, self.dp_rank)
+
+    def vector(self) -> np.ndarray:
+        """The embedding as float32 (as :meth:`DonorRegistration.vector`)."""
+        return np.frombuffer(self.embedding, dtype="<f2").astype(np.float32)
 
     @property
     def registration(self) -> DonorRegistration:
