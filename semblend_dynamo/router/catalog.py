@@ -51,7 +51,7 @@ class DonorCatalog:
         with self._lock:
             donor_id = registration.donor_id
             known = self._residency.donor(donor_id)
-            if known is not None and known.registration.registered_at >= registration.registered_at:
+            if known is not None and known.registered_at >= registration.registered_at:
                 return False
             if local is not None:
                 self._local_tokens[donor_id] = local
@@ -200,7 +200,7 @@ class DonorCatalog:
 
     def _index(self, entry: DonorEntry, local: tuple[NamespaceKey, Sequence[int]] | None) -> None:
         assert self._discovery is not None
-        reg = entry.registration
+        reg = entry  # the compact entry carries every field used here
         vector = reg.vector() if reg.embedding_dim else None
         if local is not None:  # registered here: spans from its tokens, the embedding already computed
             self._discovery.register_donor(reg.donor_id, local[0], local[1], embedding=vector)

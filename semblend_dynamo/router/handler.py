@@ -336,9 +336,7 @@ class SemanticRouter:
         else:
             decision.reason = DeclineReason.CAPACITY
         decision.outcome = outcome
-        decision.hint = self._hint(
-            routed, result, donor.donor_id, donor.registration.donor_key, worker_id, dp_rank, outcome
-        )
+        decision.hint = self._hint(routed, result, donor.donor_id, donor.donor_key, worker_id, dp_rank, outcome)
         if outcome is Outcome.SEMANTIC_PLACEMENT and (decision.reason in CHAIN_REASONS or result.decision.accepted):
             self._plan_chain(routed, result, decision, decision.hint)
 
@@ -357,7 +355,7 @@ class SemanticRouter:
         for span in result.spans:  # every load comes from a donor resident on the chain's worker
             donor = self.catalog.resident_donor(span.donor_id)
             if donor is not None and donor.worker == (recipient.worker_id, recipient.dp_rank):
-                keys[span.donor_id] = donor.registration.donor_key
+                keys[span.donor_id] = donor.donor_key
         spans = [s for s in result.spans if s.donor_id in keys]
         chain = plan_chain(len(routed.tokens), spans, ChainSettings.from_config(cfg))
         if not chain.accepted or chain.plan is None:
@@ -601,6 +599,7 @@ class SemanticRouter:
         """Called for each decoded kv-events message."""
         gaps = self.catalog.apply_kv_events(batch.events)
         self.metrics.kv_blocks_in.inc(sum(event.num_blocks for event in batch.events))
+        self.metrics.kv_ingest_lag.observe(max(0.0, time.time() - batch.published_at / 1000))
         if gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
 

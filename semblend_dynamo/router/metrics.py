@@ -12,6 +12,7 @@ _LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.
 STREAMS = ("kv_events", "kv_index", "donors", "outcomes", "donors_sync", "sync_pages")
 SYNC_REJECT_REASONS = ("no_reply", "bad_reply_subject", "rate_limited")
 """Why a decoded sync request got no reply (besides the codec's reasons)."""
+_LAG_BUCKETS_S = (1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class RouterMetrics:
@@ -33,6 +34,12 @@ class RouterMetrics:
         )
         self.events_in = Counter("semblend_router_events_in", "messages accepted per stream", ["stream"], registry=r)
         self.kv_blocks_in = Counter("semblend_router_kv_block_events", "kv-event blocks applied", registry=r)
+        self.kv_ingest_lag = Histogram(
+            "semblend_router_kv_ingest_lag_seconds",
+            "kv-events message applied minus its publisher's published_at (nats event plane)",
+            buckets=_LAG_BUCKETS_S,
+            registry=r,
+        )
         self.events_rejected = Counter(
             "semblend_router_events_rejected",
             "messages rejected per stream and reason",

@@ -140,3 +140,32 @@ def test_reconcile_makes_blocks_exactly_the_index_dump() -> None:
     assert r.reconcile([e1.stored(1, 2)]) == 3  # 2 re-stored; W2 absent from the index: its blocks are gone
     assert r.take_changes() == [("a", True), ("b", False)]
     assert r.blocks_on((W2, 0)) == 0 and r.blocks_on((W1, 0)) == 2
+
+
+def test_catalog_entry_gives_back_the_registration_it_was_built_from() -> None:
+    """Entries are compact (slots, shared strings), yet a peer's sync reply re-sends the same registration."""
+    from semblend_dynamo.events.codec import decode, encode
+
+    sent = DonorRegistration(
+        donor_id="a",
+        donor_key="ab" * 8,
+        router_id="peer",
+        worker_id=W1,
+        dp_rank=1,
+        deployment="cd" * 8,
+        namespace="ef" * 8,
+        num_tokens=40,
+        block_size=16,
+        block_hashes=[5, 6],
+        embedding=b"\x00\x3c" * 4,
+        embedding_dim=4,
+    )
+    r = Residency(capacity=10)
+    r.add_donor(decode(encode(sent), DonorRegistration, max_bytes=1 << 16))
+    r.add_donor(decode(encode(sent.model_copy(update={"donor_id": "b"})), DonorRegistration, max_bytes=1 << 16))
+    a, b = r.donor("a"), r.donor("b")
+    assert a is not None and b is not None
+    assert a.registration == sent
+    assert decode(encode(a.registration), DonorRegistration, max_bytes=1 << 16) == sent
+    assert a.namespace is b.namespace and a.deployment is b.deployment  # one copy for every donor
+    assert not hasattr(a, "__dict__")
