@@ -117,6 +117,8 @@ class RequestRun:
     logits: torch.Tensor
     cache: Any
     stages: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+    """The whole request, from scheduling to the last prefill kernel (CUDA-synchronized): what a client waits."""
 
     @property
     def ttft_s(self) -> float:
@@ -142,10 +144,12 @@ class HFReferenceEngine:
         audit: AuditWriter | None = None,
         model_dir: str | None = None,
         cuda_graphs: bool = False,
+        detect_writes: bool = True,
     ) -> None:
         """Build the connector halves and the harness; the pool lives on the model's device, in its dtype.
 
         ``cuda_graphs`` replays the model's forward from CUDA graphs captured per shape (see ``prefill_runner``).
+        ``detect_writes=False`` turns off the harness's own check of which blocks the connector wrote (timed runs).
         """
         param = next(model.parameters())
         geometry = KVGeometry.of(model.config)
@@ -167,6 +171,8 @@ class HFReferenceEngine:
         self.harness = PyExecutorHarness(
             scheduler, worker, layout, num_blocks, self.writer, dtype=param.dtype, device=param.device
         )
+        self.harness.detect_writes = detect_writes
+        self._cuda = param.is_cuda
 
     def run(self, prompt: Sequence[int], *, keep: int = 1, cache_salt: str | None = None) -> RequestRun:
         """Prefill ``prompt`` as one request (a donor candidate once finished); logits of the last ``keep`` positions."""
@@ -174,7 +180,13 @@ class HFReferenceEngine:
         self.clock.reset()
         materialized_before = self.audit.by_event["materialized"]
         reasons_before = dict(self.audit.by_reason)
+        if self._cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
         result = self.harness.run_request(list(prompt), cache_salt=cache_salt, capture_kv=False)
+        if self._cuda:
+            torch.cuda.synchronize()
+        wall_s = time.perf_counter() - started
         out = self.writer.last
         if out is None:
             raise RuntimeError("the harness ran no prefill")
@@ -191,6 +203,7 @@ class HFReferenceEngine:
             logits=out.logits,
             cache=out.cache,
             stages=dict(self.clock.seconds),
+            wall_s=wall_s,
         )
 
     @property
