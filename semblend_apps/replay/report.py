@@ -64,6 +64,9 @@ class ReplayReport(BaseModel):
     prompt_tokens: int
     reused_tokens: int
     by_transform: dict[str, dict[str, Any]]
+    reach: dict[str, Any] = Field(
+        default_factory=dict, description="a manifest's donor-covered tokens served from donor KV (reuse transforms)"
+    )
     negative_controls: dict[str, int]
     latency_us: dict[str, dict[str, float | int]]
     donor_registration_s: float

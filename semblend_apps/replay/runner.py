@@ -368,6 +368,7 @@ def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
                 "materialized_tokens": 0,
                 "chain_steps": 0,
                 "chain_step_tokens": 0,
+                "served_tokens": 0,
                 "donor_covered_tokens": 0,
                 "prompt_tokens": 0,
             },
@@ -377,6 +378,7 @@ def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
         row["donor_covered_tokens"] += r.donor_covered_tokens
         row["chain_steps"] += r.chain_steps
         row["chain_step_tokens"] += r.chain_step_tokens
+        row["served_tokens"] += served_tokens(r)
         cls = r.replay_class
         if cls in LOADING:
             row["materialized"] += 1
@@ -391,6 +393,28 @@ def by_transform(reports: list[RequestReport]) -> dict[str, dict[str, Any]]:
         if r.kind is RequestKind.NEGATIVE_CONTROL:
             row["false_positives"] = row.get("false_positives", 0) + int(cls in LOADING)
     return dict(sorted(out.items()))
+
+
+def served_tokens(r: RequestReport) -> int:
+    """Prompt tokens served from donor KV: the engine's own prefix hit when exact wins, else the connector's loads."""
+    if r.replay_class is ReplayClass.EXACT:
+        return r.exact_prefix_tokens
+    return (r.reused_tokens if r.replay_class in LOADING else 0) + r.chain_step_tokens
+
+
+def reach(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Donor-covered tokens served from donor KV across the reuse transforms (every one but the negative control)."""
+    names = [n for n in rows if n != RequestKind.NEGATIVE_CONTROL.value]
+    served = sum(rows[n]["served_tokens"] for n in names)
+    covered = sum(rows[n]["donor_covered_tokens"] for n in names)
+    negative = rows.get(RequestKind.NEGATIVE_CONTROL.value, {})
+    return {
+        "transforms": names,
+        "served_tokens": served,
+        "donor_covered_tokens": covered,
+        "share": round(served / covered, 4) if covered else 0.0,
+        "negative_control_false_positives": negative.get("false_positives", 0),
+    }
 
 
 def _summarize(
@@ -456,7 +480,8 @@ def _summarize(
         missing_classes=[c.value for c in expected if outcomes.get(c.value, 0) == 0],
         prompt_tokens=sum(r.prompt_tokens for r in reports),
         reused_tokens=sum(r.reused_tokens for r in reports if r.replay_class in LOADING),
-        by_transform=by_transform(reports),
+        by_transform=(transforms := by_transform(reports)),
+        reach=reach(transforms) if any(r.seed_donors for r in workload.requests) else {},
         negative_controls={
             "requests": len(negatives),
             "materializations": sum(r.replay_class in LOADING for r in negatives),
@@ -587,13 +612,18 @@ def format_report(report: ReplayReport, *, with_requests: bool = False) -> str:
             "",
             f"by transform ({wl['manifest']}):",
             f"  {'transform':<27}{'requests':>9}{'exact':>7}{'placed':>7}{'mat.':>6}{'declined':>9}{'cold':>6}"
-            f"{'mat. tokens':>12}{'covered':>9}{'false +':>8}",
+            f"{'mat. tokens':>12}{'steps':>6}{'served':>8}{'covered':>9}{'false +':>8}",
         ]
         for name, t in report.by_transform.items():
             lines.append(
                 f"  {name:<27}{t['requests']:>9}{t['exact']:>7}{t['placement']:>7}{t['materialized']:>6}"
-                f"{sum(t['declined'].values()):>9}{t['cold']:>6}{t['materialized_tokens']:>12}"
-                f"{t['donor_covered_tokens']:>9}{t.get('false_positives', ''):>8}"
+                f"{sum(t['declined'].values()):>9}{t['cold']:>6}{t['materialized_tokens']:>12}{t['chain_steps']:>6}"
+                f"{t['served_tokens']:>8}{t['donor_covered_tokens']:>9}{t.get('false_positives', ''):>8}"
+            )
+        if report.reach:
+            lines.append(
+                f"  reach: {report.reach['served_tokens']} of {report.reach['donor_covered_tokens']} donor-covered "
+                f"tokens served from donor KV ({report.reach['share']:.1%}; exact prefix hits, loads, chain-step loads)"
             )
     share = report.reused_tokens / report.prompt_tokens if report.prompt_tokens else 0.0
     backend_ran = bool(report.outcomes.get("materialized") or report.outcomes.get("backend_declined"))

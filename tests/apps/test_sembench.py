@@ -126,6 +126,31 @@ def test_a_prefill_chain_reaches_evidence_behind_the_recipients_own_words(capsys
     assert loads and all(r["lineage"] == "approximate" and r["requires_rope_correction"] for r in loads)
 
 
+def test_reach_counts_every_token_served_from_donor_kv(capsys, tmp_path) -> None:
+    data, audit = replay_manifest(capsys, tmp_path, *CHAIN, "--chain-step-overhead-tokens", "0")
+    records = read_audit(audit)
+    by_id = {r["request_id"]: r for r in data["requests"]}
+    served = 0
+    for name, row in data["by_transform"].items():
+        exact = sum(
+            r["exact_prefix_tokens"]
+            for r in data["requests"]
+            if r["transform"] == name and r["replay_class"] == "exact"
+        )
+        assert row["served_tokens"] == exact + row["materialized_tokens"] + row["chain_step_tokens"], name
+        assert row["served_tokens"] <= row["donor_covered_tokens"] or name == "negative_control", name
+        if name != "negative_control":
+            served += row["served_tokens"]
+    loads = sum(r["materialized"] for r in records if r["event"] in ("materialized", "chain_step_loaded"))
+    exact_total = sum(r["exact_prefix_tokens"] for r in by_id.values() if r["replay_class"] == "exact")
+    assert served == loads + exact_total  # the audit's loads plus the engine's own prefix hits
+    reach = data["reach"]
+    assert reach["served_tokens"] == served and "negative_control" not in reach["transforms"]
+    covered = sum(t["donor_covered_tokens"] for n, t in data["by_transform"].items() if n in reach["transforms"])
+    assert reach["donor_covered_tokens"] == covered and reach["share"] == round(served / covered, 4)
+    assert reach["negative_control_false_positives"] == 0
+
+
 def test_chain_steps_load_spans_and_are_audited_as_chain_steps(capsys, tmp_path) -> None:
     data, audit = replay_manifest(capsys, tmp_path, *CHAIN, "--chain-step-overhead-tokens", "0")
     rag = data["by_transform"]["rag_reorder"]
