@@ -41,12 +41,14 @@ import hashlib
 import json
 import pickle
 import time
+from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+import xxhash
 from semblend_kernels.layout import PagedKVLayout
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import rotate_reference
@@ -207,11 +209,11 @@ def stand_in_block_hashes(
     the connector only compares them.
     """
     out: list[int] = []
-    parent = hashlib.blake2b(f"{cache_salt}|{lora}|{extra_key}".encode(), digest_size=8).digest()
+    parent = xxhash.xxh3_64_intdigest(f"{cache_salt}|{lora}|{extra_key}".encode())
+    raw, width = array("q", tokens).tobytes(), 8 * tokens_per_block
     for i in range(len(tokens) // tokens_per_block):
-        block = tokens[i * tokens_per_block : (i + 1) * tokens_per_block]
-        parent = hashlib.blake2b(parent + json.dumps(list(block)).encode(), digest_size=8).digest()
-        out.append(int.from_bytes(parent, "little"))
+        parent = xxhash.xxh3_64_intdigest(raw[i * width : (i + 1) * width], seed=parent)
+        out.append(parent)
     return out
 
 
@@ -290,8 +292,8 @@ class BlockAllocator:
         self.prefix_reuse = prefix_reuse
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self._refs: dict[int, int] = {}
-        self._tree: dict[tuple[Any, ...], int] = {}
-        self._key_of: dict[int, tuple[Any, ...]] = {}
+        self._tree: dict[bytes, int] = {}
+        self._key_of: dict[int, bytes] = {}
 
     @property
     def num_free(self) -> int:
@@ -301,10 +303,9 @@ class BlockAllocator:
         """Blocks holding a prefix of ``tokens`` (whole blocks, at least one token left), now referenced."""
         if not self.prefix_reuse:
             return []
-        tpb = self.tokens_per_block
         out: list[int] = []
-        for i in range((len(tokens) - 1) // tpb):
-            block = self._tree.get(self._key(tokens, i, salt))
+        for key in self._keys(tokens, (len(tokens) - 1) // self.tokens_per_block, salt):
+            block = self._tree.get(key)
             if block is None:
                 break
             out.append(block)
@@ -329,12 +330,11 @@ class BlockAllocator:
         """Make a finished request's full blocks matchable by later requests (with prefix reuse)."""
         if not self.prefix_reuse:
             return
-        for i, block in enumerate(blocks):
-            if (i + 1) * self.tokens_per_block <= len(tokens) and block not in self._key_of:
-                key = self._key(tokens, i, salt)
-                if key not in self._tree:
-                    self._tree[key] = block
-                    self._key_of[block] = key
+        keys = self._keys(tokens, min(len(blocks), len(tokens) // self.tokens_per_block), salt)
+        for block, key in zip(blocks, keys, strict=False):
+            if block not in self._key_of and key not in self._tree:
+                self._tree[key] = block
+                self._key_of[block] = key
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference to each block; unreferenced blocks go back to the free list (still matchable)."""
@@ -351,8 +351,13 @@ class BlockAllocator:
         else:
             self._refs[block] += 1
 
-    def _key(self, tokens: Sequence[int], i: int, salt: Any) -> tuple[Any, ...]:
-        return (salt or "", *tokens[: (i + 1) * self.tokens_per_block])
+    def _keys(self, tokens: Sequence[int], n: int, salt: Any) -> Iterator[bytes]:
+        """Keys of the first ``n`` whole blocks: each hashes the previous key with the block's tokens (linear time)."""
+        raw, width = array("q", tokens[: n * self.tokens_per_block]).tobytes(), 8 * self.tokens_per_block
+        key = xxhash.xxh3_128_digest(repr(salt or "").encode())
+        for i in range(n):
+            key = xxhash.xxh3_128_digest(key + raw[i * width : (i + 1) * width])
+            yield key
 
 
 @dataclass

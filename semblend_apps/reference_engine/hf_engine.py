@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +30,12 @@ from semblend_kernels.layout import PagedKVLayout
 from semblend_apps.reference_engine.hf_model import KVGeometry
 from semblend_apps.reference_engine.kv_pool import read_prefix, write_range
 from semblend_apps.reference_engine.prefill_runner import PrefillRunner
-from semblend_dynamo.audit import AuditWriter
+from semblend_dynamo.audit import AuditWriter, Role
+from semblend_dynamo.chain import ChainPlan, chain_requests
 from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.events.schemas import DonorHint, request_key
+from semblend_dynamo.namespace import isolating_salt
+from semblend_dynamo.outcomes import Outcome
 from trtllm_connector.connector import SemBlendConnectorScheduler, SemBlendConnectorWorker
 from trtllm_connector.harness import HarnessLlmArgs, PyExecutorHarness
 from trtllm_connector.hints import HintInbox
@@ -107,6 +111,7 @@ class HFKvWriter:
 class RequestRun:
     """One request through the reference engine."""
 
+    request_id: int
     prompt_tokens: int
     block_ids: list[int]
     device_matched: int
@@ -145,11 +150,13 @@ class HFReferenceEngine:
         model_dir: str | None = None,
         cuda_graphs: bool = False,
         detect_writes: bool = True,
+        prefix_reuse: bool = False,
     ) -> None:
         """Build the connector halves and the harness; the pool lives on the model's device, in its dtype.
 
         ``cuda_graphs`` replays the model's forward from CUDA graphs captured per shape (see ``prefill_runner``).
         ``detect_writes=False`` turns off the harness's own check of which blocks the connector wrote (timed runs).
+        ``prefix_reuse`` is the engine's block reuse, keyed by cache salt (prefill chains need it).
         """
         param = next(model.parameters())
         geometry = KVGeometry.of(model.config)
@@ -159,7 +166,7 @@ class HFReferenceEngine:
         self.model = model
         self.audit = audit if audit is not None else AuditWriter(None)
         self.clock = StageClock(cuda=param.is_cuda)
-        llm_args = HarnessLlmArgs(cfg.block_size, model=model_dir, enable_block_reuse=False)  # as the harness below
+        llm_args = HarnessLlmArgs(cfg.block_size, model=model_dir, enable_block_reuse=prefix_reuse)  # as the harness
         scheduler = SemBlendConnectorScheduler(llm_args, config=cfg, audit=self.audit, hints=HintInbox())
         worker = SemBlendConnectorWorker(llm_args, config=cfg, audit=self.audit, rank=0)
         for name in self.SCHEDULER_STAGES:
@@ -169,7 +176,14 @@ class HFReferenceEngine:
         self.runner = PrefillRunner(model, cuda_graphs=cuda_graphs)
         self.writer = HFKvWriter(self.runner, self.clock)
         self.harness = PyExecutorHarness(
-            scheduler, worker, layout, num_blocks, self.writer, dtype=param.dtype, device=param.device
+            scheduler,
+            worker,
+            layout,
+            num_blocks,
+            self.writer,
+            dtype=param.dtype,
+            device=param.device,
+            prefix_reuse=prefix_reuse,
         )
         self.harness.detect_writes = detect_writes
         self._cuda = param.is_cuda
@@ -178,7 +192,7 @@ class HFReferenceEngine:
         """Prefill ``prompt`` as one request (a donor candidate once finished); logits of the last ``keep`` positions."""
         self.writer.keep = keep
         self.clock.reset()
-        materialized_before = self.audit.by_event["materialized"]
+        materialized_before = self.audit.by_event["materialized"] + self.audit.by_event["chain_step_loaded"]
         reasons_before = dict(self.audit.by_reason)
         if self._cuda:
             torch.cuda.synchronize()
@@ -190,8 +204,9 @@ class HFReferenceEngine:
         out = self.writer.last
         if out is None:
             raise RuntimeError("the harness ran no prefill")
-        confirmed = self.audit.by_event["materialized"] > materialized_before
+        confirmed = self.audit.by_event["materialized"] + self.audit.by_event["chain_step_loaded"] > materialized_before
         return RequestRun(
+            request_id=result.request_id,
             prompt_tokens=len(prompt),
             block_ids=result.block_ids,
             device_matched=result.device_matched,
@@ -206,10 +221,72 @@ class HFReferenceEngine:
             wall_s=wall_s,
         )
 
+    def donor_id(self, run: RequestRun) -> str | None:
+        """The connector's donor id of a finished request it pinned (None when it did not become a donor)."""
+        registry = self.harness.scheduler.registry
+        donor = registry.donor_id_for(run.request_id)
+        return donor if registry.get(donor) is not None else None
+
+    def run_chain(
+        self,
+        prompt: Sequence[int],
+        plan: ChainPlan,
+        donor_ids: Mapping[str, str],
+        *,
+        tenant: str,
+        nonce: str,
+        head_tokens: int | None = None,
+    ) -> ChainRun:
+        """``prompt`` as a prefill chain: each request of ``plan`` in order under one isolating salt, its load hinted.
+
+        ``donor_ids`` maps the plan's span donor ids to the connector's; ``head_tokens`` is the plan's head recompute
+        (default: the configured ``chain_head_tokens``). Every request finds the previous one in the
+        engine's salted prefix cache; the connector loads the next span after it (see ``semblend_dynamo.chain``).
+        """
+        salt = isolating_salt(tenant, nonce)
+        namespace = self.harness.scheduler.model.identity.namespace(tenant=tenant).digest()
+        steps: list[RequestRun] = []
+        started = time.perf_counter()
+        for part in chain_requests(plan):
+            tokens = list(prompt[: part.prompt_tokens])
+            load = part.load or plan.loads[0]
+            donor = load.spans[0].donor_id
+            spans = part.load.spans if part.load is not None else []
+            self.harness.scheduler.hints.submit(
+                DonorHint(
+                    request_key=request_key(tokens),
+                    request_id=nonce,
+                    donor_id=donor_ids[donor],
+                    worker_id=self.cfg.worker_id,
+                    namespace=namespace,
+                    spans=[(s.donor_start, s.target_start, s.length) for s in spans if s.donor_id == donor],
+                    decision=Outcome.SEMANTIC_PLACEMENT,
+                    role=Role.RECIPIENT if part.final else Role.CHAIN_STEP,
+                    chain_head_tokens=self.cfg.chain_head_tokens if head_tokens is None else head_tokens,
+                )
+            )
+            steps.append(self.run(tokens, cache_salt=salt))
+        return ChainRun(steps=steps[:-1], final=steps[-1], wall_s=time.perf_counter() - started)
+
     @property
     def declines(self) -> dict[str, int]:
         """Decline counts by :class:`~semblend_dynamo.outcomes.DeclineReason` value, from the audit trail."""
         return dict(self.audit.by_reason)
+
+
+@dataclass
+class ChainRun:
+    """A prefill chain through the reference engine: its prefill-only steps and the real request."""
+
+    steps: list[RequestRun]
+    final: RequestRun
+    wall_s: float
+    """All requests of the chain, first scheduling to last prefill kernel (CUDA-synchronized between requests)."""
+
+    @property
+    def loaded(self) -> int:
+        """Donor tokens every request of the chain loaded."""
+        return sum(r.materialized for r in (*self.steps, self.final))
 
 
 def cold_prefill(
