@@ -135,6 +135,7 @@ class ItemEvaluator:
                     "task_warm": task_cold,
                     "acceptable": True,
                 }
+            row |= warm.extra
             if mode.name == "shifted":
                 verdict = gate(warm)
                 row["gate"] = "none" if verdict is None else "accepted" if verdict.accepted else verdict.reason.value

@@ -5,7 +5,11 @@ A mode takes the donor prompts and the recipient prompt (token ids) and returns 
 TensorRT-LLM's layout) with the connector in that mode. ``shifted`` runs with the deviation gate open
 (``max_deviation=1``) and records the planner's input, so that one run shows both what the gate decides (the planner
 is pure: :func:`gate` replays its input under the default settings) and what a declined case would have done. A
-further mode (e.g. a router-orchestrated prefill chain) is one more :class:`Mode` in :data:`MODES`.
+further mode is one more :class:`Mode` in :data:`MODES`. ``chain_h<N>`` runs the router-orchestrated prefill chain
+(``semblend_dynamo.chain``) with a head recompute of ``N`` tokens, also with its gate open: the spans are aligned
+against the donors, :func:`plan_chain` plans the steps, and the steps and the recipient run through the engine under
+one isolating salt with its salted prefix cache, the connector loading each span; :func:`chain_gate` replays the
+chain's default gate on the recorded spans.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ from typing import Any, Protocol
 import torch
 
 from semblend_apps.reference_engine.hf_engine import HFReferenceEngine
+from semblend_dynamo.chain import ChainDecision, ChainSettings, plan_chain
 from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.namespace import isolating_salt
 from semblend_dynamo.planner import PlanDecision, Planner
+from semblend_dynamo.span_aligner import Span, SpanAligner
 
 BLOCK_SIZE = 32
 
@@ -106,7 +113,105 @@ def gate(run: WarmRun, mode: str = "shifted") -> PlanDecision | None:
     return Planner(connector_config(mode)).plan(*args, **kwargs)
 
 
+CHAIN_TENANT = "quality"
+
+
+@dataclass
+class ChainMode:
+    """The recipient as a prefill chain over its donors (gate open), ``head_tokens`` recomputed at each span's head.
+
+    The engine reuses blocks within a cache salt (``isolation=cache_salt``). A chain the open planner still declines
+    (no span past the head, nothing to load), or one without a step (a plain prefix load, which the plain planner
+    judges), leaves the recipient cold: it runs in an engine without donors.
+    """
+
+    name: str
+    head_tokens: int
+
+    def config(self) -> SemblendConfig:
+        return SemblendConfig(
+            block_size=BLOCK_SIZE,
+            exact_materialization_only=False,
+            isolation="cache_salt",
+            pin_budget_fraction=0.5,
+            chain_enabled=True,
+            chain_head_tokens=self.head_tokens,
+            max_deviation=1.0,
+        )
+
+    def settings(self, cfg: SemblendConfig, *, deviation_gate: bool) -> ChainSettings:
+        """The chain planner's settings with its cost model open (any chain that loads runs): quality, not speed.
+
+        ``deviation_gate`` keeps the default ``max_deviation``; without it the gate is open too.
+        """
+        return ChainSettings.from_config(cfg).model_copy(
+            update={
+                "step_overhead_tokens": 0,
+                "min_speedup": 1.0,
+                "max_steps": 64,
+                "max_deviation": SemblendConfig().max_deviation if deviation_gate else 1.0,
+            }
+        )
+
+    def run(self, model: Any, donors: Sequence[Sequence[int]], prompt: Sequence[int]) -> WarmRun:
+        cfg = self.config()
+        tokens = sum(len(d) for d in donors) + 2 * len(prompt)
+        blocks = 2 * (tokens // BLOCK_SIZE + 2 * len(donors) + 8)
+        engine = HFReferenceEngine(model, cfg, num_blocks=blocks, prefix_reuse=True)
+        aligner = SpanAligner(cfg.block_size, cfg.min_span_tokens)
+        donor_ids: dict[str, str] = {}
+        for i, donor in enumerate(donors):
+            run = engine.run(donor, cache_salt=isolating_salt(CHAIN_TENANT, f"donor-{i}"))
+            pinned = engine.donor_id(run)
+            if pinned is not None:
+                donor_ids[f"d{i}"] = pinned
+                aligner.add_donor(f"d{i}", CHAIN_TENANT, donor)
+        spans = aligner.align(CHAIN_TENANT, list(prompt))
+        decision = plan_chain(len(prompt), spans, self.settings(cfg, deviation_gate=False))
+        extra: dict[str, Any] = {"chain_head_tokens": self.head_tokens, "chain_spans": _span_rows(spans)}
+        if decision.accepted and decision.plan is not None and decision.plan.steps:
+            chain = engine.run_chain(prompt, decision.plan, donor_ids, tenant=CHAIN_TENANT, nonce="recipient")
+            extra |= {
+                "chain_steps": len(chain.steps),
+                "chain_loaded": chain.loaded,
+                "chain_planned": decision.plan.loaded_tokens,
+                "estimated_deviation": decision.plan.estimated_deviation,
+            }
+            out = WarmRun(
+                materialized=chain.loaded,
+                declined=chain.final.declined,
+                logits=chain.final.logits,
+                cache=chain.final.cache,
+            )
+        else:
+            del engine
+            gc.collect()
+            engine = HFReferenceEngine(model, cfg, num_blocks=blocks, prefix_reuse=True)
+            cold = engine.run(prompt, cache_salt=isolating_salt(CHAIN_TENANT, "recipient"))
+            reason = decision.reason.value if decision.reason is not None else "no_chain_step"
+            out = WarmRun(materialized=0, declined={reason: 1}, logits=cold.logits, cache=cold.cache)
+        out.extra = extra | {"gate": chain_gate(self, len(prompt), extra["chain_spans"])}
+        del engine
+        gc.collect()
+        return out
+
+
+def _span_rows(spans: Sequence[Span]) -> list[tuple[str, int, int, int]]:
+    return [(s.donor_id, s.donor_start, s.target_start, s.length) for s in spans]
+
+
+def chain_gate(mode: ChainMode, prompt_tokens: int, span_rows: Sequence[Sequence[Any]]) -> str:
+    """The chain's deviation gate (default ``max_deviation``, cost model open) on recorded spans."""
+    spans = [Span(donor_id=d, donor_start=ds, target_start=ts, length=n) for d, ds, ts, n in span_rows]
+    if not spans:
+        return "none"
+    verdict: ChainDecision = plan_chain(prompt_tokens, spans, mode.settings(mode.config(), deviation_gate=True))
+    return "accepted" if verdict.accepted else str(verdict.reason.value if verdict.reason else "none")
+
+
+CHAIN_HEADS = (0, 16, 64)
 MODES: dict[str, Mode] = {
     "exact": EngineMode("exact", lambda: connector_config("exact")),
     "shifted": EngineMode("shifted", lambda: connector_config("shifted", max_deviation=1.0)),
+    **{f"chain_h{h}": ChainMode(f"chain_h{h}", h) for h in CHAIN_HEADS},
 }

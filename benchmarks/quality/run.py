@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from benchmarks.quality import workload
 from benchmarks.quality.evaluate import ItemEvaluator
-from benchmarks.quality.modes import MODES, connector_config
+from benchmarks.quality.modes import MODES, ChainMode, chain_gate, connector_config
 from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.planner import Planner
 from semblend_dynamo.span_aligner import Span
@@ -40,17 +40,27 @@ COLD_EQUIVALENT = {
     "ppl_ratio": 1.0,
     "acceptable": True,
 }
-VIEWS = ("exact", "shifted", "shifted_ungated")
-"""Table rows per transform: exact mode, shifted mode as the gate decides, shifted mode with the gate open."""
+GATED = ("shifted", "chain_")
+"""Modes run with their gate open: their table shows them as the gate decides and, as ``<mode>_ungated``, as run."""
+
+
+def gated(mode: str) -> bool:
+    return mode == GATED[0] or mode.startswith(GATED[1])
+
+
+def views(rows: list[dict[str, Any]]) -> list[str]:
+    """Table views of the modes present: each mode, and ``<mode>_ungated`` for gated modes."""
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    return [v for m in modes for v in ((m, f"{m}_ungated") if gated(m) else (m,))]
 
 
 def view(row: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """``row`` as seen in table view ``name`` (a gate-declined shifted row runs cold in the ``shifted`` view)."""
-    if name == "shifted_ungated":
-        return row if row["mode"] == "shifted" else None
+    """``row`` as seen in table view ``name`` (a gate-declined row of a gated mode runs cold in the plain view)."""
+    if name.endswith("_ungated"):
+        return row if row["mode"] == name.removesuffix("_ungated") else None
     if row["mode"] != name:
         return None
-    if name == "shifted" and row["materialized"] and row.get("gate") != "accepted":
+    if gated(name) and row["materialized"] and row.get("gate") != "accepted":
         return {**row, **COLD_EQUIVALENT, "task_warm": row["task_cold"], "declined": {row["gate"]: 1}}
     return row
 
@@ -58,14 +68,16 @@ def view(row: dict[str, Any], name: str) -> dict[str, Any] | None:
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One line per (transform, view): means over the items, materialized items counted."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    names = views(rows)
     for row in rows:
-        for name in VIEWS:
+        for name in names:
             seen = view(row, name)
             if seen is not None:
                 groups[(row["transform"], name)].append(seen)
     out = []
     order = {t: i for i, t in enumerate(workload.TRANSFORMS)}
-    for (transform, name), group in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1])):
+    rank = {v: i for i, v in enumerate(names)}
+    for (transform, name), group in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), rank[kv[0][1]])):
         n = len(group)
 
         def mean(key: str, g: list[dict[str, Any]] = group) -> float:
@@ -225,10 +237,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def regate(rows: list[dict[str, Any]]) -> None:
-    """Replay the default planner on each shifted row's plan spans (a plan re-plans to itself, so this is the gate of
+    """Replay the current gates on each gated row's recorded spans (a plan re-plans to itself, so this is the gate of
     the current code even for rows of an earlier run); the verdict at run time is kept as ``gate_at_run``."""
     planner = Planner(connector_config("shifted"))
     for row in rows:
+        if row["mode"].startswith(GATED[1]) and "chain_spans" in row:
+            row.setdefault("gate_at_run", row.get("gate"))
+            mode = MODES.get(row["mode"])
+            if isinstance(mode, ChainMode):
+                row["gate"] = chain_gate(mode, row["prompt_tokens"], row["chain_spans"])
+            continue
         if row["mode"] != "shifted" or not row["spans"]:
             continue
         spans = [
@@ -258,25 +276,30 @@ def write_summary(rows: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -
 
 
 def gate_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Shifted materializations (gate open) split by the gate's verdict, each with whether it met the quality bar."""
-    shifted = [r for r in rows if r["mode"] == "shifted" and r["materialized"] and r.get("plan_mode") == "shifted"]
+    """Per gated mode: its materializations (gate open) split by the gate's verdict, each with the quality bar's."""
 
     def brief(r: dict[str, Any]) -> dict[str, Any]:
-        return {
-            k: r[k]
-            for k in ("transform", "prompt_tokens", "spans", "estimated_deviation", "mean_kl", "task_cold", "task_warm")
-        } | {"acceptable": r["acceptable"]}
+        keys = ("transform", "prompt_tokens", "spans", "estimated_deviation", "mean_kl", "task_cold", "task_warm")
+        return {k: r.get(k) for k in keys} | {"materialized": r["materialized"], "acceptable": r["acceptable"]}
 
-    accepted = [brief(r) for r in shifted if r.get("gate") == "accepted"]
-    declined = [brief(r) | {"gate": r.get("gate")} for r in shifted if r.get("gate") != "accepted"]
-    return {
-        "accepted": len(accepted),
-        "accepted_unacceptable": sum(1 for r in accepted if not r["acceptable"]),
-        "declined": len(declined),
-        "declined_unacceptable": sum(1 for r in declined if not r["acceptable"]),
-        "accepted_cases": accepted,
-        "declined_cases": declined,
-    }
+    out: dict[str, Any] = {}
+    for mode in dict.fromkeys(r["mode"] for r in rows if gated(r["mode"])):
+        runs = [
+            r
+            for r in rows
+            if r["mode"] == mode and r["materialized"] and (mode != "shifted" or r.get("plan_mode") == "shifted")
+        ]
+        accepted = [brief(r) for r in runs if r.get("gate") == "accepted"]
+        declined = [brief(r) | {"gate": r.get("gate")} for r in runs if r.get("gate") != "accepted"]
+        out[mode] = {
+            "accepted": len(accepted),
+            "accepted_unacceptable": sum(1 for r in accepted if not r["acceptable"]),
+            "declined": len(declined),
+            "declined_unacceptable": sum(1 for r in declined if not r["acceptable"]),
+            "accepted_cases": accepted,
+            "declined_cases": declined,
+        }
+    return out
 
 
 if __name__ == "__main__":
