@@ -375,6 +375,8 @@ class RequestResult:
     """K/V ``[prompt_tokens, NL, 2, H, D]`` as the request's blocks held them after its prefill."""
     pinned: bool = False
     released_donors: list[int] = field(default_factory=list)
+    first_token_at: float = 0.0
+    """``time.perf_counter()`` when the prefill finished (device drained): the first token's time."""
 
 
 class PyExecutorHarness:
@@ -550,6 +552,9 @@ class PyExecutorHarness:
             changed = (self.pool[fresh].view(torch.uint8) != before).flatten(1).any(dim=1).tolist()
             written = [b for b, c in zip(fresh, changed, strict=True) if c]
         self._forward(block_ids, request.get_tokens(0), num_computed + consumed)
+        if self.pool.is_cuda:  # the first token needs the prefill done: the host waits for it, as the engine does
+            torch.cuda.synchronize(self.pool.device)
+        first_token_at = time.perf_counter()
         kv = gather_tokens(self.pool, self.layout, block_ids, range(len(prompt))) if capture_kv else None
         for _ in range(output_tokens):
             request.append(int(request.get_tokens(0)[-1]) + 1)
@@ -586,6 +591,7 @@ class PyExecutorHarness:
             kv=kv,
             pinned=pinned,
             released_donors=released,
+            first_token_at=first_token_at,
         )
 
     def _new_request_data(self, request_id: int, *, hashes: tuple[Any, ...], **fields: Any) -> Any:

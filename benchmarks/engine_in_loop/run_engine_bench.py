@@ -192,6 +192,7 @@ def run_ttft(
         cold = statistics.median(cold_s)
         warm = statistics.median(r.ttft_s for r in warm_runs)
         whole = statistics.median(r.wall_s for r in warm_runs)
+        first_token = statistics.median(r.first_token_s for r in warm_runs)
         materialized = min(r.materialized for r in warm_runs)
         rows.append(
             {
@@ -206,6 +207,8 @@ def run_ttft(
                 "ratio": cold / warm,
                 "warm_whole_request_ms": whole * 1e3,
                 "ratio_whole_request": cold / whole,
+                "warm_first_token_ms": first_token * 1e3,
+                "ratio_first_token": cold / first_token,
                 "ideal_ratio": 1 / (1 - materialized / length),
                 "stages_ms": {k: v * 1e3 for k, v in stages.items()},
                 "worker_share_of_cold": stages.get("connector_worker", 0.0) / cold,

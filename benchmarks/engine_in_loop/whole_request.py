@@ -49,6 +49,8 @@ def main(argv: list[str]) -> int:
                         "ratio",
                         "warm_whole_request_ms",
                         "ratio_whole_request",
+                        "warm_first_token_ms",
+                        "ratio_first_token",
                         "graph_captures_timed",
                     )
                 }

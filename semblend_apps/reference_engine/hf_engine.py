@@ -123,7 +123,10 @@ class RequestRun:
     cache: Any
     stages: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
-    """The whole request, from scheduling to the last prefill kernel (CUDA-synchronized): what a client waits."""
+    """The whole request in the harness, scheduling to finish (CUDA-synchronized), donor bookkeeping included."""
+    first_token_s: float = 0.0
+    """Scheduling to the end of the prefill (CUDA-synchronized): the whole request's time to first token."""
+    first_token_at: float = 0.0
 
     @property
     def ttft_s(self) -> float:
@@ -219,6 +222,8 @@ class HFReferenceEngine:
             cache=out.cache,
             stages=dict(self.clock.seconds),
             wall_s=wall_s,
+            first_token_s=result.first_token_at - started,
+            first_token_at=result.first_token_at,
         )
 
     def donor_id(self, run: RequestRun) -> str | None:
@@ -266,7 +271,8 @@ class HFReferenceEngine:
                 )
             )
             steps.append(self.run(tokens, cache_salt=salt))
-        return ChainRun(steps=steps[:-1], final=steps[-1], wall_s=time.perf_counter() - started)
+        final = steps[-1]
+        return ChainRun(steps=steps[:-1], final=final, first_token_s=final.first_token_at - started)
 
     @property
     def declines(self) -> dict[str, int]:
@@ -280,8 +286,8 @@ class ChainRun:
 
     steps: list[RequestRun]
     final: RequestRun
-    wall_s: float
-    """All requests of the chain, first scheduling to last prefill kernel (CUDA-synchronized between requests)."""
+    first_token_s: float
+    """The first step's scheduling to the request's first token (CUDA-synchronized): the chain's whole TTFT."""
 
     @property
     def loaded(self) -> int:

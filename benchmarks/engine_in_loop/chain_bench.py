@@ -1,0 +1,182 @@
+"""Prefill chain TTFT in the reference engine: a novel wrapper before the donor's evidence, chain against cold.
+
+Each target is ``wrapper`` fresh random tokens, then ``share`` of the prompt taken from one donor's start (so the span
+sits ``wrapper`` positions later than in the donor: a RoPE delta), then a fresh tail. A plain load cannot reach the
+evidence (it does not start at the prompt's start); the chain runs one prefill-only step for the wrapper (rounded up
+to a block after the head recompute) under the recipient's isolating salt, then the request itself, which finds the
+step in the engine's salted prefix cache and loads the donor span after it.
+
+Per prompt length, medians over ``repeats`` (after one warm-up target): the cold prefill through the engine's runner
+and the cold whole request through the engine (no donor, fresh salt), both measured in the same run; the chain's whole
+time to first token (first step scheduled to the end of the request's prefill, CUDA-synchronized; each step's
+finish, donor bookkeeping included, lies inside it), each step's wall time, and the per-step overhead: a step's wall
+time less its own tokens at the cold prefill's per-token cost, also expressed in prefill tokens (the unit of
+``SEMBLEND_CHAIN_STEP_OVERHEAD_TOKENS``).
+
+Usage: ``PYTHONPATH=. TRITON_INTERPRET=0 python3 -m benchmarks.engine_in_loop.chain_bench 8192 3 [--wrapper 64]``
+(Llama-3-8B shape with random bf16 weights on a GPU, the tiny shape on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import sys
+from typing import Any
+
+import torch
+
+from benchmarks.engine_in_loop.run_engine_bench import LLAMA3_8B_SHAPE, TINY_SPEED_SHAPE
+from semblend_apps.reference_engine.hf_engine import ChainRun, HFReferenceEngine, cold_prefill
+from semblend_apps.reference_engine.hf_model import LOWER_RIGHT_SDPA, random_llama
+from semblend_dynamo.chain import ChainSettings, chain_requests, plan_chain
+from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.namespace import isolating_salt
+from semblend_dynamo.span_aligner import SpanAligner
+
+TENANT = "bench"
+
+
+def chain_config(block_size: int) -> SemblendConfig:
+    """Shifted mode with per-request isolating salts: the engine reuses blocks within a salt, chains on."""
+    return SemblendConfig(
+        block_size=block_size,
+        exact_materialization_only=False,
+        isolation="cache_salt",
+        pin_budget_fraction=0.5,
+        chain_enabled=True,
+    )
+
+
+def targets(
+    vocab_size: int, length: int, share: float, wrapper: int, count: int, seed: int
+) -> tuple[list[int], list[list[int]]]:
+    """One donor and ``count`` targets: fresh wrapper, the donor's first ``share * length`` tokens, fresh tail."""
+    rng = random.Random(seed)
+
+    def draw(n: int) -> list[int]:
+        return [rng.randrange(100, vocab_size) for _ in range(n)]
+
+    evidence = int(length * share)
+    donor = draw(evidence + 64)
+    return donor, [draw(wrapper) + donor[:evidence] + draw(length - wrapper - evidence) for _ in range(count)]
+
+
+def run_chain_ttft(
+    model: Any,
+    *,
+    length: int,
+    share: float,
+    wrapper: int,
+    repeats: int,
+    block_size: int,
+    vocab_size: int,
+    cuda_graphs: bool,
+) -> dict[str, Any]:
+    """Cold and chained TTFT of ``repeats`` targets (after a warm-up one) of ``length`` tokens; medians."""
+    cfg = chain_config(block_size)
+    donor, prompts = targets(vocab_size, length, share, wrapper, repeats + 1, seed=length)
+    blocks = 2 * ((len(donor) + 3 * length * (repeats + 1)) // block_size + 16)
+    engine = HFReferenceEngine(
+        model, cfg, num_blocks=blocks, cuda_graphs=cuda_graphs, detect_writes=False, prefix_reuse=True
+    )
+    donor_run = engine.run(donor, cache_salt=isolating_salt(TENANT, "donor"))
+    donor_id = engine.donor_id(donor_run)
+    if donor_id is None:
+        raise RuntimeError("the donor was not pinned")
+    aligner = SpanAligner(block_size, cfg.min_span_tokens)
+    aligner.add_donor("d", TENANT, donor)
+    settings = ChainSettings.from_config(cfg)
+    chains: list[ChainRun] = []
+    cold_s: list[float] = []
+    cold_whole_s: list[float] = []
+    plan = None
+    for i, prompt in enumerate(prompts):
+        decision = plan_chain(length, aligner.align(TENANT, prompt), settings)
+        if not decision.accepted or decision.plan is None:
+            raise RuntimeError(f"the chain was declined: {decision.reason} {decision.detail}")
+        plan = decision.plan
+        cold = cold_prefill(model, prompt, runner=engine.runner)[2]
+        cold_whole = engine.run(prompt, cache_salt=isolating_salt(TENANT, f"cold-{i}")).first_token_s
+        chain = engine.run_chain(prompt, plan, {"d": donor_id}, tenant=TENANT, nonce=f"chain-{i}")
+        if i:  # the first target warms up kernels, the allocator and the CUDA graphs of every shape
+            cold_s.append(cold)
+            cold_whole_s.append(cold_whole)
+            chains.append(chain)
+        for run in (*chain.steps, chain.final):
+            run.cache = None
+    assert plan is not None
+    cold = statistics.median(cold_s)
+    per_token = cold / length
+    whole = statistics.median(c.first_token_s for c in chains)
+    step_walls = [statistics.median(c.steps[k].wall_s for c in chains) for k in range(len(chains[0].steps))]
+    requests = chain_requests(plan)
+    held = [0, *(r.prompt_tokens for r in requests)]
+    step_computed = [
+        r.prompt_tokens - held[k] - (r.load.tokens if r.load is not None else 0) for k, r in enumerate(requests[:-1])
+    ]
+    overheads = [w - n * per_token for w, n in zip(step_walls, step_computed, strict=True)]
+    final_wall = statistics.median(c.final.first_token_s for c in chains)
+    row = {
+        "prompt_tokens": length,
+        "wrapper_tokens": wrapper,
+        "donor_share": share,
+        "steps": plan.steps,
+        "step_prefixes": plan.step_prefixes,
+        "loaded_tokens": min(c.loaded for c in chains),
+        "planned_tokens": plan.loaded_tokens,
+        "computed_tokens": plan.computed_tokens,
+        "predicted_speedup": plan.predicted_speedup,
+        "cold_prefill_ms": cold * 1e3,
+        "cold_whole_request_ms": statistics.median(cold_whole_s) * 1e3,
+        "chain_whole_ms": whole * 1e3,
+        "speedup_vs_cold_prefill": cold / whole,
+        "speedup_vs_cold_whole_request": statistics.median(cold_whole_s) / whole,
+        "step_wall_ms": [w * 1e3 for w in step_walls],
+        "step_computed_tokens": step_computed,
+        "step_overhead_ms": [o * 1e3 for o in overheads],
+        "step_overhead_tokens": [o / per_token for o in overheads],
+        "final_request_first_token_ms": final_wall * 1e3,
+        "final_stages_ms": {
+            k: statistics.median(c.final.stages.get(k, 0.0) for c in chains) * 1e3 for k in chains[0].final.stages
+        },
+        "cold_ms_per_token": per_token * 1e3,
+        "cuda_graphs": cuda_graphs,
+    }
+    del engine
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lengths", help="prompt lengths, comma-separated")
+    parser.add_argument("repeats", type=int)
+    parser.add_argument("--wrapper", type=int, default=64, help="novel tokens before the donor's evidence")
+    parser.add_argument("--share", type=float, default=0.95, help="share of the prompt taken from the donor")
+    args = parser.parse_args(argv)
+    gpu = torch.cuda.is_available()
+    shape = LLAMA3_8B_SHAPE if gpu else TINY_SPEED_SHAPE
+    model = random_llama(shape, "cuda" if gpu else "cpu", attn=LOWER_RIGHT_SDPA)
+    for length in (int(x) for x in args.lengths.split(",")):
+        row = run_chain_ttft(
+            model,
+            length=length,
+            share=args.share,
+            wrapper=args.wrapper,
+            repeats=args.repeats,
+            block_size=32,
+            vocab_size=shape["vocab_size"],
+            cuda_graphs=gpu,
+        )
+        print("ROW", json.dumps({"model": "llama3-8b" if gpu else "tiny", **row}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
