@@ -58,7 +58,7 @@ class ChainSettings(BaseModel):
             min_speedup=cfg.chain_min_speedup,
             max_steps=cfg.chain_max_steps,
             min_load_tokens=cfg.min_span_tokens,
-            max_deviation=cfg.max_deviation,
+            max_deviation=cfg.chain_max_deviation,
         )
 
 

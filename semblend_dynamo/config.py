@@ -140,6 +140,9 @@ class SemblendConfig(BaseModel):
         256, ge=0, description="cost of one chain step (a scheduling round trip), in prefill-token equivalents"
     )
     chain_min_speedup: float = Field(1.5, ge=1.0, description="predicted cold/chain cost a chain must reach")
+    chain_max_deviation: float = Field(
+        0.15, ge=0.0, le=1.0, description="max estimated deviation of a chain's loads (stricter than max_deviation)"
+    )
     chain_max_steps: int = Field(4, ge=1, le=64, description="most prefill-only steps before the real request")
     chain_step_timeout_s: float = Field(10.0, gt=0.0, description="a chain step slower than this cancels the chain")
 
@@ -492,6 +495,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "chain_head_tokens",
         "chain_step_overhead_tokens",
         "chain_min_speedup",
+        "chain_max_deviation",
         "chain_max_steps",
         "chain_step_timeout_s",
     ),

@@ -406,8 +406,9 @@ class PyExecutorHarness:
         self.model = model
         self.pool = torch.zeros(num_blocks, layout.num_layers, 2, layout.block_elems, dtype=dtype, device=device)
         self.allocator = BlockAllocator(num_blocks, layout.tokens_per_block, prefix_reuse=prefix_reuse)
-        self.detect_writes = True
-        """Snapshot fresh blocks around the connector's load to report which it wrote (off in timed runs)."""
+        self.harness_checks = True
+        """The harness's own checks, off in timed runs: snapshot fresh blocks around the connector's load to report
+        which it wrote, and send the metadata through a pickle round trip as a broadcast to other ranks would."""
         self.stream = torch.cuda.current_stream() if self.pool.is_cuda else None
         self._next_id = 1
         self._pinned: dict[int, list[int]] = {}
@@ -544,8 +545,8 @@ class PyExecutorHarness:
             new_request.cache_salt = rd_salt  # type: ignore[attr-defined]
         fresh = block_ids[len(device) :]
         # A check TensorRT-LLM does not make: snapshot the fresh blocks to see which ones the connector wrote (two
-        # passes over them: timed benchmark runs turn it off with ``detect_writes = False``).
-        before = self.pool[fresh].view(torch.uint8).clone() if self.detect_writes else None
+        # passes over them: timed benchmark runs turn it off with ``harness_checks = False``).
+        before = self.pool[fresh].view(torch.uint8).clone() if self.harness_checks else None
         self._start_batch(self._scheduler_output(new_requests=[new_request], cached_requests=[]))
         written: list[int] | None = None
         if before is not None:
@@ -629,7 +630,9 @@ class PyExecutorHarness:
 
     # --- one iteration's connector calls ---------------------------------------------------------------
     def _start_batch(self, scheduler_output: Any) -> None:
-        metadata = pickle.loads(pickle.dumps(self.scheduler.build_connector_meta(scheduler_output)))
+        metadata = self.scheduler.build_connector_meta(scheduler_output)
+        if self.harness_checks:  # what a broadcast to other ranks does; one rank binds the object itself
+            metadata = pickle.loads(pickle.dumps(metadata))
         self.worker.bind_connector_meta(metadata)
         self.worker.start_load_kv(self.stream)
 

@@ -142,14 +142,14 @@ class ChainMode:
     def settings(self, cfg: SemblendConfig, *, deviation_gate: bool) -> ChainSettings:
         """The chain planner's settings with its cost model open (any chain that loads runs): quality, not speed.
 
-        ``deviation_gate`` keeps the default ``max_deviation``; without it the gate is open too.
+        ``deviation_gate`` keeps the default ``chain_max_deviation``; without it the gate is open too.
         """
         return ChainSettings.from_config(cfg).model_copy(
             update={
                 "step_overhead_tokens": 0,
                 "min_speedup": 1.0,
                 "max_steps": 64,
-                "max_deviation": SemblendConfig().max_deviation if deviation_gate else 1.0,
+                "max_deviation": SemblendConfig().chain_max_deviation if deviation_gate else 1.0,
             }
         )
 
@@ -201,7 +201,7 @@ def _span_rows(spans: Sequence[Span]) -> list[tuple[str, int, int, int]]:
 
 
 def chain_gate(mode: ChainMode, prompt_tokens: int, span_rows: Sequence[Sequence[Any]]) -> str:
-    """The chain's deviation gate (default ``max_deviation``, cost model open) on recorded spans."""
+    """The chain's deviation gate (default ``chain_max_deviation``, cost model open) on recorded spans."""
     spans = [Span(donor_id=d, donor_start=ds, target_start=ts, length=n) for d, ds, ts, n in span_rows]
     if not spans:
         return "none"

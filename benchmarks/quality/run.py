@@ -126,8 +126,15 @@ def markdown(summary: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Mean KL over the answer tokens against materialized share, every materialization (gate open), by transform."""
-    import matplotlib
+    """Mean KL over the answer tokens against materialized share, every materialization (gate open), by transform.
+
+    Skipped with a notice where matplotlib is not installed (the ``bench`` extra has it).
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"[quality] notice: matplotlib not installed, {path.name} not drawn", file=sys.stderr)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -46,6 +46,8 @@ class StageClock:
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
+        self.enabled = True
+        """Off: stages run unsynchronized and untimed (whole-request timings without the clock's device syncs)."""
         self.seconds: dict[str, float] = defaultdict(float)
 
     def reset(self) -> None:
@@ -55,6 +57,8 @@ class StageClock:
         """``fn`` wrapped so that its time (after the device drained) is added to ``stage``."""
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return fn(*args, **kwargs)
             self._sync()
             start = time.perf_counter()
             try:
@@ -152,13 +156,14 @@ class HFReferenceEngine:
         audit: AuditWriter | None = None,
         model_dir: str | None = None,
         cuda_graphs: bool = False,
-        detect_writes: bool = True,
+        harness_checks: bool = True,
         prefix_reuse: bool = False,
     ) -> None:
         """Build the connector halves and the harness; the pool lives on the model's device, in its dtype.
 
         ``cuda_graphs`` replays the model's forward from CUDA graphs captured per shape (see ``prefill_runner``).
-        ``detect_writes=False`` turns off the harness's own check of which blocks the connector wrote (timed runs).
+        ``harness_checks=False`` turns off the harness's own checks (which blocks the connector wrote, the metadata's
+        pickle round trip) in timed runs.
         ``prefix_reuse`` is the engine's block reuse, keyed by cache salt (prefill chains need it).
         """
         param = next(model.parameters())
@@ -188,7 +193,7 @@ class HFReferenceEngine:
             device=param.device,
             prefix_reuse=prefix_reuse,
         )
-        self.harness.detect_writes = detect_writes
+        self.harness.harness_checks = harness_checks
         self._cuda = param.is_cuda
 
     def run(self, prompt: Sequence[int], *, keep: int = 1, cache_salt: str | None = None) -> RequestRun:

@@ -126,3 +126,21 @@ def test_a_chain_whose_first_load_starts_at_zero_loads_it_in_the_first_request()
     assert plan is not None
     requests = chain_requests(plan)
     assert [(r.prompt_tokens, r.load.start if r.load else None) for r in requests] == [(704, 0), (1400, 704)]
+
+
+def test_the_default_chain_gate_takes_one_long_span_and_declines_reordered_chunks() -> None:
+    """Calibrated on SmolLM2 (docs/quality.md): single-span chains kept KL <= 0.01; reordered chunks exceeded 0.05."""
+    from semblend_dynamo.config import SemblendConfig
+
+    defaults = ChainSettings.from_config(SemblendConfig(chain_step_overhead_tokens=0, chain_max_steps=8))
+    wrapped = [Span(donor_id="d", donor_start=87, target_start=96, length=960)]
+    assert plan_chain(1099, wrapped, defaults).accepted
+    reordered = [
+        Span(donor_id="d", donor_start=812, target_start=64, length=224),
+        Span(donor_id="d", donor_start=610, target_start=320, length=192),
+        Span(donor_id="d", donor_start=371, target_start=544, length=224),
+        Span(donor_id="d", donor_start=93, target_start=800, length=256),
+    ]
+    decision = plan_chain(1086, reordered, defaults)
+    assert decision.reason is DeclineReason.DEVIATION_TOO_HIGH
+    assert decision.plan is not None and decision.plan.estimated_deviation < SemblendConfig().max_deviation
