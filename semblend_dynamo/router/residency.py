@@ -26,12 +26,46 @@ WorkerKey = tuple[int, int]
 
 DEVICE_TIER = "device"
 
+Posting = str | set[str]
+"""The donors using one block hash: most hashes have one, kept as its bare id (a one-element set costs 216 bytes,
+16 per donor: the larger part of a replica's memory per donor before)."""
+
+
+def _posting_ids(posting: Posting) -> Collection[str]:
+    return (posting,) if isinstance(posting, str) else posting
+
+
+def _posting_add(postings: dict[int, Posting], tokens_hash: int, donor_id: str) -> None:
+    held = postings.get(tokens_hash)
+    if held is None:
+        postings[tokens_hash] = donor_id
+    elif isinstance(held, str):
+        if held != donor_id:
+            postings[tokens_hash] = {held, donor_id}
+    else:
+        held.add(donor_id)
+
+
+def _posting_discard(postings: dict[int, Posting], tokens_hash: int, donor_id: str) -> None:
+    held = postings.get(tokens_hash)
+    if held is None:
+        return
+    if isinstance(held, str):
+        if held == donor_id:
+            del postings[tokens_hash]
+        return
+    held.discard(donor_id)
+    if len(held) == 1:
+        postings[tokens_hash] = next(iter(held))
+    elif not held:
+        del postings[tokens_hash]
+
 
 @dataclass
 class _WorkerBlocks:
     by_block: dict[int, int] = field(default_factory=dict)  # engine block id -> tokens_hash
     counts: dict[int, int] = field(default_factory=dict)  # tokens_hash -> engine blocks holding it
-    postings: dict[int, set[str]] = field(default_factory=dict)  # tokens_hash -> donors of this worker using it
+    postings: dict[int, Posting] = field(default_factory=dict)  # tokens_hash -> donors of this worker using it
     last_event_id: int = 0
 
 
@@ -138,9 +172,9 @@ class Residency:
                     continue
                 self._drop_block(blocks, removed)
         elif isinstance(data, KvCleared):
-            for tokens_hash, donors in postings.items():
+            for tokens_hash, posting in postings.items():
                 if tokens_hash in counts:
-                    self._hash_left(donors)
+                    self._hash_left(_posting_ids(posting))
             by_block.clear()
             counts.clear()
 
@@ -156,7 +190,7 @@ class Residency:
             held = counts.get(tokens_hash, 0)
             counts[tokens_hash] = held + 1
             if held == 0 and tokens_hash in postings:
-                self._hash_arrived(postings[tokens_hash])
+                self._hash_arrived(_posting_ids(postings[tokens_hash]))
 
     def reconcile(self, events: Iterable[KvEvent]) -> int:
         """Make every worker's device blocks exactly those of a full index dump; returns the blocks that changed.
@@ -198,11 +232,11 @@ class Residency:
             blocks.counts[tokens_hash] = left
             return
         del blocks.counts[tokens_hash]
-        donors = blocks.postings.get(tokens_hash)
-        if donors:
-            self._hash_left(donors)
+        posting = blocks.postings.get(tokens_hash)
+        if posting:
+            self._hash_left(_posting_ids(posting))
 
-    def _hash_arrived(self, donors: set[str]) -> None:
+    def _hash_arrived(self, donors: Collection[str]) -> None:
         for donor_id in donors:
             missing = self._missing[donor_id] - 1
             self._missing[donor_id] = missing
@@ -210,7 +244,7 @@ class Residency:
                 self._resident.setdefault(self._donors[donor_id].namespace, set()).add(donor_id)
                 self._changes.append((donor_id, True))
 
-    def _hash_left(self, donors: set[str]) -> None:
+    def _hash_left(self, donors: Collection[str]) -> None:
         for donor_id in donors:
             missing = self._missing[donor_id]
             self._missing[donor_id] = missing + 1
@@ -236,7 +270,7 @@ class Residency:
         blocks = self._blocks(entry.worker)
         distinct = set(registration.block_hashes)
         for tokens_hash in distinct:
-            blocks.postings.setdefault(tokens_hash, set()).add(donor_id)
+            _posting_add(blocks.postings, tokens_hash, donor_id)
         self._donors[donor_id] = entry
         self._missing[donor_id] = sum(1 for h in distinct if h not in blocks.counts)
         if self._missing[donor_id] == 0:
@@ -257,11 +291,7 @@ class Residency:
         blocks = self._workers.get(entry.worker)
         if blocks is not None:
             for tokens_hash in set(entry.block_hashes):
-                posting = blocks.postings.get(tokens_hash)
-                if posting is not None:
-                    posting.discard(donor_id)
-                    if not posting:
-                        del blocks.postings[tokens_hash]
+                _posting_discard(blocks.postings, tokens_hash, donor_id)
         self._missing.pop(donor_id, None)
         resident = self._resident.get(entry.namespace)
         if resident is not None:

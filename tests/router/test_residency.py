@@ -169,3 +169,26 @@ def test_catalog_entry_gives_back_the_registration_it_was_built_from() -> None:
     assert decode(encode(a.registration), DonorRegistration, max_bytes=1 << 16) == sent
     assert a.namespace is b.namespace and a.deployment is b.deployment  # one copy for every donor
     assert not hasattr(a, "__dict__")
+
+
+def test_donors_sharing_a_block_follow_it_together_and_alone_once_one_leaves() -> None:
+    """A block hash used by several donors (a common system prompt) keeps a posting per donor through add and remove."""
+    r = Residency(capacity=10)
+    ev = Events(W1)
+    for donor_id, own in (("a", 2), ("b", 3), ("c", 4)):
+        r.add_donor(_donor(donor_id, W1, [1, own]))
+    r.apply(ev.stored(1, 2, 3, 4))
+    assert r.resident("ns") == {"a", "b", "c"}
+    r.remove_donor("b")
+    r.apply(ev.removed(1))
+    assert r.resident("ns") == set()
+    r.remove_donor("c")
+    r.apply(ev.stored(1))
+    assert r.resident("ns") == {"a"}  # the shared hash now has one donor left, and still brings it back
+    r.add_donor(_donor("b", W1, [1, 3]))
+    assert r.resident("ns") == {"a", "b"}
+    r.remove_donor("a")
+    r.remove_donor("b")
+    r.apply(ev.removed(1))
+    r.apply(ev.stored(1))
+    assert r.resident("ns") == set() and r.take_changes()[-1] == ("b", True)
