@@ -24,6 +24,7 @@ import torch
 from semblend_kernels.layout import PagedKVLayout
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
+    DEFAULT_TUNING,
     INPLACE_PLAN_COLUMNS,
     CopySpan,
     InplaceSpan,
@@ -44,6 +45,8 @@ SMOKE_MODELS = {"tiny": (2, 2, 32)}
 TOKENS_PER_BLOCK = 32
 DELTA = 1234
 SWEEP = [KernelTuning(h, w, lpp) for h in (1, 4) for w in (8, 16) for lpp in (1, 2, 4)]  # 4 warps lost every time
+SIZE_SWEEP = [KernelTuning(h, w, lpp) for h in (1, 2) for w in (4, 8, 16) for lpp in (1, 2, 4, 8)]
+"""``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs)."""
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_LAYER_SCALE = 0.05
 
@@ -149,6 +152,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, runs anywhere (checks the script)")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument(
+        "--sweep-every-size", action="store_true", help="sweep launch settings for every case, not one per model"
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.smoke
     device = "cuda" if cuda else "cpu"
@@ -199,6 +205,16 @@ def main() -> int:
         max_err = check_matches_reference(case)
         for op in ("inplace", "copy"):
             tuning = best[dname, name, op]
+            default_ms = time_ms(kernel_fn(case, op, DEFAULT_TUNING), cuda)
+            if args.sweep_every_size and cuda:
+                times = {t: time_ms(kernel_fn(case, op, t), cuda) for t in SIZE_SWEEP}
+                tuning = min(times, key=lambda t: times[t])
+                print(
+                    f"  sweep {dname} {name} {tokens} {op}: best {tuning} {times[tuning]:.4f} ms; "
+                    + " ".join(
+                        f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}={v:.4f}" for t, v in times.items()
+                    )
+                )
             kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda)
             call_ms = time_ms(public_fn(case, op, tuning), cuda)
             ref_ms = time_ms(public_fn(case, op, tuning, reference=True), cuda)
@@ -213,6 +229,8 @@ def main() -> int:
                 "unaligned": unaligned,
                 "op": op,
                 "kernel_ms": kernel_ms,
+                "tuning": vars(tuning),
+                "default_tuning_ms": default_ms,
                 "gbps": gbps,
                 "fraction_of_copy_bw": gbps / copy_gbps,
                 "same_size_copy_gbps": same_size_gbps,
