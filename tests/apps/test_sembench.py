@@ -152,7 +152,9 @@ def test_reach_counts_every_token_served_from_donor_kv(capsys, tmp_path) -> None
 
 
 def test_chain_steps_load_spans_and_are_audited_as_chain_steps(capsys, tmp_path) -> None:
-    data, audit = replay_manifest(capsys, tmp_path, *CHAIN, "--chain-step-overhead-tokens", "0")
+    # the deviation gate open: reordered chunks chain (the default gate declines them, see the next test)
+    free = ("--chain-step-overhead-tokens", "0", "--chain-max-deviation", "1")
+    data, audit = replay_manifest(capsys, tmp_path, *CHAIN, *free)
     rag = data["by_transform"]["rag_reorder"]
     assert rag["materialized"] == rag["requests"] and rag["chain_step_tokens"] > 0
     steps = [r for r in read_audit(audit) if r["event"] == "chain_step_loaded"]
@@ -161,3 +163,11 @@ def test_chain_steps_load_spans_and_are_audited_as_chain_steps(capsys, tmp_path)
     assert all(r["lineage"] == "approximate" for r in steps if r["delta"])  # a shifted load is never exact
     # every chain request's KV is approximate: none of them became a donor (replay unpins targets) or an exact one
     assert not [r for r in read_audit(audit) if r["event"] == "donor_registered" and r.get("role") == "chain_step"]
+
+
+def test_the_default_chain_gate_declines_reordered_chunks_and_keeps_a_wrapped_span(capsys, tmp_path) -> None:
+    data, _ = replay_manifest(capsys, tmp_path, *CHAIN, "--chain-step-overhead-tokens", "0")
+    rows = data["by_transform"]
+    assert rows["rag_reorder"]["materialized"] == 0 and rows["rag_reorder"]["chain_steps"] == 0
+    assert rows["instruction_variant"]["materialized"] == rows["instruction_variant"]["requests"]
+    assert rows["instruction_variant"]["chain_steps"] >= rows["instruction_variant"]["requests"]
