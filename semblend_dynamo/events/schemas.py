@@ -45,13 +45,15 @@ def request_key(tokens: Sequence[int]) -> str:
     Router and connector both compute it from the full prompt token ids alone. Raises ValueError for
     token ids outside ``[0, 2**32)``.
     """
+    if isinstance(tokens, array.array) and tokens.typecode == "I" and sys.byteorder == "little":
+        return xxhash.xxh3_64_hexdigest(tokens)  # already the wire form (the connector converts the prompt once)
     try:
         buf = array.array("I", tokens)
     except (OverflowError, TypeError) as exc:
         raise ValueError(f"token ids must be integers in [0, 2**32): {exc}") from None
     if sys.byteorder == "big":  # pragma: no cover - the wire form is little-endian
         buf.byteswap()
-    return xxhash.xxh3_64_hexdigest(buf.tobytes())
+    return xxhash.xxh3_64_hexdigest(buf)
 
 
 def deployment_digest(key: NamespaceKey) -> str:

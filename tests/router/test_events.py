@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+
 import msgpack
 import numpy as np
 import pytest
@@ -113,6 +115,8 @@ def test_request_key_is_xxh3_of_little_endian_u32_tokens() -> None:
     tokens = [0, 1, 65535, (1 << 32) - 1]
     raw = b"".join(t.to_bytes(4, "little") for t in tokens)
     assert request_key(tokens) == xxhash.xxh3_64_hexdigest(raw)
+    assert request_key(array.array("I", tokens)) == request_key(tokens)  # the connector's u32 buffer, not copied
+    assert request_key(array.array("q", tokens)) == request_key(tokens)  # another buffer type is converted
     assert request_key(tokens) != request_key(tokens[::-1])
     with pytest.raises(ValueError):
         request_key([-1])
