@@ -131,6 +131,7 @@ class RequestRun:
     first_token_s: float = 0.0
     """Scheduling to the end of the prefill (CUDA-synchronized): the whole request's time to first token."""
     first_token_at: float = 0.0
+    """``time.perf_counter()`` at the first token (chains time from their first step to the request's)."""
 
     @property
     def ttft_s(self) -> float:
