@@ -18,7 +18,8 @@ per step. Each request's bare compute (the runner prefilling the same tokens aft
 connector or pool) splits a step's overhead into the fixed cost of a short prefill and the engine's own
 (``step_engine_overhead_ms``: a step's wall time less its bare compute).
 
-Usage: ``PYTHONPATH=. TRITON_INTERPRET=0 python3 -m benchmarks.engine_in_loop.chain_bench 8192 3 [--wrapper 64]``
+Usage: ``PYTHONPATH=. TRITON_INTERPRET=0 python3 -m benchmarks.engine_in_loop.chain_bench 8192 3 [--wrapper 64]
+[--short-prefills 32,96,256]`` (the last: bare prefills of those token counts from position 0, a step's compute)
 (Llama-3-8B shape with random bf16 weights on a GPU, the tiny shape on a CPU).
 """
 
@@ -198,16 +199,36 @@ def run_chain_ttft(
     return row
 
 
+def short_prefills(model: Any, counts: list[int], vocab_size: int, *, cuda_graphs: bool) -> dict[int, float]:
+    """Median milliseconds of a bare prefill of each token count from position 0 (after a warm-up/capture)."""
+    runner = PrefillRunner(model, cuda_graphs=cuda_graphs, capacity=max(counts))
+    rng = random.Random(0)
+    out = {}
+    for n in counts:
+        tokens = [rng.randrange(100, vocab_size) for _ in range(n)]
+        bare_prefill(runner, tokens, n)
+        out[n] = statistics.median(bare_prefill(runner, tokens, n) for _ in range(5)) * 1e3
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lengths", help="prompt lengths, comma-separated")
     parser.add_argument("repeats", type=int)
     parser.add_argument("--wrapper", type=int, default=64, help="novel tokens before the donor's evidence")
     parser.add_argument("--share", type=float, default=0.95, help="share of the prompt taken from the donor")
+    parser.add_argument(
+        "--short-prefills",
+        default="",
+        help="also time bare prefills of these token counts from position 0 (comma-separated): a step's compute",
+    )
     args = parser.parse_args(argv)
     gpu = torch.cuda.is_available()
     shape = LLAMA3_8B_SHAPE if gpu else TINY_SPEED_SHAPE
     model = random_llama(shape, "cuda" if gpu else "cpu", attn=LOWER_RIGHT_SDPA)
+    if args.short_prefills:
+        counts = [int(x) for x in args.short_prefills.split(",")]
+        print("SHORT", json.dumps(short_prefills(model, counts, shape["vocab_size"], cuda_graphs=gpu)))
     for length in (int(x) for x in args.lengths.split(",")):
         row = run_chain_ttft(
             model,
