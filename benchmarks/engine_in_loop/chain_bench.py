@@ -199,16 +199,48 @@ def run_chain_ttft(
     return row
 
 
-def short_prefills(model: Any, counts: list[int], vocab_size: int, *, cuda_graphs: bool) -> dict[int, float]:
-    """Median milliseconds of a bare prefill of each token count from position 0 (after a warm-up/capture)."""
+def short_prefills(model: Any, counts: list[int], vocab_size: int, *, cuda_graphs: bool) -> dict[int, dict[str, float]]:
+    """Per token count: median milliseconds of a bare prefill from position 0 and of the model's linear layers alone
+    on as many tokens (the weights' read floor; the rest is attention, norms and other small kernels)."""
     runner = PrefillRunner(model, cuda_graphs=cuda_graphs, capacity=max(counts))
     rng = random.Random(0)
     out = {}
     for n in counts:
         tokens = [rng.randrange(100, vocab_size) for _ in range(n)]
         bare_prefill(runner, tokens, n)
-        out[n] = statistics.median(bare_prefill(runner, tokens, n) for _ in range(5)) * 1e3
+        prefill = statistics.median(bare_prefill(runner, tokens, n) for _ in range(5))
+        out[n] = {"prefill_ms": prefill * 1e3, "linear_only_ms": linear_layers_s(model, n, cuda_graphs) * 1e3}
     return out
+
+
+@torch.no_grad()
+def linear_layers_s(model: Any, tokens: int, cuda_graphs: bool) -> float:
+    """Median seconds (of 5) of every decoder linear layer on ``tokens`` rows plus the LM head on one (a CUDA graph
+    replay on a GPU)."""
+    param = next(model.parameters())
+    linears = [m for m in model.model.modules() if isinstance(m, torch.nn.Linear)]
+    rows = {f: torch.randn(tokens, f, dtype=param.dtype, device=param.device) for f in {m.in_features for m in linears}}
+    last = torch.randn(1, model.lm_head.in_features, dtype=param.dtype, device=param.device)
+
+    def forward() -> None:
+        for m in linears:
+            m(rows[m.in_features])
+        model.lm_head(last)
+
+    step = forward
+    if cuda_graphs:
+        forward()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward()
+        step = graph.replay
+    clock = StageClock(cuda=param.is_cuda)
+    times = []
+    for _ in range(5):
+        clock.reset()
+        clock.timed("linear", step)()
+        times.append(clock.seconds["linear"])
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
