@@ -168,8 +168,8 @@ def run_ttft(
     The stage figures come from ``repeats`` targets timed stage by stage (a device sync around each stage); the
     whole-request figures from ``repeats`` further targets run without the stage clock, as a client would see them.
 
-    Each target loads from its own donor (prefilled untimed just before it); ``loaded_deltas`` lists the position
-    delta of every timed target's load, as the connector audited it.
+    Each target loads from its own donor (all prefilled before the timed targets); ``loaded_deltas`` lists the
+    position delta of every timed target's load, as the connector audited it.
 
     Cold and materialized prefills run through the engine's one runner, so both are eager or both replay CUDA graphs;
     the warm-up requests capture the graphs before anything is timed (``graph_captures_timed`` says if one was not).
@@ -189,11 +189,12 @@ def run_ttft(
         engine.run(warmup.donors[0])
         cold_prefill(model, warmup.prompt, runner=engine.runner)
         engine.run(warmup.prompt)
+        for case in cases:  # every target's donor, resident before anything is timed
+            engine.run(case.donors[0])
         captures_before = engine.runner.captures
         cold_s, warm_runs, whole_runs = [], [], []
         deltas: list[int | None] = []
         for k, case in enumerate(cases):
-            engine.run(case.donors[0])  # untimed: the donor's cold prefill
             records = len(engine.audit.records or [])
             # half the targets with the stage clock (its device syncs), half without it for the whole-request time
             engine.clock.enabled = k < repeats
