@@ -182,7 +182,7 @@ def run_chain_ttft(
         "step_overhead_ms": [o * 1e3 for o in overheads],
         "step_overhead_tokens": [o / per_token for o in overheads],
         "step_bare_prefill_ms": [b * 1e3 for b in bare[:-1]],
-        "step_engine_overhead_ms": [(w - b) * 1e3 for w, b in zip(step_walls, bare, strict=False)],
+        "step_engine_overhead_ms": [(w - b) * 1e3 for w, b in zip(step_walls, bare[:-1], strict=True)],
         "implied_step_overhead_tokens": added / per_token / plan.steps,
         "final_request_first_token_ms": final_wall * 1e3,
         "final_computed_tokens": computed[-1],
