@@ -44,6 +44,7 @@ from semblend_apps.reference_engine.hf_model import (
     truncated,
 )
 from semblend_apps.reference_engine.prefill_runner import PrefillRunner
+from semblend_dynamo.audit import AuditEvent
 from semblend_dynamo.config import SemblendConfig
 
 LLAMA3_8B_SHAPE: dict[str, Any] = {
@@ -167,6 +168,9 @@ def run_ttft(
     The stage figures come from ``repeats`` targets timed stage by stage (a device sync around each stage); the
     whole-request figures from ``repeats`` further targets run without the stage clock, as a client would see them.
 
+    Each target loads from its own donor (all prefilled before the timed targets); ``loaded_deltas`` lists the
+    position delta of every timed target's load, as the connector audited it.
+
     Cold and materialized prefills run through the engine's one runner, so both are eager or both replay CUDA graphs;
     the warm-up requests capture the graphs before anything is timed (``graph_captures_timed`` says if one was not).
     """
@@ -185,15 +189,20 @@ def run_ttft(
         engine.run(warmup.donors[0])
         cold_prefill(model, warmup.prompt, runner=engine.runner)
         engine.run(warmup.prompt)
+        for case in cases:  # every target's donor, resident before anything is timed
+            engine.run(case.donors[0])
         captures_before = engine.runner.captures
         cold_s, warm_runs, whole_runs = [], [], []
+        deltas: list[int | None] = []
         for k, case in enumerate(cases):
+            records = len(engine.audit.records or [])
             # half the targets with the stage clock (its device syncs), half without it for the whole-request time
             engine.clock.enabled = k < repeats
             if engine.clock.enabled:
                 cold_s.append(cold_prefill(model, case.prompt, runner=engine.runner)[2])
             (warm_runs if engine.clock.enabled else whole_runs).append(engine.run(case.prompt))
             (warm_runs if engine.clock.enabled else whole_runs)[-1].cache = None  # only the timings are kept
+            deltas += [r.delta for r in (engine.audit.records or [])[records:] if r.event == AuditEvent.PROMISED]
         engine.clock.enabled = True
         stages = {k: statistics.median(r.stages.get(k, 0.0) for r in warm_runs) for k in warm_runs[0].stages}
         cold = statistics.median(cold_s)
@@ -209,6 +218,7 @@ def run_ttft(
                 "materialized": materialized,
                 "share": materialized / length,
                 "position_delta": -shift if materialized else 0,
+                "loaded_deltas": deltas,
                 "cold_ttft_ms": cold * 1e3,
                 "warm_ttft_ms": warm * 1e3,
                 "ratio": cold / warm,

@@ -52,6 +52,7 @@ def main(argv: list[str]) -> int:
                         "warm_first_token_ms",
                         "ratio_first_token",
                         "graph_captures_timed",
+                        "loaded_deltas",
                     )
                 }
             ),

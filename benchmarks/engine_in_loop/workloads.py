@@ -172,10 +172,11 @@ def fidelity_cases(
 def speed_cases(
     vocab_size: int, prompt_tokens: int, share: float, *, repeats: int, seed: int, shift: int = 0
 ) -> list[Case]:
-    """Random-token targets whose first ``share`` of tokens repeat one donor (``shift`` positions later in it).
+    """Random-token targets whose first ``share`` of tokens repeat their own donor (``shift`` positions later in it).
 
-    All cases share the donor; each target has its own tail, so an earlier target (itself a donor once finished)
-    never offers more than the shared prefix to a later one.
+    Each case has its own donor and shared span, so a finished target (itself a donor) offers nothing to a later one:
+    every target loads from its donor at delta ``-shift`` (a shared span would be found in an earlier target at delta
+    0, and shifted mode would time an unrotated copy).
     """
     import random
 
@@ -185,18 +186,19 @@ def speed_cases(
         return [rng.randrange(100, vocab_size) for _ in range(n)]
 
     reused = int(prompt_tokens * share)
-    shared = draw(reused)
-    donor = draw(shift) + shared + draw(64)
-    return [
-        Case(
-            name=f"speed_{prompt_tokens}_s{int(share * 100)}_d{shift}_r{r}",
-            kind="shifted" if shift else "exact_prefix",
-            donors=[donor],
-            prompt=shared + draw(prompt_tokens - reused),
-            continuation=[],
-            reusable_prefix_tokens=reused,
-            position_delta=-shift,
-            target_share=share,
+    cases = []
+    for r in range(repeats):
+        shared = draw(reused)
+        cases.append(
+            Case(
+                name=f"speed_{prompt_tokens}_s{int(share * 100)}_d{shift}_r{r}",
+                kind="shifted" if shift else "exact_prefix",
+                donors=[draw(shift) + shared + draw(64)],
+                prompt=shared + draw(prompt_tokens - reused),
+                continuation=[],
+                reusable_prefix_tokens=reused,
+                position_delta=-shift,
+                target_share=share,
+            )
         )
-        for r in range(repeats)
-    ]
+    return cases

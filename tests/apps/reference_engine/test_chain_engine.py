@@ -91,3 +91,7 @@ def test_chain_bench_runs_end_to_end_on_cpu(model) -> None:
     assert row["steps"] == 1 and row["loaded_tokens"] == row["planned_tokens"] > 0.8 * LENGTH
     assert row["step_computed_tokens"] == [96]
     assert len(row["step_overhead_tokens"]) == 1 and row["chain_whole_ms"] > 0
+    # every prompt token is computed by exactly one request of the chain or loaded from the donor
+    assert row["final_computed_tokens"] + sum(row["step_computed_tokens"]) == row["computed_tokens"]
+    assert row["computed_tokens"] + row["loaded_tokens"] == LENGTH
+    assert len(row["step_bare_prefill_ms"]) == len(row["step_engine_overhead_ms"]) == 1

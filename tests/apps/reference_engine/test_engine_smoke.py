@@ -232,3 +232,22 @@ def test_benchmark_runner_end_to_end(tiny_model, tmp_path: Path) -> None:
     speed = [(r["mode"], r["share"]) for r in results["ttft"] if r["model"] == "tiny (eager)"]
     assert speed == [("exact", 0.875), ("shifted", 0.875), ("exact", 0.5)]  # 95% and 50% of 256, block aligned
     assert (results_dir / "results.md").read_text().count("| exact_prefix |") == 2
+
+
+@pytest.mark.parametrize("shift", [0, 100])
+def test_every_timed_target_loads_from_its_donor_at_the_configured_delta(tiny_model, shift: int) -> None:
+    # Finished targets become donors too: a later target must not find the shared span in an earlier one at delta 0
+    # (shifted mode would then time an unrotated copy).
+    (row,) = run_engine_bench.run_ttft(
+        tiny_model,
+        label="tiny",
+        lengths=[512],
+        share=0.9,
+        shift=shift,
+        repeats=2,
+        block_size=BLOCK,
+        vocab_size=TINY_LLAMA["vocab_size"],
+        cuda_graphs=False,
+    )
+    assert row["loaded_deltas"] == [-shift] * 4  # 2 targets with the stage clock, 2 without
+    assert row["materialized"] >= 0.8 * 512
