@@ -186,10 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         help="summarize these rows.jsonl files (of earlier runs) only",
     )
     args = parser.parse_args(argv)
+    # the command a summary records, without this machine's path to the script
+    command = ["python", "-m", "benchmarks.quality.run", *(sys.argv[1:] if argv is None else argv)]
     if args.from_rows:
         rows = [json.loads(line) for path in args.from_rows for line in path.read_text().splitlines() if line.strip()]
         args.out.mkdir(parents=True, exist_ok=True)
-        write_summary(rows, args.out, {"argv": sys.argv, "from_rows": [str(p) for p in args.from_rows]})
+        write_summary(rows, args.out, {"argv": command, "from_rows": [str(p) for p in args.from_rows]})
         return 0
     unknown = [m for m in args.modes.split(",") if m not in MODES]
     if unknown:
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.update()
             if not tty:
                 print(f"[quality] {k}/{len(items)} items, {time.perf_counter() - started:.0f}s", flush=True)
-    meta = {"argv": sys.argv, "hardware": hardware, "seconds": time.perf_counter() - started, "items": len(items)}
+    meta = {"argv": command, "hardware": hardware, "seconds": time.perf_counter() - started, "items": len(items)}
     write_summary(rows, args.out, meta)
     print(f"[quality] done in {meta['seconds']:.0f}s -> {args.out}")
     return 0

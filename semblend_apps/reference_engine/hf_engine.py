@@ -30,12 +30,13 @@ from semblend_kernels.layout import PagedKVLayout
 from semblend_apps.reference_engine.hf_model import KVGeometry
 from semblend_apps.reference_engine.kv_pool import read_prefix, write_range
 from semblend_apps.reference_engine.prefill_runner import PrefillRunner
-from semblend_dynamo.audit import AuditWriter, Role
-from semblend_dynamo.chain import ChainPlan, chain_requests
+from semblend_dynamo.audit import AuditWriter
+from semblend_dynamo.chain import ChainPlan
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.schemas import DonorHint, request_key
 from semblend_dynamo.namespace import isolating_salt
 from semblend_dynamo.outcomes import Outcome
+from semblend_dynamo.router.prefill_chain import chain_hints
 from trtllm_connector.connector import SemBlendConnectorScheduler, SemBlendConnectorWorker
 from trtllm_connector.harness import HarnessLlmArgs, PyExecutorHarness
 from trtllm_connector.hints import HintInbox
@@ -255,28 +256,20 @@ class HFReferenceEngine:
         engine's salted prefix cache; the connector loads the next span after it (see ``semblend_dynamo.chain``).
         """
         salt = isolating_salt(tenant, nonce)
-        namespace = self.harness.scheduler.model.identity.namespace(tenant=tenant).digest()
-        steps: list[RequestRun] = []
         started = time.perf_counter()
-        for part in chain_requests(plan):
-            tokens = list(prompt[: part.prompt_tokens])
-            load = part.load or plan.loads[0]
-            donor = load.spans[0].donor_id
-            spans = part.load.spans if part.load is not None else []
-            self.harness.scheduler.hints.submit(
-                DonorHint(
-                    request_key=request_key(tokens),
-                    request_id=nonce,
-                    donor_id=donor_ids[donor],
-                    worker_id=self.cfg.worker_id,
-                    namespace=namespace,
-                    spans=[(s.donor_start, s.target_start, s.length) for s in spans if s.donor_id == donor],
-                    decision=Outcome.SEMANTIC_PLACEMENT,
-                    role=Role.RECIPIENT if part.final else Role.CHAIN_STEP,
-                    chain_head_tokens=self.cfg.chain_head_tokens if head_tokens is None else head_tokens,
-                )
-            )
-            steps.append(self.run(tokens, cache_salt=salt))
+        recipient = DonorHint(
+            request_key=request_key(list(prompt)),
+            request_id=nonce,
+            donor_id=donor_ids[plan.loads[0].spans[0].donor_id],
+            worker_id=self.cfg.worker_id,
+            namespace=self.harness.scheduler.model.identity.namespace(tenant=tenant).digest(),
+            decision=Outcome.SEMANTIC_PLACEMENT,
+        )
+        head = self.cfg.chain_head_tokens if head_tokens is None else head_tokens
+        steps: list[RequestRun] = []
+        for prompt_tokens, hint in chain_hints(plan, prompt, recipient, {}, head):
+            self.harness.scheduler.hints.submit(hint.model_copy(update={"donor_id": donor_ids[hint.donor_id]}))
+            steps.append(self.run(prompt[:prompt_tokens], cache_salt=salt))
         final = steps[-1]
         return ChainRun(steps=steps[:-1], final=final, first_token_s=final.first_token_at - started)
 
