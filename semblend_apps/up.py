@@ -158,6 +158,18 @@ class LocalGraph:
 
     # --- start -----------------------------------------------------------------------------------
     def start(self) -> None:
+        model_dir = self.start_workers()
+        metrics_port = free_port()
+        self._spawn(
+            "router", [sys.executable, "-m", "semblend_dynamo.router"], self._router_env(model_dir, metrics_port)
+        )
+        router = self.children[-1]
+        self._wait(lambda: "SEMBLEND_ROUTER_READY" in router.log_tail(100_000), "router ready")
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}"
+        self.start_frontend(self.cfg.namespace)
+
+    def start_workers(self) -> Path:
+        """The nats-server (unless one is given) and the mockers; returns the model directory they serve."""
         check_dynamo()
         nats_server = None if self.cfg.nats_url else find_nats_server()
         if not self.cfg.nats_url and nats_server is None:
@@ -177,20 +189,18 @@ class LocalGraph:
         for i in range(self.cfg.workers):
             self._spawn(f"mocker{i}", self._mocker_cmd(model_dir), env)
         self._wait(lambda: len(self._instances(self.worker_namespace)) >= self.cfg.workers, "workers registered")
-        metrics_port = free_port()
-        self._spawn(
-            "router", [sys.executable, "-m", "semblend_dynamo.router"], self._router_env(model_dir, metrics_port)
-        )
-        router = self.children[-1]
-        self._wait(lambda: "SEMBLEND_ROUTER_READY" in router.log_tail(100_000), "router ready")
-        self.metrics_url = f"http://127.0.0.1:{metrics_port}"
+        return model_dir
+
+    def start_frontend(self, namespace: str, name: str = "frontend") -> str:
+        """A stock Frontend for the router serving ``namespace``; returns (and keeps) its URL once it lists the model."""
         http_port = self.cfg.http_port or free_port()
         cmd = [sys.executable, "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(http_port)]
-        cmd += ["--router-mode", "round-robin", "--namespace", self.cfg.namespace]
+        cmd += ["--router-mode", "round-robin", "--namespace", namespace]
         cmd += ["--kv-cache-block-size", str(self.cfg.block_size)]
-        self._spawn("frontend", cmd, env)
+        self._spawn(name, cmd, self._dynamo_env())
         self.http_url = f"http://127.0.0.1:{http_port}"
-        self._wait(self._model_listed, "Frontend lists the model")
+        self._wait(self._model_listed, f"Frontend ({namespace}) lists the model")
+        return self.http_url
 
     def _dynamo_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "SEMBLEND_"))}

@@ -18,8 +18,8 @@ import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from ..embedder import build_embedder
@@ -36,6 +36,9 @@ from .kv_ingest import KvIndexFollower, configured_event_plane
 from .metrics import RouterMetrics
 from .preflight import StartupError, check_discovery, tcp_reachable
 
+if TYPE_CHECKING:
+    from .handler import SemanticRouter
+
 log = logging.getLogger("semblend_dynamo.router")
 
 WORKER_POLL_S = 0.5
@@ -43,6 +46,8 @@ RESYNC_DELAY_S = 2.0
 SHUTDOWN_BUDGET_S = 1.0
 """Seconds a stopping router gives pending donor registrations and evidence (then it closes)."""
 T = TypeVar("T")
+ReadyHook = Callable[["SemanticRouter", list[int]], Awaitable[None]]
+"""Awaited by :func:`serve` once the router's endpoint serves: the router and the live worker ids."""
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SETTINGS = ("modes", "model", "embedding", "donor index", "planner gates", "prefill chain", "NATS", "Dynamo router")
 """The setting groups the router reads."""
@@ -164,11 +169,13 @@ def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None)
         future.set_result(result)
 
 
-async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> int:
+async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None, ready: ReadyHook | None = None) -> int:
     """Run the router until SIGTERM/SIGINT (or ``stop``). Returns the process exit code.
 
     A signal during start-up abandons it at once (blocking steps run in daemon threads) and releases what was
-    already set up; a signal while serving drains for at most ``SHUTDOWN_BUDGET_S``.
+    already set up; a signal while serving drains for at most ``SHUTDOWN_BUDGET_S``. ``ready``, if given, is
+    awaited once the endpoint serves, with the router and the live worker ids, before the ready line is printed
+    (benchmarks use it to load donor state).
     """
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
@@ -185,7 +192,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
             loop.add_signal_handler(sig, on_signal)
     try:
         async with contextlib.AsyncExitStack() as resources:
-            return await _serve(cfg, stop, state, resources)
+            return await _serve(cfg, stop, state, resources, ready)
     except asyncio.CancelledError:
         if not stop.is_set():
             raise
@@ -194,7 +201,11 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None) -> in
 
 
 async def _serve(
-    cfg: SemblendConfig, stop: asyncio.Event, state: dict[str, bool], resources: contextlib.AsyncExitStack
+    cfg: SemblendConfig,
+    stop: asyncio.Event,
+    state: dict[str, bool],
+    resources: contextlib.AsyncExitStack,
+    ready: ReadyHook | None,
 ) -> int:
     from dynamo.llm import KvRouter, KvRouterConfig
     from dynamo.runtime import DistributedRuntime
@@ -336,6 +347,8 @@ async def _serve(
 
     watcher = asyncio.ensure_future(watch_workers())
     resources.callback(watcher.cancel)
+    if ready is not None:
+        await ready(router, list(worker_client.instance_ids()))
     state["serving"] = True
     if stop.is_set():  # a signal raced the last start-up step
         return 0
