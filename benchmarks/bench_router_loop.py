@@ -13,7 +13,7 @@ Latency = ``generate()`` call to its first response. Cases: sequential span-path
 among random tokens); then 200 concurrent requests, half span-path and half sharing nothing with any donor (so they
 need an embedding), against 200 concurrent span-path requests on the exact-only router.
 
-The stock Frontend in front is not part of this measurement (no Frontend harness in the repo yet).
+The stock Frontend in front is not part of this measurement: `benchmarks/frontend_path/run.py` measures through it.
 
 Usage: ``.venv/bin/python benchmarks/bench_router_loop.py [--donors 100000] [--embedder hash|minilm]``.
 """

@@ -72,7 +72,7 @@ class BenchGraph(LocalGraph):
                     "SEMBLEND_ROUTER_NAMESPACE": name,
                     "SEMBLEND_ENABLED": "1" if enabled else "0",
                     "SEMBLEND_INDEX_CAPACITY": str(max(2 * self.donors, 100_000)),
-                    "PYTHONPATH": str(ROOT),
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 }
             )
             module = "benchmarks.frontend_path.seeded_router" if enabled else "semblend_dynamo.router"
