@@ -303,34 +303,49 @@ if triton is not None:
         src,
         dst,
         live,
-        width,
+        start: tl.constexpr,
+        stop: tl.constexpr,
         stride_h,
         NUM_HEADS: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
-        BLOCK_W: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
     ):
-        """Copy the first ``width`` channels of every head for the ``live`` lanes (``[BLOCK_T]`` pointers)."""
+        """Copy channels ``[start, stop)`` of every head for the ``live`` lanes (``[BLOCK_T]`` pointers).
+
+        In tiles of the rotation's shape, two per step, both loaded before either is stored: the lane pointers stay in
+        one register layout for both paths.
+        """
         hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
-        cols = tl.arange(0, BLOCK_W)[None, None, :]
+        j = tl.arange(0, BLOCK_HALF)[None, None, :]
+        src3 = src[None, :, None]
+        dst3 = dst[None, :, None]
         for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
             head = h0 + hh
-            off = head * stride_h + cols
-            mask = live[None, :, None] & (head < NUM_HEADS) & (cols < width)
-            tl.store(dst[None, :, None] + off, tl.load(src[None, :, None] + off, mask=mask), mask=mask)
+            rows = live[None, :, None] & (head < NUM_HEADS)
+            for c0 in tl.static_range(start, stop, 2 * BLOCK_HALF):
+                mask1 = rows & (c0 + j < stop)
+                mask2 = rows & (c0 + BLOCK_HALF + j < stop)
+                off1 = head * stride_h + c0 + j
+                off2 = off1 + BLOCK_HALF
+                x1 = tl.load(src3 + off1, mask=mask1)
+                x2 = tl.load(src3 + off2, mask=mask2)
+                tl.store(dst3 + off1, x1, mask=mask1)
+                tl.store(dst3 + off2, x2, mask=mask2)
 
     @triton.jit
-    def _group_match(plan, first, count, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr):
-        """``[lane, row]``: whether row ``first + row`` of the group writes slot ``lane`` of the group's target block.
+    def _group_rows(plan, first, count, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr):
+        """For each lane, the row (counted from ``first``) of the group that writes it, or -1 where none does.
 
         A group is ``count`` (<= tokens_per_block) consecutive plan rows with one target block and one delta, so lane
-        t stands for target slot t, each lane has at most one row, and lanes of partial rows pack into one tile.
+        t stands for target slot t, each lane has at most one row, and partial rows share one tile.
         """
         j = tl.arange(0, BLOCK_T)
         rows = plan + (first + j) * COLS
         dst_off = tl.load(rows + DST + 1, mask=j < count, other=0)
         n_tokens = tl.load(rows + COLS - 2, mask=j < count, other=0)
         lane = j[:, None]
-        return (dst_off[None, :] <= lane) & (lane < (dst_off + n_tokens)[None, :])
+        match = (dst_off[None, :] <= lane) & (lane < (dst_off + n_tokens)[None, :])
+        return tl.sum(tl.where(match, j[None, :] + 1, 0), axis=1) - 1
 
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
     _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
@@ -357,10 +372,7 @@ if triton is not None:
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
-        COPY_HEADS: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
-        BLOCK_D: tl.constexpr,
-        BLOCK_PASS: tl.constexpr,
         IS_NEOX: tl.constexpr,
         IS_FP8: tl.constexpr,
         SCALE_STRIDE: tl.constexpr,
@@ -378,14 +390,12 @@ if triton is not None:
         for g in range(group_first, group_stop):
             first = tl.load(groups + g)
             count = tl.load(groups + g + 1) - first
-            match = _group_match(plan, first, count, 6, 2, BLOCK_T)
-            rows = plan + (first + lane) * 6
-            src_block = tl.load(rows, mask=lane < count, other=0)
-            shift = tl.load(rows + 1, mask=lane < count, other=0) - tl.load(rows + 3, mask=lane < count, other=0)
-            src_block = tl.sum(tl.where(match, src_block[None, :], 0), axis=1)
-            src_slot = lane + tl.sum(tl.where(match, shift[None, :], 0), axis=1)
-            live = tl.max(match.to(tl.int32), axis=1) > 0
-            src_lane = src_block * stride_b + src_slot * stride_t
+            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
+            live = which >= 0
+            row = plan + (first + which) * 6
+            src_block = tl.load(row, mask=live, other=0)
+            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            src_lane = src_block * stride_b + (lane + shift) * stride_t
             dst_lane = tl.load(plan + first * 6 + 2) * stride_b + lane.to(tl.int64) * stride_t
             delta = tl.load(plan + first * 6 + 5)
             if delta != current:  # cos/sin are recomputed only where the delta changes
@@ -396,7 +406,7 @@ if triton is not None:
                 src = pool + inner + src_lane
                 dst = pool + inner + dst_lane
                 if (kv == 1) | (delta == 0):
-                    _copy_heads(src, dst, live, HEAD_DIM, stride_h, NUM_HEADS, COPY_HEADS, BLOCK_D)
+                    _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, NUM_HEADS, HEADS_PER_ITER, BLOCK_HALF)
                 else:
                     scale = 1.0
                     if IS_FP8:
@@ -420,14 +430,7 @@ if triton is not None:
                     )
                     if ROTARY_DIM < HEAD_DIM:
                         _copy_heads(
-                            src + ROTARY_DIM,
-                            dst + ROTARY_DIM,
-                            live,
-                            HEAD_DIM - ROTARY_DIM,
-                            stride_h,
-                            NUM_HEADS,
-                            COPY_HEADS,
-                            BLOCK_PASS,
+                            src, dst, live, ROTARY_DIM, HEAD_DIM, stride_h, NUM_HEADS, HEADS_PER_ITER, BLOCK_HALF
                         )
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
@@ -472,7 +475,7 @@ if triton is not None:
                 current = delta
             if delta != 0:
                 count = tl.load(groups + g + 1) - first
-                live = tl.max(_group_match(plan, first, count, 4, 0, BLOCK_T).to(tl.int32), axis=1) > 0
+                live = _group_rows(plan, first, count, 4, 0, BLOCK_T) >= 0
                 k_lane = tl.load(plan + first * 4) * stride_b + lane.to(tl.int64) * stride_t
                 for layer in range(layer_first, layer_end):
                     k = pool + layer * stride_l + k_lane
@@ -592,9 +595,6 @@ def _launch_copy(
         num_warps=tune.num_warps,
         **_meta(pool, c, layout, rotary_dim, style, tune),
         HEAD_DIM=layout.head_dim,
-        COPY_HEADS=_copy_heads_per_iter(pool, layout, tune),
-        BLOCK_D=triton.next_power_of_2(layout.head_dim),
-        BLOCK_PASS=triton.next_power_of_2(max(layout.head_dim - rotary_dim, 1)),
     )
 
 
@@ -629,16 +629,6 @@ def _grid(c: _Checked, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
     groups = c.groups.shape[0] - 1
     layers = c.layer_stop - c.layer_start
     return triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv
-
-
-_COPY_TILE_BYTES = 16384
-"""Plain copies (V, delta 0, channels past rotary_dim) move about this many bytes per loop iteration."""
-
-
-def _copy_heads_per_iter(pool: torch.Tensor, layout: PagedKVLayout, tune: KernelTuning) -> int:
-    head_bytes = triton.next_power_of_2(layout.tokens_per_block) * layout.head_dim * pool.element_size()
-    heads = max(_COPY_TILE_BYTES // head_bytes, tune.heads_per_iter, 1)
-    return min(triton.next_power_of_2(heads), triton.next_power_of_2(layout.num_kv_heads))
 
 
 def _meta(
