@@ -242,7 +242,7 @@ if triton is not None:
         sin,
         scale,
         stride_h,
-        NUM_HEADS: tl.constexpr,
+        num_heads,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
@@ -264,9 +264,9 @@ if triton is not None:
         s = sin[None, None, :]
         if IS_FP8:
             inv_scale = 1.0 / scale
-        for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
+        for h0 in range(0, num_heads, HEADS_PER_ITER):
             head = h0 + hh
-            rows = live3 & (head < NUM_HEADS)
+            rows = live3 & (head < num_heads)
             if IS_NEOX:
                 j = tl.arange(0, BLOCK_HALF)[None, None, :]
                 mask = rows & (j < ROTARY_DIM // 2)
@@ -306,7 +306,7 @@ if triton is not None:
         start: tl.constexpr,
         stop: tl.constexpr,
         stride_h,
-        NUM_HEADS: tl.constexpr,
+        num_heads,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
     ):
@@ -319,9 +319,9 @@ if triton is not None:
         j = tl.arange(0, BLOCK_HALF)[None, None, :]
         src3 = src[None, :, None]
         dst3 = dst[None, :, None]
-        for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
+        for h0 in range(0, num_heads, HEADS_PER_ITER):
             head = h0 + hh
-            rows = live[None, :, None] & (head < NUM_HEADS)
+            rows = live[None, :, None] & (head < num_heads)
             for c0 in tl.static_range(start, stop, 2 * BLOCK_HALF):
                 mask1 = rows & (c0 + j < stop)
                 mask2 = rows & (c0 + BLOCK_HALF + j < stop)
@@ -367,7 +367,7 @@ if triton is not None:
         stride_kv,
         stride_h,
         stride_t,
-        NUM_HEADS: tl.constexpr,
+        num_heads,
         HEAD_DIM: tl.constexpr,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
@@ -406,7 +406,7 @@ if triton is not None:
                 src = pool + inner + src_lane
                 dst = pool + inner + dst_lane
                 if (kv == 1) | (delta == 0):
-                    _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, NUM_HEADS, HEADS_PER_ITER, BLOCK_HALF)
+                    _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF)
                 else:
                     scale = 1.0
                     if IS_FP8:
@@ -419,7 +419,7 @@ if triton is not None:
                         sin,
                         scale,
                         stride_h,
-                        NUM_HEADS,
+                        num_heads,
                         ROTARY_DIM,
                         BLOCK_T,
                         HEADS_PER_ITER,
@@ -430,7 +430,7 @@ if triton is not None:
                     )
                     if ROTARY_DIM < HEAD_DIM:
                         _copy_heads(
-                            src, dst, live, ROTARY_DIM, HEAD_DIM, stride_h, NUM_HEADS, HEADS_PER_ITER, BLOCK_HALF
+                            src, dst, live, ROTARY_DIM, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF
                         )
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
@@ -449,7 +449,7 @@ if triton is not None:
         stride_l,
         stride_h,
         stride_t,
-        NUM_HEADS: tl.constexpr,
+        num_heads,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
@@ -490,7 +490,7 @@ if triton is not None:
                         sin,
                         scale,
                         stride_h,
-                        NUM_HEADS,
+                        num_heads,
                         ROTARY_DIM,
                         BLOCK_T,
                         HEADS_PER_ITER,
@@ -592,6 +592,7 @@ def _launch_copy(
         stride_kv,
         stride_h,
         stride_t,
+        layout.num_kv_heads,
         num_warps=tune.num_warps,
         **_meta(pool, c, layout, rotary_dim, style, tune),
         HEAD_DIM=layout.head_dim,
@@ -620,6 +621,7 @@ def _launch_inplace(
         stride_l,
         stride_h,
         stride_t,
+        layout.num_kv_heads,
         num_warps=tune.num_warps,
         **_meta(pool, c, layout, rotary_dim, style, tune),
     )
@@ -635,7 +637,6 @@ def _meta(
     pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
 ) -> dict[str, Any]:
     return {
-        "NUM_HEADS": layout.num_kv_heads,
         "ROTARY_DIM": rotary_dim,
         "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
         "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),
