@@ -22,7 +22,6 @@ interpreter is on (``TRITON_INTERPRET=1`` at import); otherwise the functions fa
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -75,23 +74,20 @@ class InplaceSpan:
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """Launch parameters: heads per loop iteration, warps per program, programs per multiprocessor, register cap.
+    """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program.
 
-    Work is cut into units (one row group -- the rows of one target block with one delta -- times one layer, times K|V
-    for copies), and ``programs_per_sm`` x the multiprocessor count programs take equal ranges of them.
-    ``max_registers`` caps registers per thread (Triton's ``maxnreg``; None: the compiler's choice), which sets how
-    many programs fit on a multiprocessor. The defaults were picked by benchmarks/bench_rope_delta.py's sweep on an
+    A program handles ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
+    times ``layers_per_program`` layers. The defaults were picked by benchmarks/bench_rope_delta.py's sweep on an
     H200 (docs/kernels.md).
     """
 
     heads_per_iter: int = 1
     num_warps: int = 16
-    programs_per_sm: int = 3
-    max_registers: int | None = 40
+    layers_per_program: int = 2
+    blocks_per_program: int = 1
 
     def __post_init__(self) -> None:
-        counts = (self.heads_per_iter, self.num_warps, self.programs_per_sm)
-        if min(counts) < 1 or (self.max_registers is not None and self.max_registers < 1):
+        if min(self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program) < 1:
             raise ValueError(f"tuning values must be positive: {self}")
 
 
@@ -351,31 +347,8 @@ if triton is not None:
         match = (dst_off[None, :] <= lane) & (lane < (dst_off + n_tokens)[None, :])
         return tl.sum(tl.where(match, j[None, :] + 1, 0), axis=1) - 1
 
-    @triton.jit
-    def _copy_group(plan, groups, g, stride_b, stride_t, BLOCK_T: tl.constexpr):
-        """Lane pointers of copy row group ``g``: source and target offsets of each lane's token, live lanes, delta."""
-        lane = tl.arange(0, BLOCK_T)
-        first = tl.load(groups + g)
-        which = _group_rows(plan, first, tl.load(groups + g + 1) - first, 6, 2, BLOCK_T)
-        live = which >= 0
-        row = plan + (first + which) * 6
-        src_block = tl.load(row, mask=live, other=0)
-        shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
-        src_lane = src_block * stride_b + (lane + shift) * stride_t
-        dst_lane = tl.load(plan + first * 6 + 2) * stride_b + lane.to(tl.int64) * stride_t
-        return src_lane, dst_lane, live, tl.load(plan + first * 6 + 5)
-
-    @triton.jit
-    def _inplace_group(plan, groups, g, stride_b, stride_t, BLOCK_T: tl.constexpr):
-        """Lane offsets of in-place row group ``g``, live lanes, delta."""
-        lane = tl.arange(0, BLOCK_T)
-        first = tl.load(groups + g)
-        live = _group_rows(plan, first, tl.load(groups + g + 1) - first, 4, 0, BLOCK_T) >= 0
-        k_lane = tl.load(plan + first * 4) * stride_b + lane.to(tl.int64) * stride_t
-        return k_lane, live, tl.load(plan + first * 4 + 3)
-
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
-    _RUNTIME_SIZES = ["num_units", "num_programs", "num_layers", "layer_start", "num_heads"]
+    _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_copy_kernel(
@@ -384,10 +357,11 @@ if triton is not None:
         groups,
         inv_freq,
         kv_scale,
-        num_units,
-        num_programs,
-        num_layers,
+        num_groups,
+        groups_per_prog,
         layer_start,
+        layer_stop,
+        layers_per_prog,
         stride_b,
         stride_l,
         stride_kv,
@@ -404,53 +378,60 @@ if triton is not None:
         SCALE_STRIDE: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """Program p runs work units [p * U / P, (p + 1) * U / P) of U = row groups x layers x (K, V), in that order:
-        equal shares, and a row group's lanes and cos/sin are computed once for all its layers in the program."""
-        pid = tl.program_id(0).to(tl.int64)
-        unit_first = pid * num_units // num_programs
-        unit_stop = (pid + 1) * num_units // num_programs
-        group = unit_first // (2 * num_layers)
-        src_lane, dst_lane, live, delta = _copy_group(plan, groups, group, stride_b, stride_t, BLOCK_T)
-        current = delta
+        """One program per (run of row groups, run of layers, K|V): gather each group's tokens, rotate K, write."""
+        group_first = tl.program_id(0) * groups_per_prog
+        group_stop = tl.minimum(group_first + groups_per_prog, num_groups)
+        layer_first = layer_start + tl.program_id(1) * layers_per_prog
+        layer_end = tl.minimum(layer_first + layers_per_prog, layer_stop)
+        kv = tl.program_id(2)
+        lane = tl.arange(0, BLOCK_T)
+        current = tl.load(plan + tl.load(groups + group_first) * 6 + 5)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
-        for unit in range(unit_first, unit_stop):
-            g = unit // (2 * num_layers)
-            if g != group:
-                src_lane, dst_lane, live, delta = _copy_group(plan, groups, g, stride_b, stride_t, BLOCK_T)
-                group = g
-                if delta != current:  # cos/sin are recomputed only where the delta changes
-                    cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-                    current = delta
-            kv = unit % 2
-            layer = layer_start + (unit // 2) % num_layers
-            inner = layer * stride_l + kv * stride_kv
-            src = pool + inner + src_lane
-            dst = pool + inner + dst_lane
-            if (kv == 1) | (delta == 0):
-                _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF)
-            else:
-                scale = 1.0
-                if IS_FP8:
-                    scale = tl.load(kv_scale + layer * SCALE_STRIDE)
-                _rotate_heads(
-                    src,
-                    dst,
-                    live,
-                    cos,
-                    sin,
-                    scale,
-                    stride_h,
-                    num_heads,
-                    ROTARY_DIM,
-                    BLOCK_T,
-                    HEADS_PER_ITER,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    IS_FP8,
-                    INTERPRETED,
-                )
-                if ROTARY_DIM < HEAD_DIM:
-                    _copy_heads(src, dst, live, ROTARY_DIM, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF)
+        for g in range(group_first, group_stop):
+            first = tl.load(groups + g)
+            count = tl.load(groups + g + 1) - first
+            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
+            live = which >= 0
+            row = plan + (first + which) * 6
+            src_block = tl.load(row, mask=live, other=0)
+            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            src_lane = src_block * stride_b + (lane + shift) * stride_t
+            dst_lane = tl.load(plan + first * 6 + 2) * stride_b + lane.to(tl.int64) * stride_t
+            delta = tl.load(plan + first * 6 + 5)
+            if delta != current:  # cos/sin are recomputed only where the delta changes
+                cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+                current = delta
+            for layer in range(layer_first, layer_end):
+                inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
+                src = pool + inner + src_lane
+                dst = pool + inner + dst_lane
+                if (kv == 1) | (delta == 0):
+                    _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF)
+                else:
+                    scale = 1.0
+                    if IS_FP8:
+                        scale = tl.load(kv_scale + layer * SCALE_STRIDE)
+                    _rotate_heads(
+                        src,
+                        dst,
+                        live,
+                        cos,
+                        sin,
+                        scale,
+                        stride_h,
+                        num_heads,
+                        ROTARY_DIM,
+                        BLOCK_T,
+                        HEADS_PER_ITER,
+                        BLOCK_HALF,
+                        IS_NEOX,
+                        IS_FP8,
+                        INTERPRETED,
+                    )
+                    if ROTARY_DIM < HEAD_DIM:
+                        _copy_heads(
+                            src, dst, live, ROTARY_DIM, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF
+                        )
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_inplace_kernel(
@@ -459,10 +440,11 @@ if triton is not None:
         groups,
         inv_freq,
         kv_scale,
-        num_units,
-        num_programs,
-        num_layers,
+        num_groups,
+        groups_per_prog,
         layer_start,
+        layer_stop,
+        layers_per_prog,
         stride_b,
         stride_l,
         stride_h,
@@ -477,46 +459,46 @@ if triton is not None:
         SCALE_STRIDE: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """Program p rotates K in place for work units [p * U / P, (p + 1) * U / P) of U = row groups x layers;
-        row groups with delta 0 do nothing."""
-        pid = tl.program_id(0).to(tl.int64)
-        unit_first = pid * num_units // num_programs
-        unit_stop = (pid + 1) * num_units // num_programs
-        group = unit_first // num_layers
-        k_lane, live, delta = _inplace_group(plan, groups, group, stride_b, stride_t, BLOCK_T)
-        current = delta
+        """One program per (run of row groups, run of layers): rotate each group's K in place; delta 0 does nothing."""
+        group_first = tl.program_id(0) * groups_per_prog
+        group_stop = tl.minimum(group_first + groups_per_prog, num_groups)
+        layer_first = layer_start + tl.program_id(1) * layers_per_prog
+        layer_end = tl.minimum(layer_first + layers_per_prog, layer_stop)
+        lane = tl.arange(0, BLOCK_T)
+        current = tl.load(plan + tl.load(groups + group_first) * 4 + 3)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
-        for unit in range(unit_first, unit_stop):
-            g = unit // num_layers
-            if g != group:
-                k_lane, live, delta = _inplace_group(plan, groups, g, stride_b, stride_t, BLOCK_T)
-                group = g
-                if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
-                    cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-                    current = delta
+        for g in range(group_first, group_stop):
+            first = tl.load(groups + g)
+            delta = tl.load(plan + first * 4 + 3)
+            if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
+                cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+                current = delta
             if delta != 0:
-                layer = layer_start + unit % num_layers
-                k = pool + layer * stride_l + k_lane
-                scale = 1.0
-                if IS_FP8:
-                    scale = tl.load(kv_scale + layer * SCALE_STRIDE)
-                _rotate_heads(
-                    k,
-                    k,
-                    live,
-                    cos,
-                    sin,
-                    scale,
-                    stride_h,
-                    num_heads,
-                    ROTARY_DIM,
-                    BLOCK_T,
-                    HEADS_PER_ITER,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    IS_FP8,
-                    INTERPRETED,
-                )
+                count = tl.load(groups + g + 1) - first
+                live = _group_rows(plan, first, count, 4, 0, BLOCK_T) >= 0
+                k_lane = tl.load(plan + first * 4) * stride_b + lane.to(tl.int64) * stride_t
+                for layer in range(layer_first, layer_end):
+                    k = pool + layer * stride_l + k_lane
+                    scale = 1.0
+                    if IS_FP8:
+                        scale = tl.load(kv_scale + layer * SCALE_STRIDE)
+                    _rotate_heads(
+                        k,
+                        k,
+                        live,
+                        cos,
+                        sin,
+                        scale,
+                        stride_h,
+                        num_heads,
+                        ROTARY_DIM,
+                        BLOCK_T,
+                        HEADS_PER_ITER,
+                        BLOCK_HALF,
+                        IS_NEOX,
+                        IS_FP8,
+                        INTERPRETED,
+                    )
 
     _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
 else:
@@ -594,26 +576,25 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    layers = c.layer_stop - c.layer_start
-    units = (c.groups.shape[0] - 1) * layers * 2
-    programs = _num_programs(pool, units, tune)
-    _rope_delta_copy_kernel[(programs,)](
+    _rope_delta_copy_kernel[_grid(c, tune, 2)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
         c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
-        units,
-        programs,
-        layers,
+        c.groups.shape[0] - 1,
+        tune.blocks_per_program,
         c.layer_start,
+        c.layer_stop,
+        tune.layers_per_program,
         stride_b,
         stride_l,
         stride_kv,
         stride_h,
         stride_t,
         layout.num_kv_heads,
-        **_launch_options(pool, c, layout, rotary_dim, style, tune),
+        num_warps=tune.num_warps,
+        **_meta(pool, c, layout, rotary_dim, style, tune),
         HEAD_DIM=layout.head_dim,
     )
 
@@ -625,44 +606,37 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    layers = c.layer_stop - c.layer_start
-    units = (c.groups.shape[0] - 1) * layers
-    programs = _num_programs(pool, units, tune)
-    _rope_delta_inplace_kernel[(programs,)](
+    _rope_delta_inplace_kernel[_grid(c, tune, 1)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
         c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
-        units,
-        programs,
-        layers,
+        c.groups.shape[0] - 1,
+        tune.blocks_per_program,
         c.layer_start,
+        c.layer_stop,
+        tune.layers_per_program,
         stride_b,
         stride_l,
         stride_h,
         stride_t,
         layout.num_kv_heads,
-        **_launch_options(pool, c, layout, rotary_dim, style, tune),
+        num_warps=tune.num_warps,
+        **_meta(pool, c, layout, rotary_dim, style, tune),
     )
 
 
-@functools.cache
-def _multiprocessors(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (Triton's CPU interpreter: a few, so programs share the work)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 3
+def _grid(c: _Checked, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
+    groups = c.groups.shape[0] - 1
+    layers = c.layer_stop - c.layer_start
+    return triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv
 
 
-def _num_programs(pool: torch.Tensor, units: int, tune: KernelTuning) -> int:
-    return max(1, min(units, _multiprocessors(pool.device) * tune.programs_per_sm))
-
-
-def _launch_options(
+def _meta(
     pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
 ) -> dict[str, Any]:
-    registers = {} if tune.max_registers is None else {"maxnreg": tune.max_registers}
-    return registers | {
-        "num_warps": tune.num_warps,
+    return {
         "ROTARY_DIM": rotary_dim,
         "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
         "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),

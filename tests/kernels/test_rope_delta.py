@@ -128,7 +128,7 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
     pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
     style = data.draw(st.sampled_from(["neox", "gptj"]))
-    tuning = KernelTuning(programs_per_sm=data.draw(st.sampled_from([1, 2, 50])))
+    tuning = KernelTuning(blocks_per_program=data.draw(st.sampled_from([1, 2, 5])))
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
     rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=16, style=style, tuning=tuning)
@@ -140,17 +140,16 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
 @pytest.mark.parametrize(
     "tuning",
     [
-        KernelTuning(1, 4, 2, None),
-        KernelTuning(4, 2, 1, None),
-        KernelTuning(8, 8, 4, 64),
-        KernelTuning(2, 4, 100, None),
-        KernelTuning(1, 8, 1, 40),
+        KernelTuning(1, 4, 2),
+        KernelTuning(4, 2, 1),
+        KernelTuning(8, 8, 4),
+        KernelTuning(2, 4, 2, 3),
+        KernelTuning(1, 8, 1, 64),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
-    """5 heads and layers [1, 4): the last head group is partial; with few programs, each runs a long range of work
-    units across row groups and deltas (0 among them) and must switch lanes and cos/sin between them; with more
-    programs than units, the surplus does nothing."""
+    """5 heads and layers [1, 4): the last head group and the last layer group of a program are partial; with several
+    blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
