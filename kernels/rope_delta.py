@@ -74,24 +74,37 @@ class InplaceSpan:
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program.
+    """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, and a
+    register cap.
 
     A program handles ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
-    times ``layers_per_program`` layers. The defaults were picked by benchmarks/bench_rope_delta.py's sweep on an
-    H200 (docs/kernels.md).
+    times ``layers_per_program`` layers (times K or V for copies). ``max_registers`` caps registers per thread
+    (Triton's ``maxnreg``; None leaves it to the compiler), which sets how many programs share a multiprocessor.
     """
 
     heads_per_iter: int = 1
     num_warps: int = 16
     layers_per_program: int = 2
     blocks_per_program: int = 1
+    max_registers: int | None = 40
 
     def __post_init__(self) -> None:
-        if min(self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program) < 1:
+        counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
+        if min(counts) < 1 or (self.max_registers is not None and self.max_registers < 1):
             raise ValueError(f"tuning values must be positive: {self}")
 
 
 DEFAULT_TUNING = KernelTuning()
+"""fp16 / bf16 / fp32 pools: 16 warps with at most 40 registers (three programs per multiprocessor), 2 layers."""
+FP8_DEFAULT_TUNING = KernelTuning(num_warps=8, layers_per_program=4, max_registers=None)
+"""fp8 pools (a quarter of bf16's bytes per element, the same arithmetic): 8 warps, 4 layers per program.
+
+Both picked by benchmarks/bench_rope_delta.py's sweeps on an H200 (docs/benchmarks.md, 2026-11-26)."""
+
+
+def default_tuning(dtype: torch.dtype) -> KernelTuning:
+    """The launch parameters the public functions use for a pool of ``dtype`` when the caller passes none."""
+    return FP8_DEFAULT_TUNING if dtype == FP8_KV_DTYPE else DEFAULT_TUNING
 
 
 def split_spans_to_plan(
@@ -540,7 +553,7 @@ def rope_delta_copy(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
+        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
     else:
         _copy_reference(pool, checked, layout, rotary_dim, style)
 
@@ -564,7 +577,7 @@ def rope_delta_inplace(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
+        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
     else:
         _inplace_reference(pool, checked, layout, rotary_dim, style)
 
@@ -636,7 +649,8 @@ def _grid(c: _Checked, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
 def _meta(
     pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
 ) -> dict[str, Any]:
-    return {
+    registers = {} if tune.max_registers is None else {"maxnreg": tune.max_registers}
+    return registers | {
         "ROTARY_DIM": rotary_dim,
         "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
         "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),

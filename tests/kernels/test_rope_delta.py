@@ -142,9 +142,9 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     [
         KernelTuning(1, 4, 2),
         KernelTuning(4, 2, 1),
-        KernelTuning(8, 8, 4),
+        KernelTuning(8, 8, 4, 1, None),
         KernelTuning(2, 4, 2, 3),
-        KernelTuning(1, 8, 1, 64),
+        KernelTuning(1, 8, 1, 64, 64),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
