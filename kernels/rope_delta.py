@@ -96,8 +96,8 @@ class KernelTuning:
 
 DEFAULT_TUNING = KernelTuning()
 """fp16 / bf16 / fp32 pools: 16 warps with at most 40 registers (three programs per multiprocessor), 2 layers."""
-FP8_DEFAULT_TUNING = KernelTuning(num_warps=8, layers_per_program=4, max_registers=None)
-"""fp8 pools (a quarter of bf16's bytes per element, the same arithmetic): 8 warps, 4 layers per program.
+FP8_DEFAULT_TUNING = KernelTuning(num_warps=4, layers_per_program=2, max_registers=None)
+"""fp8 pools (half of bf16's bytes per element, the same arithmetic): 4 warps, 2 layers per program, no cap.
 
 Both picked by benchmarks/bench_rope_delta.py's sweeps on an H200 (docs/benchmarks.md, 2026-11-26)."""
 
