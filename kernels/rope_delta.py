@@ -74,22 +74,37 @@ class InplaceSpan:
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """Launch parameters: heads per loop iteration, warps per program, layers per program.
+    """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, and a
+    register cap.
 
-    The defaults were picked by benchmarks/bench_rope_delta.py's sweep on an H200: within 1% of the best setting for
-    both kernels and both the Llama-3-8B and Qwen2.5-7B KV shapes (docs/kernels.md).
+    A program handles ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
+    times ``layers_per_program`` layers (times K or V for copies). ``max_registers`` caps registers per thread
+    (Triton's ``maxnreg``; None leaves it to the compiler), which sets how many programs share a multiprocessor.
     """
 
     heads_per_iter: int = 1
     num_warps: int = 16
     layers_per_program: int = 2
+    blocks_per_program: int = 1
+    max_registers: int | None = 40
 
     def __post_init__(self) -> None:
-        if min(self.heads_per_iter, self.num_warps, self.layers_per_program) < 1:
+        counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
+        if min(counts) < 1 or (self.max_registers is not None and self.max_registers < 1):
             raise ValueError(f"tuning values must be positive: {self}")
 
 
 DEFAULT_TUNING = KernelTuning()
+"""fp16 / bf16 / fp32 pools: 16 warps with at most 40 registers (three programs per multiprocessor), 2 layers."""
+FP8_DEFAULT_TUNING = KernelTuning(num_warps=4, layers_per_program=2, max_registers=None)
+"""fp8 pools (half of bf16's bytes per element, the same arithmetic): 4 warps, 2 layers per program, no cap.
+
+Both picked by benchmarks/bench_rope_delta.py's sweeps on an H200 (docs/benchmarks.md, 2026-11-26)."""
+
+
+def default_tuning(dtype: torch.dtype) -> KernelTuning:
+    """The launch parameters the public functions use for a pool of ``dtype`` when the caller passes none."""
+    return FP8_DEFAULT_TUNING if dtype == FP8_KV_DTYPE else DEFAULT_TUNING
 
 
 def split_spans_to_plan(
@@ -167,19 +182,38 @@ if triton is not None:
     _TWO_PI_HI = tl.constexpr(6.28125)
     _TWO_PI_MID = tl.constexpr(0.001934051513671875)
     _TWO_PI_LO = tl.constexpr(1.2556658930407139e-06)
+    _TWO_OVER_PI = tl.constexpr(0.6366197723675814)
+    # pi/2 split the same way (the quotient is at most 2 in magnitude here, so every product is exact).
+    _HALF_PI_HI = tl.constexpr(1.5703125)
+    _HALF_PI_MID = tl.constexpr(4.837512969970703125e-4)
+    _HALF_PI_LO = tl.constexpr(7.54978995489188216e-8)
 
     @triton.jit
     def _unit_cos_sin(inv_freq_ptr, delta, ROTARY_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr):
-        """cos/sin of delta * inv_freq in fp32, once per program (every token of a plan row shares the delta)."""
+        """cos/sin of delta * inv_freq in fp32 (every token of a row group shares the delta).
+
+        Explicit range reductions, to [-pi, pi] and then to [-pi/4, pi/4] and a quadrant, and short polynomials
+        (within 2 fp32 ulps): a library sin/cos also carries a slow path for huge arguments that costs registers.
+        """
         j = tl.arange(0, BLOCK_HALF)
         inv = tl.load(inv_freq_ptr + j, mask=j < ROTARY_DIM // 2, other=0.0)
         theta = delta.to(tl.float32) * inv
-        # Explicit range reduction: the GPU's fast sin/cos lose accuracy far from [-pi, pi].
         k = tl.floor(theta * _INV_TWO_PI + 0.5)
         r = theta - k * _TWO_PI_HI
         r = r - k * _TWO_PI_MID
         r = r - k * _TWO_PI_LO
-        return tl.cos(r), tl.sin(r)
+        q = tl.floor(r * _TWO_OVER_PI + 0.5)  # -2 .. 2
+        y = r - q * _HALF_PI_HI
+        y = y - q * _HALF_PI_MID
+        y = y - q * _HALF_PI_LO
+        z = y * y
+        sin_y = y + y * z * (-1.6666654611e-1 + z * (8.3321608736e-3 + z * -1.9515295891e-4))
+        cos_y = 1.0 - 0.5 * z + z * z * (4.166664568298827e-2 + z * (-1.388731625493765e-3 + z * 2.443315711809948e-5))
+        quadrant = q.to(tl.int32) & 3
+        swap = (quadrant & 1) != 0
+        sin = tl.where(swap, cos_y, sin_y)
+        cos = tl.where(swap, sin_y, cos_y)
+        return tl.where(((quadrant + 1) & 2) != 0, -cos, cos), tl.where((quadrant & 2) != 0, -sin, sin)
 
     @triton.jit
     def _to_storage(x, DTYPE: tl.constexpr, INTERPRETED: tl.constexpr):
@@ -216,13 +250,12 @@ if triton is not None:
     def _rotate_heads(
         src,
         dst,
-        n_tokens,
+        live,
         cos,
         sin,
         scale,
         stride_h,
-        stride_t,
-        NUM_HEADS: tl.constexpr,
+        num_heads,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
@@ -231,28 +264,29 @@ if triton is not None:
         IS_FP8: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """Rotate the first ROTARY_DIM channels of K for ``n_tokens`` tokens of every head, ``src`` -> ``dst``.
+        """Rotate the first ROTARY_DIM channels of K of every head for the ``live`` lanes, ``src`` -> ``dst``.
 
-        fp8: dequantize with ``scale``, rotate, requantize with ``1 / scale``; other dtypes ignore ``scale``.
+        ``src`` / ``dst`` point at head 0, channel 0 of each lane's token (``[BLOCK_T]`` pointers). fp8: dequantize
+        with ``scale``, rotate, requantize with ``1 / scale``; other dtypes ignore ``scale``.
         """
-        r = tl.arange(0, HEADS_PER_ITER * BLOCK_T)
-        head_in_iter = r // BLOCK_T
-        tok = r % BLOCK_T
-        j = tl.arange(0, BLOCK_HALF)
-        c = cos[None, :]
-        s = sin[None, :]
+        hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
+        src3 = src[None, :, None]
+        dst3 = dst[None, :, None]
+        live3 = live[None, :, None]
+        c = cos[None, None, :]
+        s = sin[None, None, :]
         if IS_FP8:
             inv_scale = 1.0 / scale
-        for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
-            head = h0 + head_in_iter
-            row_off = head * stride_h + tok * stride_t
-            row_mask = (tok < n_tokens) & (head < NUM_HEADS)
+        for h0 in range(0, num_heads, HEADS_PER_ITER):
+            head = h0 + hh
+            rows = live3 & (head < num_heads)
             if IS_NEOX:
-                mask = row_mask[:, None] & (j < ROTARY_DIM // 2)[None, :]
-                off1 = row_off[:, None] + j[None, :]
+                j = tl.arange(0, BLOCK_HALF)[None, None, :]
+                mask = rows & (j < ROTARY_DIM // 2)
+                off1 = head * stride_h + j
                 off2 = off1 + ROTARY_DIM // 2
-                x1 = tl.load(src + off1, mask=mask).to(tl.float32)
-                x2 = tl.load(src + off2, mask=mask).to(tl.float32)
+                x1 = tl.load(src3 + off1, mask=mask).to(tl.float32)
+                x2 = tl.load(src3 + off2, mask=mask).to(tl.float32)
                 if IS_FP8:
                     x1 = x1 * scale
                     x2 = x2 * scale
@@ -261,94 +295,131 @@ if triton is not None:
                 if IS_FP8:
                     y1 = y1 * inv_scale
                     y2 = y2 * inv_scale
-                tl.store(dst + off1, _to_storage(y1, dst.dtype.element_ty, INTERPRETED), mask=mask)
-                tl.store(dst + off2, _to_storage(y2, dst.dtype.element_ty, INTERPRETED), mask=mask)
+                tl.store(dst3 + off1, _to_storage(y1, dst.dtype.element_ty, INTERPRETED), mask=mask)
+                tl.store(dst3 + off2, _to_storage(y2, dst.dtype.element_ty, INTERPRETED), mask=mask)
             else:
-                cols = tl.arange(0, 2 * BLOCK_HALF)
-                mask = row_mask[:, None] & (cols < ROTARY_DIM)[None, :]
-                off = row_off[:, None] + cols[None, :]
-                x = tl.load(src + off, mask=mask).to(tl.float32)
+                cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
+                mask = rows & (cols < ROTARY_DIM)
+                off = head * stride_h + cols
+                x = tl.load(src3 + off, mask=mask).to(tl.float32)
                 if IS_FP8:
                     x = x * scale
-                x1, x2 = tl.split(tl.reshape(x, (HEADS_PER_ITER * BLOCK_T, BLOCK_HALF, 2)))
+                x1, x2 = tl.split(tl.reshape(x, (HEADS_PER_ITER, BLOCK_T, BLOCK_HALF, 2)))
                 out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)
-                out = tl.reshape(out, (HEADS_PER_ITER * BLOCK_T, 2 * BLOCK_HALF))
+                out = tl.reshape(out, (HEADS_PER_ITER, BLOCK_T, 2 * BLOCK_HALF))
                 if IS_FP8:
                     out = out * inv_scale
-                tl.store(dst + off, _to_storage(out, dst.dtype.element_ty, INTERPRETED), mask=mask)
+                tl.store(dst3 + off, _to_storage(out, dst.dtype.element_ty, INTERPRETED), mask=mask)
 
     @triton.jit
     def _copy_heads(
         src,
         dst,
-        n_tokens,
-        width,
+        live,
+        start: tl.constexpr,
+        stop: tl.constexpr,
         stride_h,
-        stride_t,
-        NUM_HEADS: tl.constexpr,
-        BLOCK_T: tl.constexpr,
+        num_heads,
         HEADS_PER_ITER: tl.constexpr,
-        BLOCK_W: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
     ):
-        """Copy the first ``width`` channels of ``n_tokens`` tokens of every head, ``src`` -> ``dst``."""
-        r = tl.arange(0, HEADS_PER_ITER * BLOCK_T)
-        head_in_iter = r // BLOCK_T
-        tok = r % BLOCK_T
-        cols = tl.arange(0, BLOCK_W)
-        for h0 in range(0, NUM_HEADS, HEADS_PER_ITER):
-            head = h0 + head_in_iter
-            off = (head * stride_h + tok * stride_t)[:, None] + cols[None, :]
-            mask = ((tok < n_tokens) & (head < NUM_HEADS))[:, None] & (cols < width)[None, :]
-            tl.store(dst + off, tl.load(src + off, mask=mask), mask=mask)
+        """Copy channels ``[start, stop)`` of every head for the ``live`` lanes (``[BLOCK_T]`` pointers).
+
+        In tiles of the rotation's shape, two per step, both loaded before either is stored: the lane pointers stay in
+        one register layout for both paths.
+        """
+        hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
+        j = tl.arange(0, BLOCK_HALF)[None, None, :]
+        src3 = src[None, :, None]
+        dst3 = dst[None, :, None]
+        for h0 in range(0, num_heads, HEADS_PER_ITER):
+            head = h0 + hh
+            rows = live[None, :, None] & (head < num_heads)
+            for c0 in tl.static_range(start, stop, 2 * BLOCK_HALF):
+                mask1 = rows & (c0 + j < stop)
+                mask2 = rows & (c0 + BLOCK_HALF + j < stop)
+                off1 = head * stride_h + c0 + j
+                off2 = off1 + BLOCK_HALF
+                x1 = tl.load(src3 + off1, mask=mask1)
+                x2 = tl.load(src3 + off2, mask=mask2)
+                tl.store(dst3 + off1, x1, mask=mask1)
+                tl.store(dst3 + off2, x2, mask=mask2)
 
     @triton.jit
+    def _group_rows(plan, first, count, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr):
+        """For each lane, the row (counted from ``first``) of the group that writes it, or -1 where none does.
+
+        A group is ``count`` (<= tokens_per_block) consecutive plan rows with one target block and one delta, so lane
+        t stands for target slot t, each lane has at most one row, and partial rows share one tile.
+        """
+        j = tl.arange(0, BLOCK_T)
+        rows = plan + (first + j) * COLS
+        dst_off = tl.load(rows + DST + 1, mask=j < count, other=0)
+        n_tokens = tl.load(rows + COLS - 2, mask=j < count, other=0)
+        lane = j[:, None]
+        match = (dst_off[None, :] <= lane) & (lane < (dst_off + n_tokens)[None, :])
+        return tl.sum(tl.where(match, j[None, :] + 1, 0), axis=1) - 1
+
+    # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
+    _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
+
+    @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_copy_kernel(
         pool,
         plan,
+        groups,
         inv_freq,
         kv_scale,
+        num_groups,
+        groups_per_prog,
         layer_start,
         layer_stop,
+        layers_per_prog,
         stride_b,
         stride_l,
         stride_kv,
         stride_h,
         stride_t,
-        NUM_HEADS: tl.constexpr,
-        LAYERS_PER_PROG: tl.constexpr,
+        num_heads,
         HEAD_DIM: tl.constexpr,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
-        BLOCK_D: tl.constexpr,
-        BLOCK_PASS: tl.constexpr,
         IS_NEOX: tl.constexpr,
         IS_FP8: tl.constexpr,
         SCALE_STRIDE: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """One program per (plan row, group of layers, K|V): gather the row's tokens, rotate K, write the target."""
-        row = plan + tl.program_id(0) * 6
-        first_layer = layer_start + tl.program_id(1) * LAYERS_PER_PROG
+        """One program per (run of row groups, run of layers, K|V): gather each group's tokens, rotate K, write."""
+        group_first = tl.program_id(0) * groups_per_prog
+        group_stop = tl.minimum(group_first + groups_per_prog, num_groups)
+        layer_first = layer_start + tl.program_id(1) * layers_per_prog
+        layer_end = tl.minimum(layer_first + layers_per_prog, layer_stop)
         kv = tl.program_id(2)
-        src_block = tl.load(row)
-        src_off = tl.load(row + 1)
-        dst_block = tl.load(row + 2)
-        dst_off = tl.load(row + 3)
-        n_tokens = tl.load(row + 4)
-        delta = tl.load(row + 5)
-        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-        for i in range(LAYERS_PER_PROG):
-            layer = (first_layer + i).to(tl.int64)
-            if layer < layer_stop:
-                inner = layer * stride_l + kv * stride_kv
-                src = pool + src_block * stride_b + inner + src_off * stride_t
-                dst = pool + dst_block * stride_b + inner + dst_off * stride_t
+        lane = tl.arange(0, BLOCK_T)
+        current = tl.load(plan + tl.load(groups + group_first) * 6 + 5)
+        cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
+        for g in range(group_first, group_stop):
+            first = tl.load(groups + g)
+            count = tl.load(groups + g + 1) - first
+            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
+            live = which >= 0
+            row = plan + (first + which) * 6
+            src_block = tl.load(row, mask=live, other=0)
+            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            src_lane = src_block * stride_b + (lane + shift) * stride_t
+            dst_lane = tl.load(plan + first * 6 + 2) * stride_b + lane.to(tl.int64) * stride_t
+            delta = tl.load(plan + first * 6 + 5)
+            if delta != current:  # cos/sin are recomputed only where the delta changes
+                cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+                current = delta
+            for layer in range(layer_first, layer_end):
+                inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
+                src = pool + inner + src_lane
+                dst = pool + inner + dst_lane
                 if (kv == 1) | (delta == 0):
-                    _copy_heads(
-                        src, dst, n_tokens, HEAD_DIM, stride_h, stride_t, NUM_HEADS, BLOCK_T, HEADS_PER_ITER, BLOCK_D
-                    )
+                    _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF)
                 else:
                     scale = 1.0
                     if IS_FP8:
@@ -356,13 +427,12 @@ if triton is not None:
                     _rotate_heads(
                         src,
                         dst,
-                        n_tokens,
+                        live,
                         cos,
                         sin,
                         scale,
                         stride_h,
-                        stride_t,
-                        NUM_HEADS,
+                        num_heads,
                         ROTARY_DIM,
                         BLOCK_T,
                         HEADS_PER_ITER,
@@ -373,32 +443,26 @@ if triton is not None:
                     )
                     if ROTARY_DIM < HEAD_DIM:
                         _copy_heads(
-                            src + ROTARY_DIM,
-                            dst + ROTARY_DIM,
-                            n_tokens,
-                            HEAD_DIM - ROTARY_DIM,
-                            stride_h,
-                            stride_t,
-                            NUM_HEADS,
-                            BLOCK_T,
-                            HEADS_PER_ITER,
-                            BLOCK_PASS,
+                            src, dst, live, ROTARY_DIM, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF
                         )
 
-    @triton.jit
+    @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_inplace_kernel(
         pool,
         plan,
+        groups,
         inv_freq,
         kv_scale,
+        num_groups,
+        groups_per_prog,
         layer_start,
         layer_stop,
+        layers_per_prog,
         stride_b,
         stride_l,
         stride_h,
         stride_t,
-        NUM_HEADS: tl.constexpr,
-        LAYERS_PER_PROG: tl.constexpr,
+        num_heads,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
@@ -408,32 +472,38 @@ if triton is not None:
         SCALE_STRIDE: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """One program per (plan row, group of layers): rotate the row's K in place; delta 0 rows do nothing."""
-        row = plan + tl.program_id(0) * 4
-        first_layer = layer_start + tl.program_id(1) * LAYERS_PER_PROG
-        block = tl.load(row)
-        off = tl.load(row + 1)
-        n_tokens = tl.load(row + 2)
-        delta = tl.load(row + 3)
-        if delta != 0:
-            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-            for i in range(LAYERS_PER_PROG):
-                layer = (first_layer + i).to(tl.int64)
-                if layer < layer_stop:
-                    k = pool + block * stride_b + layer * stride_l + off * stride_t
+        """One program per (run of row groups, run of layers): rotate each group's K in place; delta 0 does nothing."""
+        group_first = tl.program_id(0) * groups_per_prog
+        group_stop = tl.minimum(group_first + groups_per_prog, num_groups)
+        layer_first = layer_start + tl.program_id(1) * layers_per_prog
+        layer_end = tl.minimum(layer_first + layers_per_prog, layer_stop)
+        lane = tl.arange(0, BLOCK_T)
+        current = tl.load(plan + tl.load(groups + group_first) * 4 + 3)
+        cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
+        for g in range(group_first, group_stop):
+            first = tl.load(groups + g)
+            delta = tl.load(plan + first * 4 + 3)
+            if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
+                cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+                current = delta
+            if delta != 0:
+                count = tl.load(groups + g + 1) - first
+                live = _group_rows(plan, first, count, 4, 0, BLOCK_T) >= 0
+                k_lane = tl.load(plan + first * 4) * stride_b + lane.to(tl.int64) * stride_t
+                for layer in range(layer_first, layer_end):
+                    k = pool + layer * stride_l + k_lane
                     scale = 1.0
                     if IS_FP8:
                         scale = tl.load(kv_scale + layer * SCALE_STRIDE)
                     _rotate_heads(
                         k,
                         k,
-                        n_tokens,
+                        live,
                         cos,
                         sin,
                         scale,
                         stride_h,
-                        stride_t,
-                        NUM_HEADS,
+                        num_heads,
                         ROTARY_DIM,
                         BLOCK_T,
                         HEADS_PER_ITER,
@@ -455,6 +525,7 @@ else:
 
 class _Checked(NamedTuple):
     plan: torch.Tensor  # int64, contiguous, on the pool's device
+    groups: torch.Tensor  # int64 [G + 1], on the pool's device: row groups' first rows, then the row count
     inv_freq: torch.Tensor  # fp32, contiguous, on the pool's device
     kv_scale: torch.Tensor | None  # fp32 [num_layers] or [1], contiguous (fp8 pools only)
     layer_start: int
@@ -482,7 +553,7 @@ def rope_delta_copy(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
+        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
     else:
         _copy_reference(pool, checked, layout, rotary_dim, style)
 
@@ -506,7 +577,7 @@ def rope_delta_inplace(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or DEFAULT_TUNING)
+        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
     else:
         _inplace_reference(pool, checked, layout, rotary_dim, style)
 
@@ -518,24 +589,26 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    grid = (c.plan.shape[0], triton.cdiv(c.layer_stop - c.layer_start, tune.layers_per_program), 2)
-    _rope_delta_copy_kernel[grid](
+    _rope_delta_copy_kernel[_grid(c, tune, 2)](
         pool,
         c.plan,
+        c.groups,
         c.inv_freq,
         c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
+        c.groups.shape[0] - 1,
+        tune.blocks_per_program,
         c.layer_start,
         c.layer_stop,
+        tune.layers_per_program,
         stride_b,
         stride_l,
         stride_kv,
         stride_h,
         stride_t,
+        layout.num_kv_heads,
         num_warps=tune.num_warps,
         **_meta(pool, c, layout, rotary_dim, style, tune),
         HEAD_DIM=layout.head_dim,
-        BLOCK_D=triton.next_power_of_2(layout.head_dim),
-        BLOCK_PASS=triton.next_power_of_2(max(layout.head_dim - rotary_dim, 1)),
     )
 
 
@@ -546,29 +619,38 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    grid = (c.plan.shape[0], triton.cdiv(c.layer_stop - c.layer_start, tune.layers_per_program))
-    _rope_delta_inplace_kernel[grid](
+    _rope_delta_inplace_kernel[_grid(c, tune, 1)](
         pool,
         c.plan,
+        c.groups,
         c.inv_freq,
         c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
+        c.groups.shape[0] - 1,
+        tune.blocks_per_program,
         c.layer_start,
         c.layer_stop,
+        tune.layers_per_program,
         stride_b,
         stride_l,
         stride_h,
         stride_t,
+        layout.num_kv_heads,
         num_warps=tune.num_warps,
         **_meta(pool, c, layout, rotary_dim, style, tune),
     )
 
 
+def _grid(c: _Checked, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
+    groups = c.groups.shape[0] - 1
+    layers = c.layer_stop - c.layer_start
+    return triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv
+
+
 def _meta(
     pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
 ) -> dict[str, Any]:
-    return {
-        "NUM_HEADS": layout.num_kv_heads,
-        "LAYERS_PER_PROG": tune.layers_per_program,
+    registers = {} if tune.max_registers is None else {"maxnreg": tune.max_registers}
+    return registers | {
         "ROTARY_DIM": rotary_dim,
         "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
         "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),
@@ -725,14 +807,30 @@ def _check(
         raise ValueError(f"layers must be [start, stop) within [0, {layout.num_layers}], got {layers}")
     if plan.dim() != 2 or plan.shape[1] != columns or plan.dtype != torch.int64:
         raise InvalidPlan(f"plan must be int64 [S, {columns}], got {plan.dtype} {tuple(plan.shape)}")
-    _check_rows(plan.cpu().numpy(), pool.shape[0], layout.tokens_per_block, columns)
+    rows = plan.cpu().numpy()
+    _check_rows(rows, pool.shape[0], layout.tokens_per_block, columns)
+    # One host-to-device copy carries the plan and its row groups.
+    packed = torch.from_numpy(np.concatenate([rows.reshape(-1), _row_groups(rows, columns)])).to(pool.device)
     return _Checked(
-        plan.to(pool.device).contiguous(),
+        packed[: rows.size].view(-1, columns),
+        packed[rows.size :],
         inv_freq.to(pool.device).contiguous(),
         None if kv_scale is None else kv_scale.contiguous(),
         int(start),
         int(stop),
     )
+
+
+def _row_groups(plan: np.ndarray, columns: int) -> np.ndarray:
+    """First row of each run of consecutive rows with one target block and one delta, then the number of rows.
+
+    The kernels give each group one tile of ``tokens_per_block`` lanes (lane = target slot): rows that share a block
+    (spans at odd offsets) fill one tile together instead of two half-empty ones.
+    """
+    target = plan[:, 2 if columns == COPY_PLAN_COLUMNS else 0]
+    delta = plan[:, columns - 1]
+    new_group = np.append(plan.shape[0] > 0, (target[1:] != target[:-1]) | (delta[1:] != delta[:-1]))
+    return np.append(np.flatnonzero(new_group), plan.shape[0]).astype(np.int64)
 
 
 def _check_rows(plan: np.ndarray, num_blocks: int, tokens_per_block: int, columns: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -11,10 +12,12 @@ from hypothesis import strategies as st
 from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
+    COPY_PLAN_COLUMNS,
     CopySpan,
     InplaceSpan,
     InvalidPlan,
     KernelTuning,
+    _row_groups,
     rope_delta_copy,
     rope_delta_copy_reference,
     rope_delta_inplace,
@@ -125,17 +128,28 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
     pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
     style = data.draw(st.sampled_from(["neox", "gptj"]))
+    tuning = KernelTuning(blocks_per_program=data.draw(st.sampled_from([1, 2, 5])))
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
-    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=16, style=style)
+    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=16, style=style, tuning=tuning)
     rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=16, style=style)
     assert_within_one_ulp(kernel, reference)
 
 
 @pytest.mark.parametrize("device", TRITON_DEVICES)
-@pytest.mark.parametrize("tuning", [KernelTuning(1, 4, 2), KernelTuning(4, 2, 1), KernelTuning(8, 8, 4)])
+@pytest.mark.parametrize(
+    "tuning",
+    [
+        KernelTuning(1, 4, 2),
+        KernelTuning(4, 2, 1),
+        KernelTuning(8, 8, 4, 1, None),
+        KernelTuning(2, 4, 2, 3),
+        KernelTuning(1, 8, 1, 64, 64),
+    ],
+)
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
-    """5 heads and layers [1, 4): the last head group and the last layer group of a program are partial."""
+    """5 heads and layers [1, 4): the last head group and the last layer group of a program are partial; with several
+    blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -148,6 +162,25 @@ def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=32, layers=(1, 4), tuning=tuning)
     rope_delta_inplace_reference(reference, inplace_plan, inv_freq, layout, rotary_dim=32, layers=(1, 4))
     assert_within_one_ulp(kernel, reference)
+
+
+def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
+    """Spans at odd offsets cut every target block into two rows; each pair (same block, same delta) is one group,
+    and a new target block or a new delta starts the next group."""
+    plan = split_spans_to_plan(
+        [CopySpan(3, 5, 30, delta=9), CopySpan(33, 35, 9, delta=-3)], DONOR_BLOCKS, TARGET_BLOCKS, T
+    )
+    rows = plan.numpy()
+    groups = _row_groups(rows, COPY_PLAN_COLUMNS)
+    assert groups[-1] == len(rows)
+    for first, stop in itertools.pairwise(groups):
+        group = rows[first:stop]
+        assert len(set(group[:, 2])) == 1 and len(set(group[:, 5])) == 1
+        assert group[:, 4].sum() <= T
+    for first in groups[1:-1]:
+        assert tuple(rows[first - 1, [2, 5]]) != tuple(rows[first, [2, 5]])
+    assert (np.diff(groups) == 2).sum() >= 3  # the odd offsets pair up
+    assert list(_row_groups(rows[:0], COPY_PLAN_COLUMNS)) == [0]
 
 
 @pytest.mark.gpu
