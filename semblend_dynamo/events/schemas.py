@@ -434,11 +434,14 @@ class DonorSyncPage(SemblendEvent):
         next_cursor: int | None,
         last_cursor: int,
     ) -> DonorSyncPage:
-        """The page of ``registrations`` (all of ``deployment``), in order."""
+        """The page of ``registrations`` (all of ``deployment``, each valid already), in order.
+
+        Built without validation: the receiver validates every page it decodes.
+        """
         routers: dict[str, int] = {}
         namespaces: dict[str, int] = {}
         regs = registrations
-        return cls(
+        return cls.model_construct(
             router_id=router_id,
             deployment=deployment,
             after=after,
