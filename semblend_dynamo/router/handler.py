@@ -688,19 +688,19 @@ class SemanticRouter:
         if not isinstance(event, DonorSyncPage):
             return
         session = self._sync
-        follow = session.accept(event) if session is not None and event.router_id != self.router_id else None
-        if follow is None:
+        if session is None or event.router_id == self.router_id or (follow := session.accept(event)) is None:
             self.metrics.events_rejected.labels("sync_pages", "unsolicited").inc()
             return
         for after, upto in follow:
             await self._ask_sync(target=event.router_id, after=after, upto=upto)
-        if session is not None and session.finished.get(event.router_id) == "done":
+        if session.finished.get(event.router_id) == "done":
             self.metrics.sync_peers.labels("done").inc()
         registrations = [r for r in event.registrations() if r.router_id != self.router_id]
         for start in range(0, len(registrations), SYNC_ADD_CHUNK):
             if start:
                 await asyncio.sleep(0)
             self.catalog.add_many(registrations[start : start + SYNC_ADD_CHUNK])
+            session.touch()
 
     async def request_sync(self) -> None:
         """Called on every NATS (re)connect: ask every peer for its donors (those missed meanwhile)."""

@@ -174,12 +174,17 @@ class SyncSession:
         self._clock = clock
         self.started = clock()
         self._peers: dict[str, _PeerSync] = {}
+        self._busy_at = self.started
         self.finished: dict[str, str] = {}
         """Peers no longer synced in this session: ``done`` or ``abandoned``."""
 
     @property
     def active(self) -> bool:
         return bool(self._peers)
+
+    def touch(self) -> None:
+        """The replica is still indexing pages: replies waiting behind them do not make their peers quiet."""
+        self._busy_at = self._clock()
 
     def accept(self, page: DonorSyncPage) -> list[CursorRange] | None:
         """The ranges to ask the page's sender next ([] when it is done), or None for an unsolicited page."""
@@ -211,12 +216,13 @@ class SyncSession:
         return [*itertools.pairwise(cuts), (cuts[-1], None)]
 
     def overdue(self, timeout_s: float, retries: int) -> tuple[list[tuple[str, CursorRange]], list[str]]:
-        """Requests to send again (their peer sent no page for ``timeout_s``) and the peers given up."""
+        """Requests to send again (no page of their peer, and no page being indexed, for ``timeout_s``) and the peers
+        given up."""
         now = self._clock()
         again: list[tuple[str, CursorRange]] = []
         abandoned: list[str] = []
         for peer, state in list(self._peers.items()):
-            if now - state.progress_at < timeout_s:
+            if now - max(state.progress_at, self._busy_at) < timeout_s:
                 continue
             if max(state.outstanding.values()) >= retries:
                 del self._peers[peer]

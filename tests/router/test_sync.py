@@ -304,6 +304,18 @@ def test_a_quiet_peer_is_asked_again_then_given_up() -> None:
     assert session.finished == {"peer1": "abandoned"} and not session.active
 
 
+def test_a_peer_is_not_quiet_while_the_replica_is_busy_indexing_pages() -> None:
+    clock = [0.0]
+    session = SyncSession(window=2, clock=lambda: clock[0])
+    session.accept(_page([], next_cursor=10, last_cursor=30))
+    for _ in range(10):  # its next pages wait behind a slow page being indexed (a search index filling)
+        clock[0] += 1.5
+        session.touch()
+        assert session.overdue(2.0, RETRIES) == ([], [])
+    clock[0] += 2.0
+    assert session.overdue(2.0, RETRIES) == ([("peer1", (10, 20)), ("peer1", (20, None))], [])
+
+
 async def test_the_requester_asks_each_lane_and_indexes_only_pages_it_asked_for() -> None:
     router = _sync_router(0, sync_window=3)
     await router.request_sync()
