@@ -17,8 +17,11 @@ the pipeline indexes every resident donor's embedding while it syncs). Replica A
 The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-registration-per-row v1 sync,
 ``git archive``d to a temporary directory), in the same run.
 
+``--breakdown N`` instead times, in one process, where the CPU of a sync of ``N`` donors goes per donor (the peer
+building pages; the late replica decoding them, building registrations, adding them), with Python's GC on and off.
+
 Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
-[--baseline-donors 10000] [--index none]``
+[--baseline-donors 10000] [--index none]`` or ``... --breakdown 300000``
 """
 
 from __future__ import annotations
@@ -202,6 +205,74 @@ async def late(args: argparse.Namespace) -> None:
     await replica.close()
 
 
+def breakdown(n: int) -> None:
+    """Where a sync's CPU goes per donor, in one process (no NATS): the peer building pages from its catalog, the late
+    replica decoding them, building registrations and adding them; the add once with Python's cyclic GC on, once
+    off (the same pages)."""
+    import gc
+
+    from semblend_dynamo.events.codec import decode, encode
+    from semblend_dynamo.events.schemas import DonorSyncPage, DonorSyncRequest
+    from semblend_dynamo.router.catalog import DonorCatalog
+    from semblend_dynamo.router.sync import PageBudget, build_page
+
+    peer_catalog = DonorCatalog(n + 1000, None)
+    for first in range(0, n, CHUNK):
+        regs, hashes = registrations(first, min(CHUNK, n - first), "d" * 16)
+        peer_catalog.add_many(regs)
+        peer_catalog.apply_kv_events(block_events(first, len(regs), hashes))
+    request = DonorSyncRequest(router_id="late", deployment="d" * 16)
+    pages: list[bytes] = []
+    after: int | None = 0
+    started = time.process_time()
+    while after is not None:
+        entries, more = peer_catalog.page(after, 4096, fits=PageBudget(1 << 20).fits)
+        data, _ = build_page(
+            entries,
+            more,
+            request,
+            router_id="peer",
+            deployment="d" * 16,
+            last_cursor=peer_catalog.last_cursor,
+            max_bytes=1 << 20,
+            encode=encode,
+        )
+        pages.append(data)
+        after = entries[-1][0] if more else None
+    serve_s = time.process_time() - started
+    del peer_catalog
+    gc.collect()
+    for gc_on in (True, False):
+        late_catalog = DonorCatalog(n + 1000, None)
+        for first in range(0, n, CHUNK):
+            count = min(CHUNK, n - first)
+            late_catalog.merge_dump(block_events(first, count, chunk_hashes(first, count)[1]))
+        gc.collect()
+        if not gc_on:
+            gc.disable()
+        decode_s = build_s = add_s = 0.0
+        for data in pages:
+            t0 = time.process_time()
+            page = decode(data, DonorSyncPage, max_bytes=1 << 20, deployment="d" * 16)
+            t1 = time.process_time()
+            regs = page.registrations()
+            t2 = time.process_time()
+            late_catalog.add_many(regs)
+            t3 = time.process_time()
+            decode_s, build_s, add_s = decode_s + t1 - t0, build_s + t2 - t1, add_s + t3 - t2
+        gc.enable()
+        assert len(late_catalog) == n and resident_count(late_catalog) == n
+        row = {"serve": serve_s, "decode": decode_s, "registrations": build_s, "add_many": add_s}
+        print(
+            f"{n:,} donors, {len(pages)} pages, GC {'on' if gc_on else 'off'}: CPU us per donor "
+            + ", ".join(f"{k} {v / n * 1e6:.1f}" for k, v in row.items())
+            + f"; late replica total {(decode_s + build_s + add_s):.1f} s",
+            flush=True,
+        )
+        del late_catalog
+        gc.collect()
+
+
 # --- the orchestrator --------------------------------------------------------------------------------------------
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
@@ -267,6 +338,7 @@ def main() -> None:
     p.add_argument("--baseline-ref", default=BASELINE_REF)
     p.add_argument("--index", choices=("none", "numpy", "usearch"), default="none", help="replica B's search index")
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--breakdown", type=int, metavar="N", help="only: where the CPU goes per donor, in one process")
     p.add_argument("--role", choices=("peer", "late"), help=argparse.SUPPRESS)
     p.add_argument("--tree", help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -279,6 +351,9 @@ def main() -> None:
         return
     if args.role == "late":
         asyncio.run(late(args))
+        return
+    if args.breakdown:
+        breakdown(args.breakdown)
         return
     print(f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()}")
     rows = []
