@@ -190,9 +190,14 @@ class SemblendConfig(BaseModel):
         8, ge=0, description="router: max active requests a donor's worker may exceed the least loaded one by"
     )
     max_message_bytes: int = Field(1 << 20, ge=1024, description="messages larger than this are rejected")
-    sync_page_donors: int = Field(256, ge=1, le=4096, description="router: donor registrations per sync reply page")
+    sync_page_donors: int = Field(
+        4096, ge=1, le=4096, description="router: donor registrations per sync reply page (also max_message_bytes)"
+    )
     sync_rate_per_s: float = Field(
-        20.0, gt=0, description="router: sync requests answered per second per requesting router (excess counted)"
+        200.0, gt=0, description="router: sync requests answered per second per requesting router (excess counted)"
+    )
+    sync_window: int = Field(
+        4, ge=1, le=64, description="router: sync requests in flight per peer while a replica catches up"
     )
     embed_queue_size: int = Field(
         64, ge=1, description="router: prompts waiting for an embedding (beyond: routed exact-only, counted)"
@@ -518,6 +523,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "log_format",
         "sync_page_donors",
         "sync_rate_per_s",
+        "sync_window",
         "embed_queue_size",
         "embed_budget_ms",
     ),

@@ -197,19 +197,36 @@ class DonorDiscovery:
 
         A known id is replaced. Returns the donor ids the index pushed out by its capacity bound.
         """
-        if self.index is None:
+        return self.register_embeddings([donor_id], namespace_digest, np.asarray(vector).reshape(1, -1))
+
+    def register_embeddings(self, donor_ids: Sequence[str], namespace_digest: str, vectors: np.ndarray) -> list[str]:
+        """:meth:`register_embedding` for distinct donors of one namespace at once (one batched index insert).
+
+        A vector the index cannot take (wrong shape, NaN, zero norm) leaves its donor out, counted.
+        """
+        if self.index is None or not donor_ids:
             return []
+        rows = np.asarray(vectors, dtype=np.float32)
+        ids = list(donor_ids)
+        if rows.ndim == 2 and len(rows) == len(ids):  # leave out what the index would refuse, not the whole batch
+            with np.errstate(invalid="ignore", over="ignore"):
+                usable = np.isfinite(rows).all(axis=1) & (np.linalg.norm(rows, axis=1) > 1e-12)
+            self.counters["donor_embedding_errors"] += int((~usable).sum())
+            ids, rows = [d for d, ok in zip(ids, usable.tolist(), strict=True) if ok], rows[usable]
         with self._lock:
-            self._generation += 1
-            self._donors.pop(donor_id, None)
-            self._forget(donor_id)
-            self._donors[donor_id] = self._generation
+            for donor_id in donor_ids:
+                self._donors.pop(donor_id, None)
+                self._forget(donor_id)
+            for donor_id in ids:
+                self._generation += 1
+                self._donors[donor_id] = self._generation
             try:
-                evicted = self.index.insert(donor_id, namespace_digest, vector)
+                evicted = self.index.insert_batch(ids, namespace_digest, rows)
             except DonorIndexError as exc:
-                del self._donors[donor_id]
-                self.counters["donor_embedding_errors"] += 1
-                log.debug("donor %s not indexed: %s", donor_id, exc)
+                for donor_id in ids:
+                    del self._donors[donor_id]
+                self.counters["donor_embedding_errors"] += len(ids)
+                log.debug("%d donors not indexed: %s", len(ids), exc)
                 return []
             for gone in evicted:
                 if self._donors.pop(gone, None) is not None:

@@ -70,6 +70,11 @@ class NatsLink:
             raise ConnectionError("NATS is not connected")
         await self._nc.publish(subject, data, reply=reply)
 
+    @property
+    def max_payload(self) -> int | None:
+        """The largest message the server takes (its ``max_payload``), None while not connected."""
+        return self._nc.max_payload if self.connected and self._nc is not None else None
+
     def new_inbox(self) -> str:
         if self._nc is None:
             raise ConnectionError("NATS is not connected")

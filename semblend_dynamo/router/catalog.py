@@ -16,7 +16,9 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
+
+import numpy as np
 
 from ..events.schemas import DonorRegistration, KvEvent
 from ..namespace import NamespaceKey
@@ -63,6 +65,26 @@ class DonorCatalog:
             self._sync_pipeline()
             self.changed = True
             return True
+
+    def add_many(self, registrations: Iterable[DonorRegistration]) -> int:
+        """:meth:`add` for many peers' registrations (a sync page) under one lock, the pipeline fed in batches.
+
+        Returns how many were added (older copies of known donors are ignored).
+        """
+        with self._lock:
+            added = 0
+            for registration in registrations:
+                known = self._residency.donor(registration.donor_id)
+                if known is not None and known.registered_at >= registration.registered_at:
+                    continue
+                for evicted in self._residency.add_donor(registration):
+                    self._forget_locked(evicted)
+                self._sequence(registration.donor_id)
+                added += 1
+            if added:
+                self._sync_pipeline()
+                self.changed = True
+            return added
 
     def forget(self, donor_id: str) -> bool:
         """A donor is gone (evicted on its worker, reported gone by a connector). False if unknown."""
@@ -115,23 +137,44 @@ class DonorCatalog:
         with self._lock:
             return self._residency.is_resident(donor_id)
 
-    def page(self, after: int, limit: int) -> tuple[list[tuple[int, DonorRegistration]], bool]:
-        """Up to ``limit`` ``(cursor, registration)`` pairs added after cursor ``after`` (0: from the start).
+    def page(
+        self,
+        after: int,
+        limit: int,
+        *,
+        upto: int | None = None,
+        fits: Callable[[DonorEntry], bool] | None = None,
+    ) -> tuple[list[tuple[int, DonorEntry]], bool]:
+        """Up to ``limit`` ``(cursor, donor)`` pairs with cursors in ``(after, upto]`` (0: from the start).
 
         The cursor is the catalog's add sequence, so paging never repeats or skips a donor that stayed known.
-        The flag says whether more follow.
+        ``fits`` is asked about each donor in turn; the page ends before the first it refuses (a first donor it
+        refuses goes alone). The flag says whether more follow in the range.
         """
         with self._lock:
-            out: list[tuple[int, DonorRegistration]] = []
-            for seq in self._order[bisect.bisect_right(self._order, after) :]:
+            out: list[tuple[int, DonorEntry]] = []
+            order = self._order
+            for i in range(bisect.bisect_right(order, after), len(order)):
+                seq = order[i]
+                if upto is not None and seq > upto:
+                    break
                 donor_id = self._id_at.get(seq)
                 entry = None if donor_id is None else self._residency.donor(donor_id)
                 if entry is None:
                     continue
                 if len(out) == limit:
                     return out, True
-                out.append((seq, entry.registration))
+                if fits is not None and not fits(entry):
+                    if out:
+                        return out, True
+                    limit = 1  # too large for any page: it goes alone
+                out.append((seq, entry))
             return out, False
+
+    @property
+    def last_cursor(self) -> int:
+        """The newest cursor handed out."""
+        return self._seq
 
     def __len__(self) -> int:
         with self._lock:
@@ -184,28 +227,31 @@ class DonorCatalog:
             self._discovery.remove_donor(donor_id)
 
     def _sync_pipeline(self) -> None:
-        """Keep the pipeline's donors equal to the resident ones."""
+        """Keep the pipeline's donors equal to the resident ones (peers' embeddings indexed in batches)."""
         changes = self._residency.take_changes()
         if not changes:
             return
         self.changed = True
-        for donor_id, resident in changes:
+        left = {donor_id for donor_id, resident in changes if not resident}
+        for donor_id in left:  # its KV is partly gone: a peer's copy would have to be re-registered anyway
+            if self._residency.donor(donor_id) is not None:
+                self._forget_locked(donor_id)
+        if self._discovery is None:
+            return
+        index = self._discovery.index
+        peers: dict[str, list[DonorEntry]] = {}
+        for donor_id in dict.fromkeys(d for d, resident in changes if resident and d not in left):
             entry = self._residency.donor(donor_id)
             if entry is None:
                 continue
-            if not resident:  # its KV is partly gone: a peer's copy would have to be re-registered anyway
+            local = self._local_tokens.pop(donor_id, None)
+            if local is not None:  # registered here: spans from its tokens, the embedding already computed
+                vector = entry.vector() if entry.embedding_dim else None
+                self._discovery.register_donor(donor_id, local[0], local[1], embedding=vector)
+            elif index is not None and entry.embedding_dim == index.dim:
+                peers.setdefault(entry.namespace, []).append(entry)
+        for namespace, entries in peers.items():
+            vectors = np.stack([entry.vector() for entry in entries])
+            evicted = self._discovery.register_embeddings([e.donor_id for e in entries], namespace, vectors)
+            for donor_id in evicted:
                 self._forget_locked(donor_id)
-            elif self._discovery is not None:
-                self._index(entry, self._local_tokens.pop(donor_id, None))
-
-    def _index(self, entry: DonorEntry, local: tuple[NamespaceKey, Sequence[int]] | None) -> None:
-        assert self._discovery is not None
-        reg = entry  # the compact entry carries every field used here
-        vector = reg.vector() if reg.embedding_dim else None
-        if local is not None:  # registered here: spans from its tokens, the embedding already computed
-            self._discovery.register_donor(reg.donor_id, local[0], local[1], embedding=vector)
-            return
-        index = self._discovery.index
-        if vector is not None and index is not None and reg.embedding_dim == index.dim:
-            for evicted in self._discovery.register_embedding(reg.donor_id, reg.namespace, vector):
-                self._forget_locked(evicted)

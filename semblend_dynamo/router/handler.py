@@ -69,11 +69,22 @@ from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
-from .sync import SyncLimiter, build_page, check_request, sync_inbox
+from .sync import (
+    REPLY_TIMEOUT_S,
+    RETRIES,
+    PageBudget,
+    SyncLimiter,
+    SyncSession,
+    build_page,
+    check_request,
+    sync_inbox,
+)
 
 log = logging.getLogger(__name__)
 
 GAP_RESYNC_DELAY_S = 1.0
+SYNC_ADD_CHUNK = 256
+"""Registrations of a sync page added per event-loop turn (the loop serves requests between chunks)."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
 CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_RATIO)
 """Plan declines a prefill chain can overcome: spans behind the recipient's own words, or too few of them at once."""
@@ -198,6 +209,8 @@ class SemanticRouter:
         self.policy = DonorPolicy(cfg)
         self.sync_inbox = sync_inbox(self.router_id)
         self._sync_limiter = SyncLimiter(cfg.sync_rate_per_s)
+        self._sync: SyncSession | None = None
+        self._sync_watch: asyncio.Future[None] | None = None
         self.embeddings = (
             PromptEmbeddings(
                 discovery.embed_prompts, queue_size=cfg.embed_queue_size, budget_s=cfg.embed_budget_ms / 1000
@@ -638,7 +651,7 @@ class SemanticRouter:
             self.catalog.forget(event.donor_id)
 
     async def on_sync_request(self, event: SemblendEvent, msg: Msg) -> None:
-        """A peer asks for a page of this replica's registrations: at most one reply, to its own inbox."""
+        """A peer asks for a range of this replica's registrations: at most one page, to its own inbox."""
         if not isinstance(event, DonorSyncRequest):
             return
         reason = check_request(event, msg.reply, self.router_id)
@@ -648,37 +661,72 @@ class SemanticRouter:
             self.metrics.events_rejected.labels("donors_sync", reason).inc()
         if reason is not None:
             return
-        entries, more = self.catalog.page(event.cursor, self.cfg.sync_page_donors)
-        page = build_page(
+        max_bytes = min(self.cfg.max_message_bytes, self.link.max_payload or self.cfg.max_message_bytes)
+        budget = PageBudget(max_bytes)
+        entries, more = self.catalog.page(event.after, self.cfg.sync_page_donors, upto=event.upto, fits=budget.fits)
+        data, skipped = build_page(
             entries,
             more,
+            event,
             router_id=self.router_id,
             deployment=self.deployment,
-            fits=lambda p: len(self.publisher.encode(p)) <= self.cfg.max_message_bytes,
+            last_cursor=self.catalog.last_cursor,
+            max_bytes=max_bytes,
+            encode=self.publisher.encode,
         )
+        if skipped:
+            self.metrics.events_dropped.labels("syncpage", "oversized").inc(skipped)
         try:
-            await self.link.publish(msg.reply, self.publisher.encode(page))
+            await self.link.publish(msg.reply, data)
         except ConnectionError:
             self.metrics.events_dropped.labels("syncpage", "disconnected").inc()
             return
         self.metrics.sync_replies.inc()
 
     async def on_sync_page(self, event: SemblendEvent, msg: Msg) -> None:
-        """A peer's page: index its registrations, then ask that peer for the next page."""
+        """A peer's page: ask for what follows it, then index its registrations a chunk per loop turn."""
         if not isinstance(event, DonorSyncPage):
             return
-        for registration in event.registrations:
-            if registration.router_id != self.router_id:
-                self.catalog.add(registration)
-        if event.next_cursor is not None and event.router_id != self.router_id:
-            await self._ask_sync(target=event.router_id, cursor=event.next_cursor)
+        session = self._sync
+        if session is None or event.router_id == self.router_id or (follow := session.accept(event)) is None:
+            self.metrics.events_rejected.labels("sync_pages", "unsolicited").inc()
+            return
+        for after, upto in follow:
+            await self._ask_sync(target=event.router_id, after=after, upto=upto)
+        if session.finished.get(event.router_id) == "done":
+            self.metrics.sync_peers.labels("done").inc()
+        registrations = [r for r in event.registrations() if r.router_id != self.router_id]
+        for start in range(0, len(registrations), SYNC_ADD_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            self.catalog.add_many(registrations[start : start + SYNC_ADD_CHUNK])
+            session.touch()
 
     async def request_sync(self) -> None:
-        """Called on every NATS (re)connect: ask peers for the registrations missed meanwhile."""
-        await self._ask_sync(target=None, cursor=0)
+        """Called on every NATS (re)connect: ask every peer for its donors (those missed meanwhile)."""
+        self._sync = SyncSession(self.cfg.sync_window)
+        await self._ask_sync(target=None, after=0, upto=None)
+        if self._sync_watch is None or self._sync_watch.done():
+            self._sync_watch = asyncio.ensure_future(self._watch_sync())
 
-    async def _ask_sync(self, *, target: str | None, cursor: int) -> None:
-        request = DonorSyncRequest(router_id=self.router_id, deployment=self.deployment, target=target, cursor=cursor)
+    async def _watch_sync(self) -> None:
+        """Ask quiet peers again, give up on those that stay quiet; ends when no peer is being synced."""
+        while True:
+            await asyncio.sleep(REPLY_TIMEOUT_S / 2)
+            session = self._sync
+            if session is None or (not session.active and time.monotonic() - session.started > REPLY_TIMEOUT_S):
+                return
+            again, abandoned = session.overdue(REPLY_TIMEOUT_S, RETRIES)
+            for peer in abandoned:
+                self.metrics.sync_peers.labels("abandoned").inc()
+                log.warning("donor sync from peer %s given up: no reply after %d tries", peer[:8], RETRIES + 1)
+            for peer, (after, upto) in again:
+                await self._ask_sync(target=peer, after=after, upto=upto)
+
+    async def _ask_sync(self, *, target: str | None, after: int, upto: int | None) -> None:
+        request = DonorSyncRequest(
+            router_id=self.router_id, deployment=self.deployment, target=target, after=after, upto=upto
+        )
         try:
             await self.link.publish(self.subjects.donors_sync, self.publisher.encode(request), reply=self.sync_inbox)
         except ConnectionError:

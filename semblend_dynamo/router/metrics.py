@@ -12,6 +12,8 @@ _LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2.
 STREAMS = ("kv_events", "kv_index", "donors", "outcomes", "donors_sync", "sync_pages")
 SYNC_REJECT_REASONS = ("no_reply", "bad_reply_subject", "rate_limited")
 """Why a decoded sync request got no reply (besides the codec's reasons)."""
+SYNC_PAGE_REJECT_REASONS = ("unsolicited",)
+"""Why a decoded sync page was not used: it answers no request in flight."""
 _LAG_BUCKETS_S = (1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -85,6 +87,14 @@ class RouterMetrics:
         self.sync_replies = Counter(
             "semblend_router_sync_replies", "donor sync pages sent (one per valid request at most)", registry=r
         )
+        self.sync_peers = Counter(
+            "semblend_router_sync_peers",
+            "peers this replica synced its donors from, by result (done, abandoned: quiet after every retry)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("done", "abandoned"):
+            self.sync_peers.labels(result)
         self.forward_retries = Counter(
             "semblend_router_forward_retries", "placements retried without restriction", ["reason"], registry=r
         )
@@ -104,6 +114,8 @@ class RouterMetrics:
                 self.events_rejected.labels(stream, reason)
         for reason in SYNC_REJECT_REASONS:
             self.events_rejected.labels("donors_sync", reason)
+        for reason in SYNC_PAGE_REJECT_REASONS:
+            self.events_rejected.labels("sync_pages", reason)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,25 +1,46 @@
-"""Bounded replies on ``...semblend.donors.sync``: one page per valid request, rate-limited per requester.
+"""Donor sync between router replicas on ``...semblend.donors.sync``: bounded replies, pipelined requests.
 
-A peer may only cost this router what it asks for, a page at a time: a request must decode as a
-:class:`~semblend_dynamo.events.schemas.DonorSyncRequest` of this deployment (schema, version and deployment
-are checked by the codec), name a reply subject that is the requester's own sync inbox, and fit its requester's
-token bucket (and the router-wide one, so rotating ids buys nothing). Anything else is a counted reject, never a
-reply. A page holds at most ``sync_page_donors`` registrations and ``max_message_bytes`` bytes.
+Responder: a peer may only cost this router what it asks for, a page at a time. A request must decode as a
+:class:`~semblend_dynamo.events.schemas.DonorSyncRequest` of this deployment (schema, version and deployment are
+checked by the codec), name a reply subject that is the requester's own sync inbox, and fit its requester's token
+bucket (and the router-wide one, so rotating ids buys nothing). Anything else is a counted reject, never a reply. A
+reply is one columnar :class:`~semblend_dynamo.events.schemas.DonorSyncPage` of at most ``sync_page_donors``
+registrations and the message limit's bytes.
+
+Requester (:class:`SyncSession`): on every NATS (re)connect it asks every peer for its first page; the first page
+tells how far the peer's catalog cursors go, so the rest is split into ``window`` cursor ranges ("lanes") walked in
+parallel, one request in flight per lane: at most ``window`` requests per peer. A peer that goes quiet is asked
+again, and given up after a few tries.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from ..events.schemas import DonorRegistration, DonorSyncPage, DonorSyncRequest
+from ..events.schemas import (
+    SYNC_PAGE_OVERHEAD,
+    DonorSyncPage,
+    DonorSyncRequest,
+    RegistrationFields,
+    sync_page_bytes,
+)
 
 SYNC_INBOX_PREFIX = "_INBOX.semblend."
 MAX_REQUESTERS = 1024
 """Requesters with a bucket; the least recently seen is forgotten beyond this (it restarts with a full bucket)."""
-GLOBAL_RATE_FACTOR = 8
+GLOBAL_RATE_FACTOR = 4
 """The router-wide bucket allows this many requesters' worth of requests."""
+REPLY_TIMEOUT_S = 2.0
+"""A peer with requests in flight and no page for this long is asked again."""
+RETRIES = 5
+"""Times a quiet peer is asked again before its sync is given up."""
+
+CursorRange = tuple[int, int | None]
+"""``(after, upto)``: a peer's catalog cursors in ``(after, upto]`` (``upto`` None: to the end)."""
 
 
 def sync_inbox(router_id: str) -> str:
@@ -76,29 +97,140 @@ def check_request(request: DonorSyncRequest, reply: str, own_router_id: str) -> 
     return None
 
 
+class PageBudget:
+    """The bytes left in a page as donors join it (each counted by :func:`sync_page_bytes`, an upper bound)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.left = max_bytes - SYNC_PAGE_OVERHEAD
+
+    def fits(self, registration: RegistrationFields) -> bool:
+        size = sync_page_bytes(registration)
+        if size > self.left:
+            return False
+        self.left -= size
+        return True
+
+
 def build_page(
-    entries: list[tuple[int, DonorRegistration]],
+    entries: Sequence[tuple[int, RegistrationFields]],
     more: bool,
+    request: DonorSyncRequest,
     *,
     router_id: str,
     deployment: str,
-    fits: Callable[[DonorSyncPage], bool],
-) -> DonorSyncPage:
-    """The page of the largest prefix of ``entries`` (``(cursor, registration)``) that ``fits``.
+    last_cursor: int,
+    max_bytes: int,
+    encode: Callable[[DonorSyncPage], bytes],
+) -> tuple[bytes, int]:
+    """The encoded reply of the largest prefix of ``entries`` (``(cursor, registration)``) within ``max_bytes``.
 
-    ``next_cursor`` is the cursor of the last registration sent, None when nothing is left (``more`` says
-    whether the catalog holds more after ``entries``). One registration is always sent alone if need be:
-    registrations are bounded by their schema.
+    ``more`` says whether the requested range holds more after ``entries``. Returns the message and how many
+    donors were skipped because one alone exceeds ``max_bytes`` (the page then moves the cursor past it).
     """
-    count = len(entries)
-    while True:
-        rest = count < len(entries) or more
-        page = DonorSyncPage(
+
+    def reply(count: int, next_cursor: int | None) -> bytes:
+        page = DonorSyncPage.of(
+            [registration for _, registration in entries[:count]],
             router_id=router_id,
             deployment=deployment,
-            registrations=[registration for _, registration in entries[:count]],
-            next_cursor=entries[count - 1][0] if rest and count else None,
+            after=request.after,
+            upto=request.upto,
+            next_cursor=next_cursor,
+            last_cursor=last_cursor,
         )
-        if count <= 1 or fits(page):
-            return page
+        return encode(page)
+
+    def after(count: int) -> int | None:
+        return entries[count - 1][0] if count and (count < len(entries) or more) else None
+
+    count = len(entries)
+    while count > 1:
+        data = reply(count, after(count))
+        if len(data) <= max_bytes:
+            return data, 0
         count //= 2
+    data = reply(count, after(count))
+    if len(data) <= max_bytes:
+        return data, 0
+    return reply(0, after(1)), 1  # one donor alone exceeds a message: the page steps over it
+
+
+@dataclass
+class _PeerSync:
+    outstanding: dict[CursorRange, int] = field(default_factory=dict)
+    """Ranges asked and not answered yet, with the times each was asked again."""
+    progress_at: float = 0.0
+
+
+class SyncSession:
+    """The requester's side of one sync: which pages it waits for, and which requests follow each page.
+
+    A page is expected only as the first page of a peer not seen yet in this session (the broadcast's answer,
+    range ``(0, None]``) or as the answer to a range still in flight to its sender; anything else is unsolicited.
+    """
+
+    def __init__(self, window: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window
+        self._clock = clock
+        self.started = clock()
+        self._peers: dict[str, _PeerSync] = {}
+        self._busy_at = self.started
+        self.finished: dict[str, str] = {}
+        """Peers no longer synced in this session: ``done`` or ``abandoned``."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self._peers)
+
+    def touch(self) -> None:
+        """The replica is still indexing pages: replies waiting behind them do not make their peers quiet."""
+        self._busy_at = self._clock()
+
+    def accept(self, page: DonorSyncPage) -> list[CursorRange] | None:
+        """The ranges to ask the page's sender next ([] when it is done), or None for an unsolicited page."""
+        now = self._clock()
+        peer = page.router_id
+        state = self._peers.get(peer)
+        if state is None:
+            if (page.after, page.upto) != (0, None) or peer in self.finished:
+                return None
+            state = self._peers[peer] = _PeerSync()
+            follow = self._lanes(page)
+        else:
+            if state.outstanding.pop((page.after, page.upto), None) is None:
+                return None
+            follow = [] if page.next_cursor is None else [(page.next_cursor, page.upto)]
+        state.progress_at = now
+        state.outstanding.update(dict.fromkeys(follow, 0))
+        if not state.outstanding:
+            del self._peers[peer]
+            self.finished[peer] = "done"
+        return follow
+
+    def _lanes(self, first: DonorSyncPage) -> list[CursorRange]:
+        """The rest of a peer's catalog after its first page, cut into at most ``window`` ranges."""
+        start, end = first.next_cursor, first.last_cursor
+        if start is None:
+            return []
+        cuts = sorted({start + max(0, end - start) * i // self.window for i in range(self.window)})
+        return [*itertools.pairwise(cuts), (cuts[-1], None)]
+
+    def overdue(self, timeout_s: float, retries: int) -> tuple[list[tuple[str, CursorRange]], list[str]]:
+        """Requests to send again (no page of their peer, and no page being indexed, for ``timeout_s``) and the peers
+        given up."""
+        now = self._clock()
+        again: list[tuple[str, CursorRange]] = []
+        abandoned: list[str] = []
+        for peer, state in list(self._peers.items()):
+            if now - max(state.progress_at, self._busy_at) < timeout_s:
+                continue
+            if max(state.outstanding.values()) >= retries:
+                del self._peers[peer]
+                self.finished[peer] = "abandoned"
+                abandoned.append(peer)
+                continue
+            state.progress_at = now
+            for cursor_range in state.outstanding:
+                state.outstanding[cursor_range] += 1
+                again.append((peer, cursor_range))
+        return again, abandoned

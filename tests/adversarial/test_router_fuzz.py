@@ -92,7 +92,15 @@ class Seeds:
             "donors": registration,
             "outcomes": outcome,
             "donors_sync": DonorSyncRequest(router_id=FUZZER, deployment=deployment),
-            "sync_pages": DonorSyncPage(router_id="peer", deployment=deployment, registrations=[registration]),
+            "sync_pages": DonorSyncPage.of(
+                [registration],
+                router_id="peer",
+                deployment=deployment,
+                after=0,
+                upto=None,
+                next_cursor=None,
+                last_cursor=1,
+            ),
             "evidence": evidence,
             "hints": hint,
         }
@@ -143,11 +151,15 @@ def fuzz(stream: str, seeds: Seeds, foreign: Seeds, rng: random.Random, n: int) 
             data = seeds.valid(stream, padding=rng.randbytes(MAX_BYTES)) if i % 50 == 3 else seed[::-1]
         elif kind == 4:  # wrong version (kv-events: an event kind this decoder does not know)
             if isinstance(payload, dict):
-                data = seeds.with_payload(stream, dict(payload, schema=payload["schema"].replace("/v1", "/v2")))
+                kind_name, version = payload["schema"].rsplit("/v", 1)
+                data = seeds.with_payload(stream, dict(payload, schema=f"{kind_name}/v{int(version) + 1}"))
             else:
                 data = seeds.with_payload(stream, [dict(payload[0], event={"event_id": 1, "data": {"flushed": {}}})])
         elif kind == 5:
             data = _envelope(seeds.topics[stream], _nested(rng.choice([100, 1_000, 20_000])))
+        elif kind == 6 and i % 20 == 6 and isinstance(payload, dict):  # a bytes field (column, embedding) cut short
+            cut = {k: v[: rng.randrange(len(v))] for k, v in payload.items() if isinstance(v, bytes) and v}
+            data = seeds.with_payload(stream, payload | dict([rng.choice(sorted(cut.items()))]) if cut else payload)
         elif kind == 6:  # deep nesting inside a field the decoder must validate
             nested: Any = 1
             for _ in range(rng.randrange(50, 400)):
@@ -270,6 +282,11 @@ async def test_ten_thousand_bad_messages_per_subject_all_counted_none_crash(nats
     assert 0 < len(replies) == replica.metrics.sync_replies._value.get() <= valid_requests
     assert replica.rejected("donors_sync", "rate_limited") > 0
     assert replica.rejected("donors_sync", "bad_reply_subject") > 0 and replica.rejected("donors_sync", "no_reply") > 0
+    # pages: one is used only as a peer's first answer to this replica's broadcast (the fuzzer answers no range)
+    session = router._sync
+    assert session is not None and replica.rejected("sync_pages", "unsolicited") > 0
+    used = replica.subscriber.received["sync_pages"] - replica.rejected("sync_pages", "unsolicited")
+    assert used == len(session.finished) + len(session._peers) and "peer" in session.finished
     # still routing: a fresh request is decided and forwarded
     outputs = [out async for out in router.generate({"token_ids": list(range(100, 180))})]
     assert outputs and replica.link.connected

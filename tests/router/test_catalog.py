@@ -108,3 +108,26 @@ def test_concurrent_writers_and_readers_keep_catalog_and_pipeline_equal() -> Non
     assert errors == []
     known = {f"w{k}-{i}" for k in range(2) for i in range(200) if i % 3}
     assert {d for d in known if d in catalog} == known and len(catalog) == len(known) == len(discovery)
+
+
+def test_add_many_ends_where_adding_one_by_one_ends() -> None:
+    one, dim = _catalog(capacity=50)
+    many, _ = _catalog(capacity=50)
+    for catalog in (one, many):
+        catalog.apply_kv_events([_stored(1, *range(1, 40))])  # donors on hashes 40.. are not resident
+    registrations = [_donor(f"d{i % 60}", [i % 70 + 1, 3], dim, registered_at=float(i)) for i in range(80)]
+    registrations += [_donor("d5", [5], dim, registered_at=1.0)]  # an older copy: ignored
+    nan = _donor("nan", [7], dim)
+    registrations.append(nan.model_copy(update={"embedding": b"\xff\x7f" * dim}))  # NaN: resident, not indexed
+    for registration in registrations:
+        one.add(registration)
+    assert many.add_many(registrations[:30]) == 30 and many.add_many(registrations[30:]) == len(registrations) - 31
+    assert one.snapshot() == many.snapshot() and len(one) == 50
+    assert one.resident("ns") == many.resident("ns") and "nan" in many.resident("ns")
+    for catalog in (one, many):
+        discovery = catalog._discovery
+        assert discovery is not None and discovery.index is not None
+        assert set(catalog.resident("ns")) - {"nan"} == {d for d in catalog.resident("ns") if d in discovery.index}
+        assert discovery.counters["donor_embedding_errors"] == 1
+    order = [[(seq, entry.donor_id) for seq, entry in catalog.page(0, 100)[0]] for catalog in (one, many)]
+    assert order[0] == order[1] and len(order[0]) == 50

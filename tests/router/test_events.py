@@ -17,6 +17,8 @@ from semblend_dynamo.events.schemas import (
     DonorHint,
     DonorLifecycle,
     DonorRegistration,
+    DonorSyncPage,
+    DonorSyncRequest,
     KvCleared,
     KvRemoved,
     KvStored,
@@ -91,6 +93,10 @@ def _all_models() -> list:
             rejection_reason=DeclineReason.DONOR_EVICTED,
             donor_id="d1",
         ),
+        DonorSyncRequest(router_id="r1", deployment=DEPLOY, target="r2", after=5, upto=9),
+        DonorSyncPage.of(
+            [_registration()], router_id="r2", deployment=DEPLOY, after=5, upto=9, next_cursor=6, last_cursor=9
+        ),
     ]
 
 
@@ -100,7 +106,7 @@ def test_every_model_round_trips_through_the_envelope(model) -> None:
     env = msgpack.unpackb(data)
     assert set(env) == {"publisher_id", "sequence", "published_at", "topic", "payload"}
     assert (env["publisher_id"], env["sequence"]) == (9, 4)
-    assert msgpack.unpackb(env["payload"])["schema"] == f"semblend.{model.KIND}/v1"
+    assert msgpack.unpackb(env["payload"])["schema"] == f"semblend.{model.KIND}/v{model.VERSION}"
     assert decode(data, type(model), max_bytes=MAX) == model
 
 

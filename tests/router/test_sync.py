@@ -1,15 +1,25 @@
-"""Bounded replies on donors.sync: one page per valid request, to the requester's inbox, rate-limited."""
+"""Donor sync: bounded replies (one columnar page per valid request, to the requester's inbox, rate-limited) and the
+requester's pipelined lanes."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgpack
+import numpy as np
 import pytest
 
-from semblend_dynamo.events.codec import decode
+from semblend_dynamo.events.codec import RejectedMessage, decode, encode
 from semblend_dynamo.events.link import NatsLink
-from semblend_dynamo.events.schemas import DonorRegistration, DonorSyncPage, DonorSyncRequest
-from semblend_dynamo.router.sync import SyncLimiter, sync_inbox
+from semblend_dynamo.events.schemas import (
+    MAX_SYNC_PAGE,
+    SYNC_PAGE_OVERHEAD,
+    DonorRegistration,
+    DonorSyncPage,
+    DonorSyncRequest,
+    sync_page_bytes,
+)
+from semblend_dynamo.router.sync import RETRIES, SyncLimiter, SyncSession, sync_inbox
 from tests.router.test_handler import BLOCK, W1, _router
 
 
@@ -17,10 +27,15 @@ class RecordingLinkTestDouble(NatsLink):
     """A NatsLink that reports itself connected and records what would be published."""
 
     published: list[tuple[str, bytes, str]]
+    server_max_payload: int | None = None
 
     @property
     def connected(self) -> bool:
         return True
+
+    @property
+    def max_payload(self) -> int | None:
+        return self.server_max_payload
 
     async def publish(self, subject: str, data: bytes, *, reply: str = "") -> None:
         self.published.append((subject, data, reply))
@@ -34,26 +49,29 @@ class MsgTestDouble:
         self.data = data
 
 
-def _registration(i: int, deployment: str = "dep") -> DonorRegistration:
+def _registration(i: int, deployment: str = "dep", *, dim: int = 0, blocks: int = 1) -> DonorRegistration:
+    embedding = np.arange(dim, dtype="<f2").tobytes()
     return DonorRegistration(
         donor_id=f"peer-{i}",
-        router_id="elsewhere",
-        worker_id=W1,
+        donor_key=f"{i:016x}" if i % 2 else None,
+        router_id="elsewhere" if i % 3 else "third",
+        worker_id=W1 if i % 2 else (1 << 64) - 1,
+        dp_rank=i % 3,
         deployment=deployment,
-        namespace="ns",
-        num_tokens=BLOCK,
+        namespace="ns" if i % 4 else "other-ns",
+        num_tokens=BLOCK * (blocks + 1) + i,
         block_size=BLOCK,
-        block_hashes=[i + 1],
-        embedding=b"",
-        embedding_dim=0,
+        block_hashes=[(i * 7919 + b) % (1 << 64) for b in range(blocks)] + ([(1 << 64) - 1] if i % 5 == 0 else []),
+        embedding=embedding,
+        embedding_dim=dim,
+        registered_at=1000.0 + i / 7,
     )
 
 
-def _sync_router(**settings: Any):
+def _sync_router(donors: int = 10, **settings: Any):
     router, _ = _router(link_cls=RecordingLinkTestDouble, **settings)
     router.link.published = []  # type: ignore[attr-defined]
-    for i in range(10):
-        router.catalog.add(_registration(i))
+    router.catalog.add_many(_registration(i) for i in range(donors))
     return router
 
 
@@ -61,27 +79,134 @@ def _pages(router) -> list[DonorSyncPage]:
     return [decode(data, DonorSyncPage, max_bytes=1 << 20) for _, data, _ in router.link.published]
 
 
-def _rejects(router, reason: str) -> float:
-    return router.metrics.events_rejected.labels("donors_sync", reason)._value.get()
+def _requests(router) -> list[DonorSyncRequest]:
+    return [decode(data, DonorSyncRequest, max_bytes=1 << 20) for _, data, _ in router.link.published]
 
 
+def _counter(router, stream: str, reason: str) -> float:
+    return router.metrics.events_rejected.labels(stream, reason)._value.get()
+
+
+async def _ask(router, requester: str = "peer1", **fields: Any) -> None:
+    request = DonorSyncRequest(router_id=requester, deployment="dep", **fields)
+    await router.on_sync_request(request, MsgTestDouble(sync_inbox(requester)))
+
+
+def _page(registrations: list[DonorRegistration], **fields: Any) -> DonorSyncPage:
+    values: dict[str, Any] = {"router_id": "peer1", "deployment": "dep", "after": 0, "upto": None}
+    values |= {"next_cursor": None, "last_cursor": len(registrations)} | fields
+    return DonorSyncPage.of(registrations, **values)
+
+
+# --- the page format ---------------------------------------------------------------------------------------------
+def test_a_page_carries_every_field_of_every_registration() -> None:
+    registrations = [_registration(i, dim=384 if i % 2 else 0, blocks=i % 4 + 1) for i in range(12)]
+    page = _page(registrations, next_cursor=12, last_cursor=40)
+    back = decode(encode(page), DonorSyncPage, max_bytes=1 << 20)
+    assert back.registrations() == registrations
+    assert [r.model_dump() for r in back.registrations()] == [r.model_dump() for r in registrations]
+    assert (back.next_cursor, back.last_cursor, back.router_ids, back.namespaces) == (
+        12,
+        40,
+        ["third", "elsewhere"],
+        ["other-ns", "ns"],
+    )
+
+
+def test_the_page_size_bound_holds_for_any_mix_of_donors() -> None:
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        registrations = [
+            _registration(i, dim=int(rng.choice([0, 8, 384])), blocks=int(rng.integers(1, 40)))
+            for i in range(trial * 50, trial * 50 + int(rng.integers(1, 60)))
+        ]
+        data = encode(_page(registrations, next_cursor=(1 << 64) - 1, last_cursor=(1 << 64) - 1))
+        assert len(data) <= SYNC_PAGE_OVERHEAD + sum(sync_page_bytes(r) for r in registrations)
+
+
+def _payload(page: DonorSyncPage) -> dict[str, Any]:
+    return msgpack.unpackb(msgpack.unpackb(encode(page))["payload"])
+
+
+def _with(page: DonorSyncPage, **fields: Any) -> bytes:
+    payload = _payload(page) | fields
+    return msgpack.packb(
+        {"topic": "semblend.donors.sync", "payload": msgpack.packb(payload, use_bin_type=True)}, use_bin_type=True
+    )
+
+
+def _u(values: list[float] | list[int], dtype: str) -> bytes:
+    return np.asarray(values, dtype=dtype).tobytes()
+
+
+GOOD = _page([_registration(1, dim=4, blocks=2), _registration(2, dim=4, blocks=2)])
+MALFORMED = {
+    "short_column": {"worker_ids": _u([1], "<u8")},
+    "keys_length": {"donor_keys": [None]},
+    "twice": {"donor_ids": ["peer-1", "peer-1"]},
+    "router_index": {"router_index": _u([0, 5], "<u2")},
+    "namespace_index": {"namespace_index": _u([0, 9], "<u2")},
+    "block_size_zero": {"block_sizes": _u([16, 0], "<u2")},
+    "block_size_big": {"block_sizes": _u([16, 2048], "<u2")},
+    "hash_count": {"block_counts": _u([2, 3], "<u4")},
+    "too_many_hashes": {"block_counts": _u([2, 1 << 20], "<u4")},
+    "embedding_bytes": {"embeddings": b"\0" * 6},
+    "embedding_dim": {"embedding_dims": _u([4, 5000], "<u2")},
+    "not_finite": {"registered_at": _u([1.0, float("nan")], "<f8")},
+    "too_few_tokens": {"num_tokens": _u([32, 31], "<u8")},  # 2 blocks of 16 each
+    "empty_id": {"donor_ids": ["", "x"]},
+    "long_namespace": {"namespaces": ["n" * 65]},
+    "too_many_donors": {"donor_ids": [f"d{i}" for i in range(MAX_SYNC_PAGE + 1)]},
+    "hashes_not_bytes": {"block_hashes": [1, 2, 3, 4]},
+    "cursor_not_u64": {"next_cursor": -1},
+}
+
+
+@pytest.mark.parametrize("fields", MALFORMED.values(), ids=list(MALFORMED))
+def test_a_malformed_page_is_rejected_whole(fields: dict[str, Any]) -> None:
+    assert decode(_with(GOOD), DonorSyncPage, max_bytes=1 << 20, deployment="dep").registrations()
+    with pytest.raises(RejectedMessage) as info:
+        decode(_with(GOOD, **fields), DonorSyncPage, max_bytes=1 << 20, deployment="dep")
+    assert info.value.reason == "invalid_fields"
+
+
+def test_pages_of_another_deployment_or_version_are_rejected() -> None:
+    for data, reason in [
+        (encode(_page([_registration(1)], deployment="other")), "wrong_namespace"),
+        (_with(GOOD, schema="semblend.syncpage/v1"), "wrong_version"),
+        (encode(GOOD)[:-3], "truncated"),
+    ]:
+        with pytest.raises(RejectedMessage) as info:
+            decode(data, DonorSyncPage, max_bytes=1 << 20, deployment="dep")
+        assert info.value.reason == reason
+    with pytest.raises(ValueError):
+        DonorSyncRequest(router_id="r", deployment="dep", after=5, upto=5)
+
+
+# --- the responder -----------------------------------------------------------------------------------------------
 async def test_a_full_catalog_arrives_in_pages_one_reply_per_request() -> None:
     router = _sync_router(sync_page_donors=4, sync_rate_per_s=1000)
-    requester = "peer1"
-    cursor, seen, requests = 0, [], 0
+    after, seen, requests = 0, [], 0
     while True:
-        request = DonorSyncRequest(router_id=requester, deployment="dep", cursor=cursor)
-        await router.on_sync_request(request, MsgTestDouble(sync_inbox(requester)))  # type: ignore[arg-type]
+        await _ask(router, after=after)
         requests += 1
         page = _pages(router)[-1]
-        seen += [r.donor_id for r in page.registrations]
-        assert len(page.registrations) <= 4
+        seen += page.donor_ids
+        assert len(page) <= 4 and page.last_cursor == 10 and page.after == after
         if page.next_cursor is None:
             break
-        cursor = page.next_cursor
+        after = page.next_cursor
     assert sorted(seen) == sorted(f"peer-{i}" for i in range(10))
     assert requests == 3 and len(router.link.published) == 3 == router.metrics.sync_replies._value.get()
-    assert {subject for subject, _, _ in router.link.published} == {sync_inbox(requester)}
+    assert {subject for subject, _, _ in router.link.published} == {sync_inbox("peer1")}
+
+
+async def test_a_range_ends_at_its_upper_cursor() -> None:
+    router = _sync_router(sync_rate_per_s=1000)
+    await _ask(router, after=3, upto=7)
+    (page,) = _pages(router)
+    assert page.donor_ids == [f"peer-{i}" for i in range(3, 7)] and page.next_cursor is None
+    assert (page.after, page.upto) == (3, 7)
 
 
 @pytest.mark.parametrize(
@@ -96,10 +221,10 @@ async def test_a_full_catalog_arrives_in_pages_one_reply_per_request() -> None:
 async def test_requests_that_get_no_reply(reply: str, target: str | None, reason: str) -> None:
     router = _sync_router()
     request = DonorSyncRequest(router_id="peer1", deployment="dep", target=target)
-    await router.on_sync_request(request, MsgTestDouble(reply))  # type: ignore[arg-type]
+    await router.on_sync_request(request, MsgTestDouble(reply))
     assert router.link.published == []
     if reason:
-        assert _rejects(router, reason) == 1
+        assert _counter(router, "donors_sync", reason) == 1
 
 
 async def test_each_requester_is_rate_limited_and_rejects_are_counted() -> None:
@@ -107,44 +232,118 @@ async def test_each_requester_is_rate_limited_and_rejects_are_counted() -> None:
     router._sync_limiter = SyncLimiter(5.0, clock=lambda: 0.0)  # a stopped clock: nothing refills
     for requester in ("peer1", "peer2"):
         for _ in range(50):
-            request = DonorSyncRequest(router_id=requester, deployment="dep")
-            await router.on_sync_request(request, MsgTestDouble(sync_inbox(requester)))  # type: ignore[arg-type]
+            await _ask(router, requester)
     assert router.metrics.sync_replies._value.get() == 10  # a burst of 5 each
-    assert _rejects(router, "rate_limited") == 90
+    assert _counter(router, "donors_sync", "rate_limited") == 90
 
 
 def test_the_router_wide_bucket_bounds_rotating_requester_ids() -> None:
     clock = [0.0]
     limiter = SyncLimiter(2.0, clock=lambda: clock[0])
     allowed = sum(limiter.allow(f"r{i}") for i in range(1000))
-    assert allowed == 16  # 8 requesters' worth of burst
+    assert allowed == 8  # 4 requesters' worth of burst
     clock[0] += 1.0
-    assert sum(limiter.allow(f"s{i}") for i in range(1000)) == 16
+    assert sum(limiter.allow(f"s{i}") for i in range(1000)) == 8
 
 
-async def test_pages_fit_the_message_limit() -> None:
-    router = _sync_router(sync_page_donors=4096, max_message_bytes=2048, sync_rate_per_s=1000)
-    for i in range(10, 200):
-        router.catalog.add(_registration(i))
-    request = DonorSyncRequest(router_id="peer1", deployment="dep")
-    await router.on_sync_request(request, MsgTestDouble(sync_inbox("peer1")))  # type: ignore[arg-type]
-    (_, data, _), page = router.link.published[0], _pages(router)[0]
-    assert len(data) <= 2048 and 0 < len(page.registrations) < 200 and page.next_cursor is not None
+@pytest.mark.parametrize(("config_bytes", "server_bytes"), [(8192, None), (1 << 20, 8192)])
+async def test_pages_fit_the_message_limit_and_the_servers(config_bytes: int, server_bytes: int | None) -> None:
+    router = _sync_router(0, max_message_bytes=config_bytes, sync_rate_per_s=1000)
+    router.link.server_max_payload = server_bytes
+    router.catalog.add_many(_registration(i, dim=384) for i in range(100))
+    after, seen = 0, []
+    while after is not None:
+        await _ask(router, after=after)
+        (_, data, _), page = router.link.published[-1], _pages(router)[-1]
+        assert len(data) <= 8192 and 0 < len(page) < 100
+        seen += page.donor_ids
+        after = page.next_cursor
+    assert len(seen) == len(set(seen)) == 100
 
 
-async def test_a_page_is_indexed_and_the_next_one_asked_of_that_peer() -> None:
-    router = _sync_router()
-    page = DonorSyncPage(
-        router_id="peer1", deployment="dep", registrations=[_registration(100), _registration(101)], next_cursor=7
-    )
-    await router.on_sync_page(page, MsgTestDouble(""))  # type: ignore[arg-type]
-    assert "peer-100" in router.catalog and "peer-101" in router.catalog
-    ((subject, data, reply),) = router.link.published
-    follow_up = decode(data, DonorSyncRequest, max_bytes=1 << 20)
-    assert subject == router.subjects.donors_sync and reply == router.sync_inbox
-    assert (follow_up.target, follow_up.cursor, follow_up.router_id) == ("peer1", 7, router.router_id)
+async def test_a_donor_larger_than_a_message_is_stepped_over_and_counted() -> None:
+    router = _sync_router(0, max_message_bytes=4096, sync_rate_per_s=1000)
+    router.catalog.add_many([_registration(0), _registration(1, blocks=600), _registration(2)])
+    after, seen = 0, []
+    while after is not None:
+        await _ask(router, after=after)
+        page = _pages(router)[-1]
+        seen += page.donor_ids
+        after = page.next_cursor
+    assert seen == ["peer-0", "peer-2"]
+    assert router.metrics.events_dropped.labels("syncpage", "oversized")._value.get() == 1
 
 
-def test_a_page_with_a_foreign_registration_does_not_validate() -> None:
-    with pytest.raises(ValueError):
-        DonorSyncPage(router_id="p", deployment="dep", registrations=[_registration(1, deployment="other")])
+# --- the requester -----------------------------------------------------------------------------------------------
+def test_the_first_page_splits_the_rest_into_window_lanes() -> None:
+    session = SyncSession(window=4, clock=lambda: 0.0)
+    lanes = session.accept(_page([_registration(1)], next_cursor=100, last_cursor=900))
+    assert lanes == [(100, 300), (300, 500), (500, 700), (700, None)]
+    assert session.accept(_page([_registration(1)], after=300, upto=500, next_cursor=400)) == [(400, 500)]
+    assert session.accept(_page([], after=300, upto=500)) is None  # answered already
+    assert session.accept(_page([], router_id="peer2", after=100, upto=300)) is None  # never asked
+    for after, upto in [(100, 300), (400, 500), (500, 700), (700, None)]:
+        assert session.accept(_page([], after=after, upto=upto)) == []
+    assert not session.active and session.finished == {"peer1": "done"}
+    assert session.accept(_page([])) is None  # a finished peer's first page again: unsolicited
+    assert SyncSession(4).accept(_page([], next_cursor=3, last_cursor=3)) == [(3, None)]
+    assert SyncSession(4).accept(_page([])) == []
+
+
+def test_a_quiet_peer_is_asked_again_then_given_up() -> None:
+    clock = [0.0]
+    session = SyncSession(window=2, clock=lambda: clock[0])
+    assert session.accept(_page([], next_cursor=10, last_cursor=30)) == [(10, 20), (20, None)]
+    clock[0] = 1.0
+    assert session.overdue(2.0, RETRIES) == ([], [])
+    for attempt in range(RETRIES):
+        clock[0] += 2.0
+        assert session.overdue(2.0, RETRIES) == ([("peer1", (10, 20)), ("peer1", (20, None))], []), attempt
+    clock[0] += 2.0
+    assert session.overdue(2.0, RETRIES) == ([], ["peer1"])
+    assert session.finished == {"peer1": "abandoned"} and not session.active
+
+
+def test_a_peer_is_not_quiet_while_the_replica_is_busy_indexing_pages() -> None:
+    clock = [0.0]
+    session = SyncSession(window=2, clock=lambda: clock[0])
+    session.accept(_page([], next_cursor=10, last_cursor=30))
+    for _ in range(10):  # its next pages wait behind a slow page being indexed (a search index filling)
+        clock[0] += 1.5
+        session.touch()
+        assert session.overdue(2.0, RETRIES) == ([], [])
+    clock[0] += 2.0
+    assert session.overdue(2.0, RETRIES) == ([("peer1", (10, 20)), ("peer1", (20, None))], [])
+
+
+async def test_the_requester_asks_each_lane_and_indexes_only_pages_it_asked_for() -> None:
+    router = _sync_router(0, sync_window=3)
+    await router.request_sync()
+    (broadcast,) = _requests(router)
+    assert (broadcast.target, broadcast.after, broadcast.upto, broadcast.router_id) == (None, 0, None, router.router_id)
+    router.link.published.clear()
+    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=35), MsgTestDouble(""))
+    assert [(r.target, r.after, r.upto) for r in _requests(router)] == [
+        ("peer1", 5, 15),
+        ("peer1", 15, 25),
+        ("peer1", 25, None),
+    ]
+    assert {reply for _, _, reply in router.link.published} == {router.sync_inbox}
+    await router.on_sync_page(_page([_registration(2)], after=5, upto=15), MsgTestDouble(""))
+    await router.on_sync_page(_page([_registration(3)], after=5, upto=15), MsgTestDouble(""))  # again: unsolicited
+    await router.on_sync_page(_page([_registration(4)], router_id="stranger", after=9), MsgTestDouble(""))
+    await router.on_sync_page(_page([_registration(5)], router_id=router.router_id), MsgTestDouble(""))
+    assert "peer-1" in router.catalog and "peer-2" in router.catalog
+    assert "peer-3" not in router.catalog and "peer-4" not in router.catalog and "peer-5" not in router.catalog
+    assert _counter(router, "sync_pages", "unsolicited") == 3
+    for after, upto in [(15, 25), (25, None)]:
+        await router.on_sync_page(_page([], after=after, upto=upto), MsgTestDouble(""))
+    assert router.metrics.sync_peers.labels("done")._value.get() == 1
+
+
+async def test_a_page_echoing_own_registrations_does_not_add_them_as_peers() -> None:
+    router = _sync_router(0)
+    await router.request_sync()
+    own = _registration(7).model_copy(update={"router_id": router.router_id})
+    await router.on_sync_page(_page([own, _registration(8)]), MsgTestDouble(""))
+    assert "peer-7" not in router.catalog and "peer-8" in router.catalog

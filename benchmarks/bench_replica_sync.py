@@ -1,0 +1,393 @@
+"""Late-replica convergence: how long a router replica started late takes to hold its peer's donors.
+
+A real nats-server on 127.0.0.1 (its default 1 MB max payload) and two router replicas, each its own process, wired as
+``semblend_dynamo.router.__main__`` wires them (``tests/adversarial/router_harness.InProcessRouter``: the real
+handler, catalog, pipeline, codec and NATS link; only Dynamo's KvRouter is a test double):
+
+* replica A holds ``N`` resident donors: registrations as ``benchmarks/bench_catalog_memory.py`` generates them
+  (512-token donors of 32-token blocks, 16 Dynamo block hashes, a 384-d float16 embedding, 64 workers, here over 4
+  namespaces) added as peer registrations arrive, and every donor's blocks stored through kv-events;
+* replica B starts late: it first recovers the workers' blocks as a late replica does from Dynamo's KV index
+  (``DonorCatalog.merge_dump``, timed apart), then connects, asks its peers for their donors, and is timed from the
+  connect until it holds A's donor count and resident count; then (untimed) its whole catalog (ids, workers,
+  namespaces, block counts and residency, ``DonorCatalog.snapshot``) must equal A's, or the run fails.
+
+``--index`` is replica B's donor search index (``none``: semantic search off, the catalog only; ``numpy``/``usearch``:
+the pipeline indexes every resident donor's embedding while it syncs). Replica A never indexes (it only serves).
+The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-registration-per-row v1 sync,
+``git archive``d to a temporary directory), in the same run.
+
+``--breakdown N`` instead times, in one process, where the CPU of a sync of ``N`` donors goes per donor (the peer
+building pages; the late replica decoding them, building registrations, adding them), with Python's GC on and off.
+
+Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
+[--baseline-donors 10000] [--index none]`` or ``... --breakdown 300000``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = 64
+BLOCKS = 16
+BLOCK_SIZE = 32
+DIM = 384
+CHUNK = 10_000
+NAMESPACES = tuple(f"{c}" * 16 for c in "abcd")
+BASELINE_REF = "6d217e2"
+"""The last commit with the v1 sync (``semblend.syncpage/v1``: up to 256 pydantic registrations a page, 20/s)."""
+
+
+def rss_mb(pid: int | str = "self") -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process in MB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+# --- the fleet's data (the same in both processes, chunk by chunk) ----------------------------------------------
+def chunk_hashes(first: int, count: int) -> tuple[np.random.Generator, np.ndarray]:
+    rng = np.random.default_rng([7, first])
+    return rng, rng.integers(1, 1 << 63, size=(count, BLOCKS), dtype=np.int64)
+
+
+def block_events(first: int, count: int, hashes: np.ndarray) -> list[Any]:
+    """Every donor's blocks stored on its worker (engine block ids unique across the fleet)."""
+    from semblend_dynamo.events.schemas import KvEvent, KvStored
+
+    return [
+        KvEvent(
+            (first + i) % WORKERS,
+            (first + i) // WORKERS + 1,
+            KvStored(list(range((first + i) * BLOCKS, (first + i + 1) * BLOCKS)), hashes[i].tolist()),
+        )
+        for i in range(count)
+    ]
+
+
+def registrations(first: int, count: int, deployment: str) -> tuple[list[Any], np.ndarray]:
+    from semblend_dynamo.events.schemas import DonorRegistration
+
+    rng, hashes = chunk_hashes(first, count)
+    vectors = rng.standard_normal((count, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    embeddings = vectors.astype("<f2")
+    out = [
+        DonorRegistration.model_construct(
+            donor_id=f"w{(first + i) % WORKERS}-donor-{first + i:08d}",
+            donor_key=f"{first + i:016x}",
+            router_id="fleet-router",
+            worker_id=(first + i) % WORKERS,
+            dp_rank=0,
+            deployment=deployment,
+            namespace=NAMESPACES[(first + i) % len(NAMESPACES)],
+            num_tokens=BLOCKS * BLOCK_SIZE,
+            block_size=BLOCK_SIZE,
+            block_hashes=hashes[i].tolist(),
+            embedding=embeddings[i].tobytes(),
+            embedding_dim=DIM,
+            registered_at=1000.0 + first + i,
+        )
+        for i in range(count)
+    ]
+    return out, hashes
+
+
+def catalog_state(catalog: Any) -> dict[str, Any]:
+    """Donor and resident counts and a digest of the whole catalog (``snapshot``: ids, workers, namespaces, blocks,
+    residency, in canonical order)."""
+    import xxhash
+
+    snapshot = catalog.snapshot()
+    return {
+        "donors": len(snapshot),
+        "resident": sum(1 for d in snapshot if d["resident"]),
+        "digest": xxhash.xxh3_64_hexdigest(json.dumps(snapshot, sort_keys=True).encode()),
+    }
+
+
+def resident_count(catalog: Any) -> int:
+    return sum(len(catalog.resident(ns)) for ns in NAMESPACES)
+
+
+def router_config(nats_url: str, index: str, capacity: int) -> Any:
+    from tests.adversarial.router_harness import router_config as harness_config
+
+    settings: dict[str, Any] = {"max_message_bytes": 1 << 20, "index_capacity": capacity, "block_size": BLOCK_SIZE}
+    if index == "none":
+        settings["enabled"] = False
+    else:
+        settings["index_backend"] = index
+    return harness_config(nats_url, **settings)
+
+
+# --- replica processes -------------------------------------------------------------------------------------------
+async def peer(args: argparse.Namespace) -> None:
+    from tests.adversarial.router_harness import InProcessRouter
+
+    replica = InProcessRouter(router_config(args.nats, "none", args.n + 1000))
+    catalog = replica.router.catalog
+    add_many = getattr(catalog, "add_many", None)  # the v1 tree has only add()
+    started = time.perf_counter()
+    for first in range(0, args.n, CHUNK):
+        regs, hashes = registrations(first, min(CHUNK, args.n - first), replica.deployment)
+        if add_many is not None:
+            add_many(regs)
+        else:
+            for registration in regs:
+                catalog.add(registration)
+        catalog.apply_kv_events(block_events(first, len(regs), hashes))
+    fill_s = time.perf_counter() - started
+    state = catalog_state(catalog)
+    await replica.start()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    print("PEER_READY " + json.dumps(state | {"fill_s": fill_s, "rss_mb": rss_mb()[0]}), flush=True)
+    await stop.wait()
+    await replica.close()
+
+
+async def late(args: argparse.Namespace) -> None:
+    from tests.adversarial.router_harness import InProcessRouter
+
+    want = json.loads(args.expect)
+    replica = InProcessRouter(router_config(args.nats, args.index, args.n + 1000))
+    catalog = replica.router.catalog
+    started = time.perf_counter()
+    for first in range(0, args.n, CHUNK):
+        _, hashes = chunk_hashes(first, min(CHUNK, args.n - first))
+        catalog.merge_dump(block_events(first, len(hashes), hashes))
+    blocks_s = time.perf_counter() - started
+    base_rss = rss_mb()[0]
+    connect, cpu = time.perf_counter(), time.process_time()
+    await replica.start()  # connects; the router asks its peers for their donors on connect
+    deadline = connect + args.timeout
+    while not (len(catalog) == want["donors"] and resident_count(catalog) == want["resident"]):
+        if time.perf_counter() > deadline:
+            sent = replica.metrics.events_out.labels("sync")._value.get()
+            held = {"donors": len(catalog), "pages": replica.subscriber.received["sync_pages"], "requests": sent}
+            print("LATE_TIMEOUT " + json.dumps(held), flush=True)
+            return
+        await asyncio.sleep(0.02)
+    converged_s, cpu_s = time.perf_counter() - connect, time.process_time() - cpu
+    rss, peak = rss_mb()
+    state = catalog_state(catalog)
+    metrics = replica.metrics
+    result = {
+        "blocks_s": blocks_s,
+        "converged_s": converged_s,
+        "cpu_s": cpu_s,
+        "equal": state == {k: want[k] for k in state},
+        "pages": replica.subscriber.received["sync_pages"],
+        "requests": metrics.events_out.labels("sync")._value.get(),
+        "rejected": sum(n for (stream, _), n in replica.subscriber.rejected.items() if stream == "sync_pages"),
+        "rss_mb": rss,
+        "peak_mb": peak,
+        "rss_before_sync_mb": base_rss,
+    }
+    print("LATE_DONE " + json.dumps(result), flush=True)
+    await replica.close()
+
+
+def breakdown(n: int) -> None:
+    """Where a sync's CPU goes per donor, in one process (no NATS): the peer building pages from its catalog, the late
+    replica decoding them, building registrations and adding them; the add once with Python's cyclic GC on, once
+    off (the same pages)."""
+    import gc
+
+    from semblend_dynamo.events.codec import decode, encode
+    from semblend_dynamo.events.schemas import DonorSyncPage, DonorSyncRequest
+    from semblend_dynamo.router.catalog import DonorCatalog
+    from semblend_dynamo.router.sync import PageBudget, build_page
+
+    peer_catalog = DonorCatalog(n + 1000, None)
+    for first in range(0, n, CHUNK):
+        regs, hashes = registrations(first, min(CHUNK, n - first), "d" * 16)
+        peer_catalog.add_many(regs)
+        peer_catalog.apply_kv_events(block_events(first, len(regs), hashes))
+    request = DonorSyncRequest(router_id="late", deployment="d" * 16)
+    pages: list[bytes] = []
+    after: int | None = 0
+    started = time.process_time()
+    while after is not None:
+        entries, more = peer_catalog.page(after, 4096, fits=PageBudget(1 << 20).fits)
+        data, _ = build_page(
+            entries,
+            more,
+            request,
+            router_id="peer",
+            deployment="d" * 16,
+            last_cursor=peer_catalog.last_cursor,
+            max_bytes=1 << 20,
+            encode=encode,
+        )
+        pages.append(data)
+        after = entries[-1][0] if more else None
+    serve_s = time.process_time() - started
+    del peer_catalog
+    gc.collect()
+    for gc_on in (True, False):
+        late_catalog = DonorCatalog(n + 1000, None)
+        for first in range(0, n, CHUNK):
+            count = min(CHUNK, n - first)
+            late_catalog.merge_dump(block_events(first, count, chunk_hashes(first, count)[1]))
+        gc.collect()
+        if not gc_on:
+            gc.disable()
+        decode_s = build_s = add_s = 0.0
+        for data in pages:
+            t0 = time.process_time()
+            page = decode(data, DonorSyncPage, max_bytes=1 << 20, deployment="d" * 16)
+            t1 = time.process_time()
+            regs = page.registrations()
+            t2 = time.process_time()
+            late_catalog.add_many(regs)
+            t3 = time.process_time()
+            decode_s, build_s, add_s = decode_s + t1 - t0, build_s + t2 - t1, add_s + t3 - t2
+        gc.enable()
+        assert len(late_catalog) == n and resident_count(late_catalog) == n
+        row = {"serve": serve_s, "decode": decode_s, "registrations": build_s, "add_many": add_s}
+        print(
+            f"{n:,} donors, {len(pages)} pages, GC {'on' if gc_on else 'off'}: CPU us per donor "
+            + ", ".join(f"{k} {v / n * 1e6:.1f}" for k, v in row.items())
+            + f"; late replica total {(decode_s + build_s + add_s):.1f} s",
+            flush=True,
+        )
+        del late_catalog
+        gc.collect()
+
+
+# --- the orchestrator --------------------------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def read_line(proc: subprocess.Popen[str], prefixes: tuple[str, ...], timeout: float) -> tuple[str, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"process exited with {proc.wait()} before {prefixes}")
+        for prefix in prefixes:
+            if line.startswith(prefix + " "):
+                return prefix, json.loads(line[len(prefix) + 1 :])
+    raise TimeoutError(f"no {prefixes} within {timeout}s")
+
+
+def measure(tree: Path, n: int, index: str, timeout: float) -> dict[str, Any]:
+    from tests.support.nats import NatsServer
+    from tests.support.processes import stop_process
+
+    base = [sys.executable, __file__, "--tree", str(tree), "--n", str(n)]
+    with NatsServer() as nats:
+        peer_proc = subprocess.Popen([*base, "--role", "peer", "--nats", nats.url], stdout=subprocess.PIPE, text=True)
+        try:
+            _, ready = read_line(peer_proc, ("PEER_READY",), timeout)
+            peer_cpu = cpu_seconds(peer_proc.pid)
+            late_cmd = [*base, "--role", "late", "--nats", nats.url, "--index", index, "--expect", json.dumps(ready)]
+            late_proc = subprocess.Popen([*late_cmd, "--timeout", str(timeout)], stdout=subprocess.PIPE, text=True)
+            try:
+                kind, done = read_line(late_proc, ("LATE_DONE", "LATE_TIMEOUT"), timeout + 600)
+            finally:
+                stop_process(late_proc, timeout=30)
+            peer_rss, peer_cpu = rss_mb(peer_proc.pid)[0], cpu_seconds(peer_proc.pid) - peer_cpu
+        finally:
+            stop_process(peer_proc, timeout=30)
+    if kind == "LATE_TIMEOUT":  # reported as a row: the v1 sync stalls for good once a request is rate-limited
+        done = {"converged_s": None, "held": done["donors"], "pages": done["pages"], "requests": done["requests"]}
+    elif not done["equal"]:
+        raise AssertionError(f"late replica's catalog differs from its peer's at {n} donors")
+    return done | {
+        "donors": n,
+        "index": index,
+        "peer_fill_s": ready["fill_s"],
+        "peer_rss_mb": peer_rss,
+        "peer_cpu_s": peer_cpu,
+    }
+
+
+def baseline_tree(ref: str, into: str) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return Path(into)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--donors", type=int, nargs="+", default=[10_000, 100_000, 300_000, 1_000_000])
+    p.add_argument("--baseline-donors", type=int, nargs="*", default=[10_000])
+    p.add_argument("--baseline-ref", default=BASELINE_REF)
+    p.add_argument("--index", choices=("none", "numpy", "usearch"), default="none", help="replica B's search index")
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--baseline-timeout", type=float, default=120.0)
+    p.add_argument("--breakdown", type=int, metavar="N", help="only: where the CPU goes per donor, in one process")
+    p.add_argument("--role", choices=("peer", "late"), help=argparse.SUPPRESS)
+    p.add_argument("--tree", help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--nats", help=argparse.SUPPRESS)
+    p.add_argument("--expect", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    sys.path.insert(0, args.tree or str(ROOT))
+    if args.role == "peer":
+        asyncio.run(peer(args))
+        return
+    if args.role == "late":
+        asyncio.run(late(args))
+        return
+    if args.breakdown:
+        breakdown(args.breakdown)
+        return
+    print(f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()}")
+    rows = []
+    timeouts = {"v1 " + args.baseline_ref: args.baseline_timeout, "v2 (this tree)": args.timeout}
+    with tempfile.TemporaryDirectory(prefix="semblend-v1-") as tmp:
+        old = baseline_tree(args.baseline_ref, tmp) if args.baseline_donors else ROOT
+        for n in args.baseline_donors:
+            rows.append(("v1 " + args.baseline_ref, measure(old, n, args.index, args.baseline_timeout)))
+            print(json.dumps(rows[-1][1]), flush=True)
+    for n in args.donors:
+        rows.append(("v2 (this tree)", measure(ROOT, n, args.index, args.timeout)))
+        print(json.dumps(rows[-1][1]), flush=True)
+    print(
+        "\n| sync | donors | B index | B blocks recovered s | B converged s | donors/s | B CPU s | A CPU s | pages "
+        "| B RSS MB (peak) | A RSS MB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, r in rows:
+        if r["converged_s"] is None:
+            print(
+                f"| {name} | {r['donors']:,} | {r['index']} | | not converged: {r['held']:,} donors after "
+                f"{timeouts[name]:.0f} s ({r['pages']} pages for {r['requests']:.0f} requests) |"
+            )
+            continue
+        print(
+            f"| {name} | {r['donors']:,} | {r['index']} | {r['blocks_s']:.1f} | **{r['converged_s']:.1f}** "
+            f"| {r['donors'] / r['converged_s']:,.0f} | {r['cpu_s']:.1f} | {r['peer_cpu_s']:.1f} | {r['pages']} "
+            f"| {r['rss_mb']:.0f} ({r['peak_mb']:.0f}) "
+            f"| {r['peer_rss_mb']:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Replicas started late converge on a real nats-server: the same donors and the same resident sets as their peers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
+from tests.adversarial.router_harness import InProcessRouter, router_config
+from tests.support.nats import NatsServer
+
+pytestmark = pytest.mark.nats
+
+DONORS = 2000
+WORKERS = 8
+BLOCKS = 16
+NAMESPACES = ("a" * 16, "b" * 16)
+
+
+def fleet(deployment: str, dim: int, donors: int = DONORS) -> tuple[list[DonorRegistration], list[KvEvent]]:
+    """Registrations on 8 workers and the workers' stored blocks; every 10th donor misses a block (not resident)."""
+    rng = np.random.default_rng(7)
+    hashes = rng.integers(1, 1 << 63, size=(donors, BLOCKS), dtype=np.int64)
+    vectors = rng.standard_normal((donors, dim)).astype("<f2")
+    registrations = [
+        DonorRegistration(
+            donor_id=f"w{i % WORKERS}-d{i:05d}",
+            donor_key=f"{i:016x}",
+            router_id="fleet-peer",
+            worker_id=i % WORKERS,
+            dp_rank=i % 2,
+            deployment=deployment,
+            namespace=NAMESPACES[i % 3 == 0],
+            num_tokens=BLOCKS * 32 + i,
+            block_size=32,
+            block_hashes=hashes[i].tolist(),
+            embedding=vectors[i].tobytes(),
+            embedding_dim=dim,
+            registered_at=1000.0 + i,
+        )
+        for i in range(donors)
+    ]
+    events = []
+    for i, r in enumerate(registrations):
+        stored = r.block_hashes[: BLOCKS - 1] if i % 10 == 0 else r.block_hashes
+        blocks = [i * BLOCKS + b for b in range(len(stored))]
+        events.append(KvEvent(r.worker_id, i // WORKERS + 1, KvStored(blocks, stored), dp_rank=r.dp_rank))
+    return registrations, events
+
+
+def state(replica: InProcessRouter) -> tuple[list[dict[str, object]], dict[str, set[str]], set[str]]:
+    """Catalog (ids, workers, namespaces, blocks, residency), resident sets and the pipeline's donors."""
+    catalog, discovery = replica.router.catalog, replica.discovery
+    assert discovery is not None and discovery.index is not None
+    return (
+        catalog.snapshot(),
+        {ns: catalog.resident(ns) for ns in NAMESPACES},
+        {d["donor_id"] for d in catalog.snapshot() if d["donor_id"] in discovery.index},  # type: ignore[operator]
+    )
+
+
+async def converged(late: InProcessRouter, peer: InProcessRouter, timeout: float = 60.0) -> None:
+    want = state(peer)
+    for _ in range(int(timeout / 0.05)):
+        if len(late.router.catalog) == len(want[0]) and state(late) == want:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"late replica holds {len(late.router.catalog)} of {len(want[0])} donors")
+
+
+async def test_late_replicas_end_with_the_peers_donors_and_resident_sets(nats_server: NatsServer) -> None:
+    cfg = router_config(nats_server.url, index_capacity=4096, sync_window=4)  # 64 KB messages: ~60 donors a page
+    a = await InProcessRouter(cfg).start()
+    assert a.discovery is not None and a.discovery.index is not None
+    registrations, events = fleet(a.deployment, a.discovery.index.dim)
+    a.router.catalog.apply_kv_events(events)
+    for registration in registrations:
+        a.router.catalog.add(registration)
+    snapshot, resident, indexed = state(a)
+    assert len(snapshot) == DONORS and sum(map(len, resident.values())) == DONORS - DONORS // 10
+    assert indexed == set().union(*resident.values())
+
+    b = InProcessRouter(cfg)
+    b.router.catalog.merge_dump(events)  # the blocks a late replica recovers from Dynamo's KV index
+    await b.start()
+    await converged(b, a)
+    c = InProcessRouter(cfg)
+    c.router.catalog.merge_dump(events)
+    await c.start()
+    await converged(c, a)
+    assert state(b) == state(c) == state(a)
+
+    assert a.metrics.sync_replies._value.get() > 2 * cfg.sync_window  # many pages, over every lane
+    assert b.metrics.sync_peers.labels("done")._value.get() == 1
+    for _ in range(200):  # C holds everything from the first peer; the second one's pages may still be arriving
+        if c.metrics.sync_peers.labels("done")._value.get() == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert c.metrics.sync_peers.labels("done")._value.get() == 2  # both peers answered and were synced
+    assert state(c) == state(a)
+    for replica in (a, b, c):
+        assert replica.rejected("donors_sync", "rate_limited") == 0
+        assert replica.rejected("sync_pages", "unsolicited") == 0
+    for replica in (a, b, c):
+        await replica.close()
+
+
+async def test_requests_refused_by_the_rate_limit_are_asked_again_until_the_replica_converges(
+    nats_server: NatsServer,
+) -> None:
+    cfg = router_config(nats_server.url, index_capacity=4096, sync_window=4)
+    a = await InProcessRouter(cfg.model_copy(update={"sync_rate_per_s": 2.0})).start()  # a burst of 2 for 4 lanes
+    assert a.discovery is not None and a.discovery.index is not None
+    registrations, events = fleet(a.deployment, a.discovery.index.dim, donors=250)
+    a.router.catalog.apply_kv_events(events)
+    a.router.catalog.add_many(registrations)
+    b = InProcessRouter(cfg)
+    b.router.catalog.merge_dump(events)
+    await b.start()
+    await converged(b, a)
+    assert a.rejected("donors_sync", "rate_limited") > 0
+    assert b.metrics.sync_peers.labels("done")._value.get() == 1
+    for replica in (a, b):
+        await replica.close()
