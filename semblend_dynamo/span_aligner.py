@@ -16,6 +16,7 @@ Not thread-safe: the owner (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) s
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ _MIX = np.uint64(0xD6E8FEB86659FD93)  # Fibonacci-style mixing of the hash befor
 _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
-_FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
+_FILTER_LOAD = 16  # filter slots per distinct chunk hash (false-positive rate about 1/16; 256 KB for 10K blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,13 +379,26 @@ class SpanAligner:
             pos, serials, deltas = pos[keep], serials[keep], deltas[keep]
         diagonals: dict[tuple[int, int], list[int]] = {}
         if pos.size:
-            order = np.lexsort((deltas, serials))  # stable: positions stay ascending within a diagonal
-            pos, serials, deltas = pos[order], serials[order], deltas[order]
-            cuts = (np.flatnonzero(np.diff(serials) | np.diff(deltas)) + 1).tolist()
-            first = 0
-            for end in (*cuts, pos.size):
-                diagonals[(int(serials[first]), int(deltas[first]))] = [end - first, int(pos[first]), int(pos[end - 1])]
-                first = end
+            # Anchors in target order, cut where the diagonal changes: one group per stretch of a diagonal (one in
+            # all for a plain hit); a diagonal met again after another adds to its entry.
+            cuts = np.flatnonzero((serials[1:] != serials[:-1]) | (deltas[1:] != deltas[:-1])) + 1
+            starts = [0, *cuts.tolist()]
+            stops = [*starts[1:], pos.size]
+            for first, stop, serial, delta, lo, hi in zip(
+                starts,
+                stops,
+                serials[starts].tolist(),
+                deltas[starts].tolist(),
+                pos[starts].tolist(),
+                pos[np.array(stops) - 1].tolist(),
+                strict=True,
+            ):
+                entry = diagonals.get((serial, delta))
+                if entry is None:
+                    diagonals[(serial, delta)] = [stop - first, lo, hi]
+                else:
+                    entry[0] += stop - first
+                    entry[2] = hi
         if not shared:
             return diagonals
         # Chunks several donors share: their postings, newest first, at most max_postings per anchor.
@@ -432,32 +446,32 @@ class SpanAligner:
         """Exact runs of every (serial, delta, lo, hi) window, trimmed to target blocks, >= min_span_tokens.
 
         All windows are compared into one buffer, each preceded by a mismatch, so run detection is one vectorized
-        pass: runs are the gaps between mismatches.
+        pass: runs are the gaps between mismatches. Only runs long enough before trimming (a few) are trimmed.
         """
         if not windows:
             return []
-        lengths = [hi - lo + 1 for _, _, lo, hi in windows]
-        differ = np.ones(sum(lengths) + 1, dtype=np.bool_)
-        offsets = np.empty(len(windows), dtype=np.int64)
+        differ = np.ones(sum(hi - lo + 1 for _, _, lo, hi in windows) + 1, dtype=np.bool_)
+        ends: list[int] = []  # buffer index where each window's comparison ends
         at = 1
-        for i, (serial, delta, lo, hi) in enumerate(windows):
+        for serial, delta, lo, hi in windows:
             d = self._by_serial[serial].tokens
             np.not_equal(t[lo:hi], d[lo - delta : hi - delta], out=differ[at : at + hi - lo])
-            offsets[i] = at - lo  # buffer index - offset = target position
-            at += hi - lo + 1
+            at += hi - lo
+            ends.append(at)
+            at += 1
         stops = np.flatnonzero(differ)
-        long_enough = np.flatnonzero(stops[1:] - stops[:-1] > self.min_span_tokens)
-        starts = stops[long_enough] + 1
-        ends = stops[long_enough + 1]
-        which = np.searchsorted(np.cumsum(lengths), starts, side="right")
+        long_enough = np.flatnonzero(np.diff(stops) > self.min_span_tokens)
         bs = self.block_size
-        first = -(-(starts - offsets[which]) // bs) * bs
-        last = (ends - offsets[which]) // bs * bs
-        keep = np.flatnonzero(last - first >= self.min_span_tokens)
-        return [
-            _Candidate(windows[w][0], s, e, windows[w][1])
-            for w, s, e in zip(which[keep].tolist(), first[keep].tolist(), last[keep].tolist(), strict=True)
-        ]
+        out = []
+        for start, end in zip((stops[long_enough] + 1).tolist(), stops[long_enough + 1].tolist(), strict=True):
+            w = bisect.bisect_left(ends, end)
+            serial, delta, lo, hi = windows[w]
+            offset = ends[w] - hi  # buffer index - offset = target position
+            first = -(-(start - offset) // bs) * bs
+            last = (end - offset) // bs * bs
+            if last - first >= self.min_span_tokens:
+                out.append(_Candidate(serial, first, last, delta))
+        return out
 
     def _choose(self, found: list[_Candidate], max_spans: int) -> list[_Candidate]:
         """Greedy cover: longest first, then a donor already used, then delta 0, then newest donor."""

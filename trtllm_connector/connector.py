@@ -33,7 +33,6 @@ prefix and its load to the donor it becomes, so approximate KV is never loaded o
 
 from __future__ import annotations
 
-import array
 import contextlib
 import logging
 import time
@@ -48,7 +47,7 @@ from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_co
 
 from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file, new_trace_id
 from semblend_dynamo.config import ConfigError, SemblendConfig, isolation_rule_error
-from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
+from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key, u32_tokens
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.planner import Planner
 from semblend_dynamo.policy import DonorPolicy, Lineage, Tenancy, isolation_in_force_error
@@ -344,7 +343,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
         # One conversion of the token list: the u32 array feeds both the request key and the int64 view.
-        prompt_u32 = array.array("I", read_prompt(request))
+        prompt_u32 = u32_tokens(read_prompt(request))
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32).astype(np.int64)
         hint = self.hints.take(key)
