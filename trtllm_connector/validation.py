@@ -10,6 +10,7 @@ support for shifted spans.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,11 +48,12 @@ class ValidatedLoad:
     tokens: int
     segments: tuple[Segment, ...]
 
-    @property
+    # Cached (read several times per decision): the load is frozen.
+    @functools.cached_property
     def requires_rope_correction(self) -> bool:
         return any(s.delta != 0 for s in self.segments)
 
-    @property
+    @functools.cached_property
     def lineage(self) -> Lineage:
         """Approximate when some KV moves, follows another context or comes from an approximate donor."""
         return Lineage.of(not all(s.exact_equivalent for s in self.segments))
