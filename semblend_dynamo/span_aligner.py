@@ -374,8 +374,8 @@ class SpanAligner:
             at, pos, serials = at[one], positions[one], serials[one]
         # Chunks of one donor (nearly all of them): one posting each, grouped by diagonal vectorized.
         deltas = pos - table.single_offset[at]
-        if allowed is not None:
-            keep = np.isin(serials, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+        if allowed is not None:  # a hint names one donor: then one comparison instead of np.isin's machinery
+            keep = serials == next(iter(allowed)) if len(allowed) == 1 else np.isin(serials, list(allowed))
             pos, serials, deltas = pos[keep], serials[keep], deltas[keep]
         diagonals: dict[tuple[int, int], list[int]] = {}
         if pos.size:
