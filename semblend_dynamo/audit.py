@@ -12,6 +12,7 @@ the call that produced it returns: a clean shutdown loses nothing, a crash at mo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -22,13 +23,19 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError, to_json
 
 from .config import SemblendConfig
 from .outcomes import DeclineReason, Outcome
 
 RUN_ID = uuid.uuid4().hex[:16]
 """One id per process start, stamped on every record this process writes."""
+
+
+def new_trace_id() -> str:
+    """A fresh ``trace_id``: 16 random hex digits (``os.urandom``; a tenth of ``uuid4``'s cost on the decision path)."""
+    return os.urandom(8).hex()
 
 
 class AuditEvent(str, Enum):
@@ -52,45 +59,212 @@ class Role(str, Enum):
     CHAIN_STEP = "chain_step"  # one step of a prefill chain; its loads are not a client's reuse
 
 
-class AuditRecord(BaseModel):
-    """One audit line. Unset optional fields are omitted from the JSON."""
+_FIELDS = (
+    "event",
+    "ts",
+    "run_id",
+    "role",
+    "trace_id",
+    "request_id",
+    "donor_id",
+    "worker_id",
+    "namespace",
+    "component",
+    "outcome",
+    "found",
+    "similarity",
+    "num_new_matched_tokens",
+    "materialized",
+    "requires_rope_correction",
+    "rejection_reason",
+    "tokens",
+    "blocks",
+    "delta",
+    "mode",
+    "lineage",
+    "latency_us",
+    "detail",
+)
 
-    model_config = ConfigDict(extra="forbid", use_enum_values=True)
 
-    event: AuditEvent
-    ts: float = Field(default_factory=time.time)
-    run_id: str = RUN_ID
-    role: Role | None = None
-    trace_id: str | None = None
-    request_id: str | None = None
-    donor_id: str | None = None
-    worker_id: str | None = None
-    namespace: str | None = None
-    component: str | None = None
-    outcome: Outcome | None = None
-    found: bool | None = None
-    similarity: float | None = Field(None, description="best embedding similarity (on `lookup`)")
-    num_new_matched_tokens: int | None = Field(None, ge=0, description="tokens promised (on `promised`)")
-    materialized: int | None = Field(None, ge=0, description="tokens materialized (on `materialized`)")
-    requires_rope_correction: bool | None = None
-    rejection_reason: DeclineReason | None = None
-    tokens: int | None = Field(None, ge=0)
-    blocks: int | None = Field(None, ge=0)
-    delta: int | None = None
-    mode: str | None = None
-    lineage: str | None = None
-    latency_us: float | None = Field(None, ge=0)
-    detail: str | None = None
+class AuditRecord:
+    """One audit line: the fields in this order, unset (None) ones omitted from the JSON.
 
-    @model_validator(mode="after")
-    def _only_recipients_materialize(self) -> AuditRecord:
-        if self.event == AuditEvent.MATERIALIZED.value and self.role != Role.RECIPIENT.value:
-            raise ValueError(f"`materialized` is a recipient's reuse: role {self.role!r} may not write it")
-        return self
+    A plain slotted class, not a pydantic model: the connector writes two per scheduler decision. Values are checked
+    as the model did (an invalid one raises pydantic's ``ValidationError``): enums are stored as their values, numbers
+    keep their kind (an integral float is an int, an int a float where a float is due), counts and latency are
+    ``>= 0``; text and flags must be strings and booleans (numeric strings are not parsed).
+    """
+
+    __slots__ = _FIELDS
+
+    def __init__(
+        self,
+        *,
+        event: AuditEvent | str,
+        ts: float | None = None,
+        run_id: str = RUN_ID,
+        role: Role | str | None = None,
+        trace_id: str | None = None,
+        request_id: str | None = None,
+        donor_id: str | None = None,
+        worker_id: str | None = None,
+        namespace: str | None = None,
+        component: str | None = None,
+        outcome: Outcome | str | None = None,
+        found: bool | None = None,
+        similarity: float | None = None,
+        num_new_matched_tokens: int | None = None,
+        materialized: int | None = None,
+        requires_rope_correction: bool | None = None,
+        rejection_reason: DeclineReason | str | None = None,
+        tokens: int | None = None,
+        blocks: int | None = None,
+        delta: int | None = None,
+        mode: str | None = None,
+        lineage: str | None = None,
+        latency_us: float | None = None,
+        detail: str | None = None,
+    ) -> None:
+        # Each value of the expected type is taken as it is; anything else goes through its check (or is refused).
+        self.event: str = _EVENTS.get(event) or _member(AuditEvent, "event", event)
+        self.ts: float = time.time() if ts is None else ts if type(ts) is float else _real("ts", ts)
+        self.run_id: str = run_id if type(run_id) is str else _text("run_id", run_id)
+        self.role: str | None = None if role is None else _ROLES.get(role) or _member(Role, "role", role)
+        self.trace_id = trace_id if trace_id is None or type(trace_id) is str else _text("trace_id", trace_id)
+        self.request_id = (
+            request_id if request_id is None or type(request_id) is str else _text("request_id", request_id)
+        )
+        self.donor_id = donor_id if donor_id is None or type(donor_id) is str else _text("donor_id", donor_id)
+        self.worker_id = worker_id if worker_id is None or type(worker_id) is str else _text("worker_id", worker_id)
+        self.namespace = namespace if namespace is None or type(namespace) is str else _text("namespace", namespace)
+        self.component = component if component is None or type(component) is str else _text("component", component)
+        self.outcome: str | None = (
+            None if outcome is None else _OUTCOMES.get(outcome) or _member(Outcome, "outcome", outcome)
+        )
+        self.found = found if found is None or type(found) is bool else _flag("found", found)
+        self.similarity = (
+            similarity if similarity is None or type(similarity) is float else _real("similarity", similarity)
+        )
+        self.num_new_matched_tokens = _count_or_none("num_new_matched_tokens", num_new_matched_tokens)
+        self.materialized = _count_or_none("materialized", materialized)
+        self.requires_rope_correction = (
+            requires_rope_correction
+            if requires_rope_correction is None or type(requires_rope_correction) is bool
+            else _flag("requires_rope_correction", requires_rope_correction)
+        )
+        self.rejection_reason: str | None = (
+            None
+            if rejection_reason is None
+            else _REASONS.get(rejection_reason) or _member(DeclineReason, "rejection_reason", rejection_reason)
+        )
+        self.tokens = _count_or_none("tokens", tokens)
+        self.blocks = _count_or_none("blocks", blocks)
+        self.delta = delta if delta is None or type(delta) is int else _integer("delta", delta)
+        self.mode = mode if mode is None or type(mode) is str else _text("mode", mode)
+        self.lineage = lineage if lineage is None or type(lineage) is str else _text("lineage", lineage)
+        self.latency_us = (
+            latency_us
+            if latency_us is None or (type(latency_us) is float and latency_us >= 0.0)
+            else _real("latency_us", latency_us, at_least=0.0)
+        )
+        self.detail = detail if detail is None or type(detail) is str else _text("detail", detail)
+        if self.event == "materialized" and self.role != "recipient":
+            raise _invalid("role", role, f"`materialized` is a recipient's reuse: role {self.role!r} may not write it")
 
     def to_json(self) -> str:
-        # pydantic's own serializer: a third of model_dump + json.dumps, and audit writes are on the decision path
-        return self.model_dump_json(exclude_none=True)
+        """The record as one compact JSON object (pydantic's serializer: the bytes the pydantic model wrote)."""
+        values = {name: value for name in _FIELDS if (value := getattr(self, name)) is not None}
+        return to_json(values, inf_nan_mode="null").decode()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AuditRecord):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the model it replaced
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name in _FIELDS if (value := getattr(self, name)) is not None)
+        return f"AuditRecord({shown})"
+
+
+def _values(kind: type[Enum]) -> dict[object, str]:
+    """Member or value -> value (a str enum's member hashes by its name, so both keys are needed)."""
+    return {**{m: m.value for m in kind}, **{m.value: m.value for m in kind}}
+
+
+_EVENTS = _values(AuditEvent)
+_ROLES = _values(Role)
+_OUTCOMES = _values(Outcome)
+_REASONS = _values(DeclineReason)
+
+
+def _count_or_none(name: str, value: object) -> int | None:
+    if value is None or (type(value) is int and value >= 0):
+        return value  # type: ignore[return-value]
+    return _count(name, value)
+
+
+def _invalid(name: str, value: object, message: str) -> ValidationError:
+    error = PydanticCustomError("value_error", message)
+    return ValidationError.from_exception_data("AuditRecord", [InitErrorDetails(type=error, loc=(name,), input=value)])
+
+
+def _member(kind: type[Enum], name: str, value: object) -> str:
+    if isinstance(value, kind):
+        return value.value  # type: ignore[no-any-return]
+    if type(value) is str:
+        with contextlib.suppress(ValueError):
+            return kind(value).value  # type: ignore[no-any-return]
+    raise _invalid(name, value, f"not a {kind.__name__}: one of {', '.join(m.value for m in kind)}")
+
+
+def _text(name: str, value: object) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, Enum) and isinstance(value, str):
+        return value.value  # type: ignore[no-any-return]
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise _invalid(name, value, "not a string")
+
+
+def _flag(name: str, value: object) -> bool:
+    if value is True or value is False:
+        return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    raise _invalid(name, value, "not a boolean")
+
+
+def _integer(name: str, value: object) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, int):  # bool, IntEnum
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise _invalid(name, value, "not an integer")
+
+
+def _count(name: str, value: object) -> int:
+    out = _integer(name, value)
+    if out < 0:
+        raise _invalid(name, value, "must be >= 0")
+    return out
+
+
+def _real(name: str, value: object, *, at_least: float | None = None) -> float:
+    if type(value) is float:
+        out = value
+    elif isinstance(value, int | float):
+        out = float(value)
+    else:
+        raise _invalid(name, value, "not a number")
+    if at_least is not None and not out >= at_least:
+        raise _invalid(name, value, f"must be >= {at_least:g}")
+    return out
 
 
 class AuditWriter:
@@ -112,22 +286,34 @@ class AuditWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the writer
 
-    def write(self, record: AuditRecord | None = None, /, **fields: Any) -> AuditRecord:
-        """Append one record (built from ``fields`` when ``record`` is None) and flush it."""
+    def write(self, record: AuditRecord | None = None, /, *, flush: bool = True, **fields: Any) -> AuditRecord:
+        """Append one record (built from ``fields`` when ``record`` is None) and flush it.
+
+        ``flush=False`` leaves the line in the file buffer for the next write (or :meth:`flush`) to send with its own:
+        one system call for two records. Only for a record the same call follows with another before it returns (the
+        connector's ``lookup`` before its verdict), so every record is still on disk when its call returns.
+        """
         rec = record if record is not None else AuditRecord(**fields)
         line = rec.to_json()
         with self._lock:
             if self._file is not None:
                 self._file.write(line + "\n")
-                self._file.flush()
-                if self._fsync:
-                    os.fsync(self._file.fileno())
+                if flush:
+                    self._file.flush()
+                    if self._fsync:
+                        os.fsync(self._file.fileno())
             elif self.records is not None:
                 self.records.append(rec)
-            self.by_event[str(rec.event)] += 1
+            self.by_event[rec.event] += 1
             if rec.rejection_reason is not None:
-                self.by_reason[str(rec.rejection_reason)] += 1
+                self.by_reason[rec.rejection_reason] += 1
         return rec
+
+    def flush(self) -> None:
+        """Send records written with ``flush=False`` now."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
 
     def close(self) -> None:
         with self._lock:

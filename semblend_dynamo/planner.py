@@ -20,8 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Collection, Sequence
-
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import dataclass
 
 from .config import SemblendConfig
 from .outcomes import DeclineReason
@@ -50,18 +49,21 @@ engine-in-the-loop benchmark tracked |delta| (KL <= 0.035 up to 500, perplexity 
 ``max_deviation`` (0.35) long spans pass up to |delta| ~ 900 and are declined beyond."""
 
 
-class MaterializationPlan(BaseModel):
+@dataclass(slots=True)
+class MaterializationPlan:
     """Which donor spans to load for a target, all block-aligned on the target side."""
 
-    model_config = ConfigDict(extra="forbid")
-
     spans: list[Span]
-    prompt_tokens: int = Field(ge=0)
-    reused_tokens: int = Field(ge=0, description="tokens loaded from donors (beyond the device prefix)")
-    reuse_ratio: float = Field(ge=0.0, le=1.0, description="reused_tokens / prompt_tokens")
+    prompt_tokens: int
+    reused_tokens: int
+    """Tokens loaded from donors (beyond the device prefix)."""
+    reuse_ratio: float
+    """``reused_tokens / prompt_tokens``."""
     requires_rope_correction: bool
-    estimated_deviation: float = Field(ge=0.0, description="bathtub estimate, 0 for exact-equivalent plans")
-    mode: str = Field(description='"exact" (every span exact-equivalent) or "shifted"')
+    estimated_deviation: float
+    """The bathtub estimate, 0 for exact-equivalent plans."""
+    mode: str
+    """``"exact"`` (every span exact-equivalent) or ``"shifted"``."""
 
     @property
     def donor_ids(self) -> list[str]:
@@ -69,14 +71,14 @@ class MaterializationPlan(BaseModel):
         return list(dict.fromkeys(s.donor_id for s in self.spans))
 
 
-class PlanDecision(BaseModel):
+@dataclass(slots=True)
+class PlanDecision:
     """The planner's verdict: accepted when ``reason`` is None.
 
     On a ``discovery_only`` decline ``plan`` still holds the plan that passed every other gate (telemetry:
-    what would have been materialized); on any other decline it is None.
+    what would have been materialized); on any other decline it is None. Slotted dataclasses, not pydantic models:
+    the planner runs on every scheduler decision and builds them from values it computed itself.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     plan: MaterializationPlan | None
     reason: DeclineReason | None

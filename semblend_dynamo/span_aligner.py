@@ -2,9 +2,10 @@
 
 Donors are indexed per namespace by *chunks*: the hash of ``anchor_tokens`` tokens at every block-aligned
 donor offset. :meth:`SpanAligner.align` hashes every target window at once (a polynomial rolling hash in
-numpy), keeps the windows whose hash passes the namespace's chunk filter, looks those up (a Python loop per
-hit, i.e. about one per matching block), groups the hits by diagonal (donor, delta), and compares each
-diagonal token by token in one vectorized pass to get maximal exact spans. Spans are trimmed inward to
+numpy), keeps the windows whose hash passes the namespace's chunk filter, looks those up in the sorted chunk
+hashes (vectorized; only a chunk held by more than one donor needs a Python loop over its postings), groups
+the hits by diagonal (donor, delta), and compares each diagonal token by token in one vectorized pass to get
+maximal exact spans. Spans are trimmed inward to
 target block boundaries, filtered by length and chosen greedily so they do not overlap on the target.
 
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
@@ -15,11 +16,11 @@ Not thread-safe: the owner (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) s
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Span", "SpanAligner"]
 
@@ -29,18 +30,24 @@ _MIX = np.uint64(0xD6E8FEB86659FD93)  # Fibonacci-style mixing of the hash befor
 _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
-_FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
+_FILTER_LOAD = 16  # filter slots per distinct chunk hash (false-positive rate about 1/16; 256 KB for 10K blocks)
 
 
-class Span(BaseModel):
-    """A token-exact match: ``target[target_start:target_end] == donor[donor_start:donor_end]``."""
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A token-exact match: ``target[target_start:target_end] == donor[donor_start:donor_end]``.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A slotted dataclass (spans are made on every scheduler decision); offsets are ``>= 0``, the length ``> 0``.
+    """
 
     donor_id: str
-    donor_start: int = Field(ge=0)
-    target_start: int = Field(ge=0)
-    length: int = Field(gt=0)
+    donor_start: int
+    target_start: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.donor_start < 0 or self.target_start < 0 or self.length <= 0:
+            raise ValueError(f"span {self}: offsets must be >= 0 and the length > 0")
 
     @property
     def delta(self) -> int:
@@ -75,38 +82,63 @@ class _Candidate:
 
 
 class _ChunkTable:
-    """One namespace's chunk hash -> postings, plus a filter that screens target windows vectorized.
+    """One namespace's chunk hash -> postings, plus the arrays that look target windows up vectorized.
 
     A posting packs ``serial << 32 | donor_offset``; lists keep insertion order, so the newest donor is last.
-    The filter is a bitset over slots (slot = top bits of the mixed hash): small enough to stay in cache on the
-    hot path. ``_counts`` (distinct hashes per slot, uint16) is only touched on mutation, to know when a bit can
-    be cleared; wrapping would take 65,536 distinct hashes in one slot and could only hide matches, never
-    invent them.
+    ``keys`` holds every chunk hash, sorted; for a hash with exactly one posting, ``single_serial`` and
+    ``single_offset`` at the same index give it (serial -1: several postings, read ``postings``). The filter is
+    a byte per slot (slot = top bits of the mixed hash), so screening is one gather. ``_counts`` (distinct hashes
+    per slot, uint16) is only touched on mutation, to know when a slot can be cleared; wrapping would take 65,536
+    distinct hashes in one slot and could only hide matches, never invent them.
     """
 
     def __init__(self) -> None:
         self.postings: dict[int, list[int]] = {}
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.single_serial = np.zeros(0, dtype=np.int64)
+        self.single_offset = np.zeros(0, dtype=np.int64)
         self._counts = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
-        self._bits = np.zeros((1 << _MIN_FILTER_BITS) // 8, dtype=np.uint8)
+        self._present = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.bool_)
         self._shift = np.uint64(64 - _MIN_FILTER_BITS)
 
     def slots(self, hashes: np.ndarray) -> np.ndarray:
-        return ((hashes * _MIX) >> self._shift).astype(np.intp)
+        out = hashes * _MIX
+        out >>= self._shift
+        return out.view(np.intp)  # < 2**bits: the same values
 
-    def screen(self, hashes: np.ndarray) -> np.ndarray:
-        """Indices of the hashes that may be in the table (no false negatives)."""
-        slots = self.slots(hashes)
-        return np.flatnonzero((self._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1)
+    def screen(self, sums: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """Indices of the windows that may be in the table (no false negatives).
+
+        ``sums * scale`` is each window's hash times the mixing constant (``scale``: ``B**-i * _MIX``), so the
+        hashes themselves are only computed for the windows that pass.
+        """
+        slots = sums * scale
+        slots >>= self._shift
+        return np.flatnonzero(self._present.take(slots.view(np.intp)))
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
         new: list[int] = []
+        new_postings: list[int] = []
+        shared: list[int] = []
         for h, p in zip(hashes, postings, strict=True):
             plist = self.postings.get(h)
             if plist is None:
                 self.postings[h] = [p]
                 new.append(h)
+                new_postings.append(p)
             else:
                 plist.append(p)
+                shared.append(h)
+        if new:
+            order = np.argsort(np.array(new, dtype=np.uint64), kind="stable")
+            keys = np.array(new, dtype=np.uint64)[order]
+            packed = np.array(new_postings, dtype=np.int64)[order]
+            at = np.searchsorted(self.keys, keys)
+            self.keys = np.insert(self.keys, at, keys)
+            self.single_serial = np.insert(self.single_serial, at, packed >> _OFFSET_BITS)
+            self.single_offset = np.insert(self.single_offset, at, packed & _OFFSET_MASK)
+        if shared:
+            self.single_serial[np.searchsorted(self.keys, np.array(shared, dtype=np.uint64))] = -1
         if not new:
             return
         if len(self.postings) * _FILTER_LOAD > self._counts.size:
@@ -114,10 +146,11 @@ class _ChunkTable:
             return
         slots = self.slots(np.array(new, dtype=np.uint64))
         np.add.at(self._counts, slots, 1)
-        np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
+        self._present[slots] = True
 
     def remove(self, hashes: list[int], postings: list[int]) -> None:
         gone: list[int] = []
+        touched: list[int] = []
         for h, p in zip(hashes, postings, strict=True):
             plist = self.postings.get(h)
             if plist is None:
@@ -129,19 +162,34 @@ class _ChunkTable:
             if not plist:
                 del self.postings[h]
                 gone.append(h)
+            else:
+                touched.append(h)
+        if gone:
+            at = np.searchsorted(self.keys, np.array(gone, dtype=np.uint64))
+            self.keys = np.delete(self.keys, at)
+            self.single_serial = np.delete(self.single_serial, at)
+            self.single_offset = np.delete(self.single_offset, at)
+        alone: list[tuple[int, int]] = []  # hashes left with one posting: readable vectorized again
+        for h in dict.fromkeys(touched):
+            rest = self.postings.get(h)
+            if rest is not None and len(rest) == 1:
+                alone.append((h, rest[0]))
+        if alone:
+            at = np.searchsorted(self.keys, np.array([h for h, _ in alone], dtype=np.uint64))
+            packed = np.array([p for _, p in alone], dtype=np.int64)
+            self.single_serial[at] = packed >> _OFFSET_BITS
+            self.single_offset[at] = packed & _OFFSET_MASK
         if not gone:
             return
         slots = self.slots(np.array(gone, dtype=np.uint64))
         np.subtract.at(self._counts, slots, 1)
-        empty = slots[self._counts[slots] == 0]
-        np.bitwise_and.at(self._bits, empty >> 3, (~(1 << (empty & 7))).astype(np.uint8))
+        self._present[slots[self._counts[slots] == 0]] = False
 
     def _rebuild(self) -> None:
         bits = max(_MIN_FILTER_BITS, int(len(self.postings) * _FILTER_LOAD - 1).bit_length())
         self._shift = np.uint64(64 - bits)
-        keys = np.fromiter(self.postings.keys(), dtype=np.uint64, count=len(self.postings))
-        self._counts = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint16)
-        self._bits = np.packbits(self._counts > 0, bitorder="little")
+        self._counts = np.bincount(self.slots(self.keys), minlength=1 << bits).astype(np.uint16)
+        self._present = self._counts > 0
 
 
 class SpanAligner:
@@ -185,6 +233,7 @@ class SpanAligner:
         self._next_serial = 0
         self._pow: np.ndarray = np.ones(1, dtype=np.uint64)
         self._inv_pow: np.ndarray = np.ones(1, dtype=np.uint64)
+        self._inv_pow_mix: np.ndarray = self._inv_pow * _MIX  # B**-i times the filter's mixing constant
 
     # --- donors -----------------------------------------------------------------------------------
     def add_donor(self, donor_id: str, namespace: str, tokens: Sequence[int]) -> None:
@@ -289,14 +338,8 @@ class SpanAligner:
             if len(seen) == self.max_diagonals:
                 break
         found = self._runs(t, windows)
-        # model_construct: the values are valid by construction and this is the routing path.
         return [
-            Span.model_construct(
-                donor_id=self._by_serial[c.serial].donor_id,
-                donor_start=c.start - c.delta,
-                target_start=c.start,
-                length=c.end - c.start,
-            )
+            Span(self._by_serial[c.serial].donor_id, c.start - c.delta, c.start, c.end - c.start)
             for c in self._choose(found, max_spans)
         ]
 
@@ -314,27 +357,68 @@ class SpanAligner:
         self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None
     ) -> dict[tuple[int, int], list[int]]:
         """Per (serial, delta) diagonal: [anchor hits, first hit position, last hit position]."""
-        hashes = self._window_hashes(t)
-        positions = table.screen(hashes)
+        sums = self._window_sums(t)
+        positions = table.screen(sums, self._inv_pow_mix[: sums.size])
+        if not positions.size:
+            return {}
+        wanted = sums[positions]  # hashed only where the filter lets a window through
+        wanted *= self._inv_pow[positions]
+        at = table.keys.searchsorted(wanted)
+        hit = table.keys.take(at, mode="clip") == wanted
+        positions, at = positions[hit], at[hit]
+        serials = table.single_serial[at]
+        one = serials >= 0
+        shared = not one.all()
+        pos = positions
+        if shared:
+            at, pos, serials = at[one], positions[one], serials[one]
+        # Chunks of one donor (nearly all of them): one posting each, grouped by diagonal vectorized.
+        deltas = pos - table.single_offset[at]
+        if allowed is not None:  # a hint names one donor: then one comparison instead of np.isin's machinery
+            keep = serials == next(iter(allowed)) if len(allowed) == 1 else np.isin(serials, list(allowed))
+            pos, serials, deltas = pos[keep], serials[keep], deltas[keep]
         diagonals: dict[tuple[int, int], list[int]] = {}
+        if pos.size:
+            # Anchors in target order, cut where the diagonal changes: one group per stretch of a diagonal (one in
+            # all for a plain hit); a diagonal met again after another adds to its entry.
+            cuts = np.flatnonzero((serials[1:] != serials[:-1]) | (deltas[1:] != deltas[:-1])) + 1
+            starts = [0, *cuts.tolist()]
+            stops = [*starts[1:], pos.size]
+            for first, stop, serial, delta, lo, hi in zip(
+                starts,
+                stops,
+                serials[starts].tolist(),
+                deltas[starts].tolist(),
+                pos[starts].tolist(),
+                pos[np.array(stops) - 1].tolist(),
+                strict=True,
+            ):
+                entry = diagonals.get((serial, delta))
+                if entry is None:
+                    diagonals[(serial, delta)] = [stop - first, lo, hi]
+                else:
+                    entry[0] += stop - first
+                    entry[2] = hi
+        if not shared:
+            return diagonals
+        # Chunks several donors share: their postings, newest first, at most max_postings per anchor.
+        many = ~one
         postings = table.postings
         cap = self.max_postings
-        for pos, h in zip(positions.tolist(), hashes[positions].tolist(), strict=True):
-            plist = postings.get(h)
-            if plist is None:
-                continue
+        for p, h in zip(positions[many].tolist(), wanted[hit][many].tolist(), strict=True):
             taken = 0
-            for packed in reversed(plist):
+            for packed in reversed(postings[h]):
                 serial = packed >> _OFFSET_BITS
                 if allowed is not None and serial not in allowed:
                     continue
-                key = (serial, pos - (packed & _OFFSET_MASK))
+                key = (serial, p - (packed & _OFFSET_MASK))
                 entry = diagonals.get(key)
                 if entry is None:
-                    diagonals[key] = [1, pos, pos]
-                else:
+                    diagonals[key] = [1, p, p]
+                else:  # an anchor adds at most one hit to a diagonal, so merging is count, min, max
                     entry[0] += 1
-                    entry[2] = pos
+                    entry[1] = min(entry[1], p)
+                    entry[2] = max(entry[2], p)
                 taken += 1
                 if taken == cap:
                     break
@@ -361,30 +445,33 @@ class SpanAligner:
     def _runs(self, t: np.ndarray, windows: list[tuple[int, int, int, int]]) -> list[_Candidate]:
         """Exact runs of every (serial, delta, lo, hi) window, trimmed to target blocks, >= min_span_tokens.
 
-        All windows are compared into one buffer separated by a mismatch, so run detection is one vectorized pass.
+        All windows are compared into one buffer, each preceded by a mismatch, so run detection is one vectorized
+        pass: runs are the gaps between mismatches. Only runs long enough before trimming (a few) are trimmed.
         """
         if not windows:
             return []
-        eq = np.zeros(sum(hi - lo + 1 for _, _, lo, hi in windows) + 1, dtype=np.int8)
-        offsets = np.empty(len(windows), dtype=np.int64)
+        differ = np.ones(sum(hi - lo + 1 for _, _, lo, hi in windows) + 1, dtype=np.bool_)
+        ends: list[int] = []  # buffer index where each window's comparison ends
         at = 1
-        for i, (serial, delta, lo, hi) in enumerate(windows):
+        for serial, delta, lo, hi in windows:
             d = self._by_serial[serial].tokens
-            np.equal(t[lo:hi], d[lo - delta : hi - delta], out=eq[at : at + hi - lo].view(np.bool_))
-            offsets[i] = at - lo  # buffer index - offset = target position
-            at += hi - lo + 1
-        edges = np.flatnonzero(np.diff(eq))
-        starts = edges[0::2] + 1
-        ends = edges[1::2] + 1
-        which = np.searchsorted(np.cumsum([hi - lo + 1 for _, _, lo, hi in windows]), starts, side="right")
+            np.not_equal(t[lo:hi], d[lo - delta : hi - delta], out=differ[at : at + hi - lo])
+            at += hi - lo
+            ends.append(at)
+            at += 1
+        stops = np.flatnonzero(differ)
+        long_enough = np.flatnonzero(np.diff(stops) > self.min_span_tokens)
         bs = self.block_size
-        first = -(-(starts - offsets[which]) // bs) * bs
-        last = (ends - offsets[which]) // bs * bs
-        keep = np.flatnonzero(last - first >= self.min_span_tokens)
-        return [
-            _Candidate(windows[w][0], s, e, windows[w][1])
-            for w, s, e in zip(which[keep].tolist(), first[keep].tolist(), last[keep].tolist(), strict=True)
-        ]
+        out = []
+        for start, end in zip((stops[long_enough] + 1).tolist(), stops[long_enough + 1].tolist(), strict=True):
+            w = bisect.bisect_left(ends, end)
+            serial, delta, lo, hi = windows[w]
+            offset = ends[w] - hi  # buffer index - offset = target position
+            first = -(-(start - offset) // bs) * bs
+            last = (end - offset) // bs * bs
+            if last - first >= self.min_span_tokens:
+                out.append(_Candidate(serial, first, last, delta))
+        return out
 
     def _choose(self, found: list[_Candidate], max_spans: int) -> list[_Candidate]:
         """Greedy cover: longest first, then a donor already used, then delta 0, then newest donor."""
@@ -415,12 +502,30 @@ class SpanAligner:
     # --- hashing ----------------------------------------------------------------------------------
     def _window_hashes(self, tokens: np.ndarray) -> np.ndarray:
         """Polynomial hash (mod 2**64) of every ``anchor_tokens`` window; entry i is the window at i."""
+        sums = self._window_sums(tokens)
+        return sums * self._inv_pow[: sums.size]
+
+    def _window_sums(self, tokens: np.ndarray) -> np.ndarray:
+        """Entry i: the sum of ``tokens[i + j] * B**(i + j)`` over the window at i (its hash times ``B**i``).
+
+        Window sums of width 2w are two sums of width w (one add each, no serial prefix sum); the anchor width is
+        made of its binary digits.
+        """
         n = tokens.size
         a = self.anchor_tokens
         self._ensure_powers(n)
-        prefix = np.zeros(n + 1, dtype=np.uint64)
-        np.cumsum(tokens.view(np.uint64) * self._pow[:n], out=prefix[1:])
-        return (prefix[a:] - prefix[: n - a + 1]) * self._inv_pow[: n - a + 1]
+        sums = tokens.view(np.uint64) * self._pow[:n]
+        out: np.ndarray | None = None
+        at, width = 0, 1
+        while True:
+            if a & width:
+                part = sums[at : at + n - a + 1]
+                out = part if out is None else out + part
+                at += width
+            if 2 * width > a:
+                return out  # type: ignore[return-value]  # a >= 1 has a highest binary digit
+            sums = sums[:-width] + sums[width:]
+            width *= 2
 
     def _ensure_powers(self, n: int) -> None:
         if self._pow.size >= n:
@@ -428,3 +533,4 @@ class SpanAligner:
         size = max(n, 2 * self._pow.size)
         self._pow = np.cumprod(np.full(size, _BASE, dtype=np.uint64)) * np.uint64(_BASE_INV)
         self._inv_pow = np.cumprod(np.full(size, _BASE_INV, dtype=np.uint64)) * np.uint64(_BASE)
+        self._inv_pow_mix = self._inv_pow * _MIX

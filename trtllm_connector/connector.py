@@ -33,11 +33,9 @@ prefix and its load to the donor it becomes, so approximate KV is never loaded o
 
 from __future__ import annotations
 
-import array
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,9 +45,9 @@ import torch
 from semblend_kernels.layout import FP8_KV_DTYPE, PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file
+from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file, new_trace_id
 from semblend_dynamo.config import ConfigError, SemblendConfig, isolation_rule_error
-from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
+from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key, u32_tokens
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.planner import Planner
 from semblend_dynamo.policy import DonorPolicy, Lineage, Tenancy, isolation_in_force_error
@@ -57,7 +55,7 @@ from semblend_dynamo.span_aligner import Span, SpanAligner
 
 from . import metrics
 from .base import KvCacheConnectorScheduler, KvCacheConnectorWorker
-from .donors import Donor, DonorRegistry
+from .donors import Donor, DonorRegistry, shared_prefix
 from .engine_state import EngineState, PoolState
 from .hints import HintInbox
 from .metadata import ConnectorMetadata, LoadPlan
@@ -151,7 +149,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._promises: dict[int, _Promise] = {}
         self._digests: dict[tuple[str, str], str] = {}
         self._worker_id = str(cfg.worker_id)
-        self._tags: dict[int, dict[str, str]] = {}  # request id -> its audit role and trace id, until it is gone
+        self._tags: dict[int, dict[str, Any]] = {}  # request id -> its audit role and trace id, until it is gone
         self._engine_blocks: dict[int, tuple[list[int], str | None]] = {}  # 1.3+: block_hashes and cache_salt
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
@@ -175,6 +173,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 self._decline(request_id, DeclineReason.INTERNAL_ERROR, started, detail=f"{type(exc).__name__}: {exc}")
             except Exception:
                 logger.exception("semblend connector: could not audit the decline of request %s", request_id)
+                with contextlib.suppress(Exception):
+                    self.audit.flush()  # the lookup record it would have sent
         metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
         return tokens, False
 
@@ -310,7 +310,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 if donor_id not in kept:
                     self.registry.unlease(donor_id)
             promise.donor_ids = tuple(d for d in promise.donor_ids if d in kept)
-            metrics.DECISIONS.labels("cancelled", DeclineReason.LOAD_CANCELLED.value).inc()
+            metrics.decisions("cancelled", DeclineReason.LOAD_CANCELLED.value).inc()
         except Exception as exc:
             logger.exception("semblend connector: cancel_load failed for request %s", request_id)
             self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, f"cancel_load: {type(exc).__name__}: {exc}")
@@ -343,7 +343,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
         # One conversion of the token list: the u32 array feeds both the request key and the int64 view.
-        prompt_u32 = array.array("I", read_prompt(request))
+        prompt_u32 = u32_tokens(read_prompt(request))
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32).astype(np.int64)
         hint = self.hints.take(key)
@@ -351,7 +351,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         device_lineage = self._lineage[request_id] = self.policy.device_prefix_lineage(tenancy, num_computed)
         tags = self._tags[request_id] = {
             "role": Role(hint.role).value if hint else Role.RECIPIENT.value,
-            "trace_id": (hint.trace_id if hint else None) or uuid.uuid4().hex[:16],
+            "trace_id": (hint.trace_id if hint else None) or new_trace_id(),
         }
         if tags["role"] == Role.DONOR_PREFILL.value:  # a donor holds the KV a cold prefill gives: it never loads
             return 0
@@ -421,7 +421,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._promises[request_id] = _Promise(load, key, namespace, started, lineage, donor_ids=donor_ids)
         for donor in donors.values():  # one lease per donor, returned once in build_connector_meta
             self.registry.lease(donor)
-        metrics.DECISIONS.labels("promised", "").inc()
+        metrics.decisions("promised").inc()
         metrics.PROMISED_TOKENS.inc(load.tokens)
         self.audit.write(
             event=AuditEvent.PROMISED,
@@ -660,7 +660,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _lookup(
         self, request_id: int, *, found: bool, namespace: str, donor_id: str | None, similarity: float | None
     ) -> None:
+        """Audit the lookup; its line goes to disk with the verdict's record, which always follows (one write)."""
         self.audit.write(
+            flush=False,
             event=AuditEvent.LOOKUP,
             **self._tags.get(request_id, {}),
             request_id=str(request_id),
@@ -682,7 +684,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         key: str | None = None,
         detail: str = "",
     ) -> int:
-        metrics.DECISIONS.labels("declined", reason.value).inc()
+        metrics.decisions("declined", reason.value).inc()
         self.audit.write(
             event=AuditEvent.DECLINED,
             **(self._tags.get(request_id, {}) if request_id is not None else {}),
@@ -919,11 +921,9 @@ class SemBlendConnectorWorker(KvCacheConnectorWorker):
 
 def _exact_run(donor: Donor, prompt: np.ndarray, donor_start: int, target_start: int, length: int) -> Span | None:
     """The token-exact run from a hinted span's start (the hinted length is advisory: the run may be longer)."""
-    n = min(len(donor.tokens) - donor_start, len(prompt) - target_start)
-    if n <= 0:
+    if donor_start >= len(donor.tokens) or target_start >= len(prompt):
         return None
-    differ = np.flatnonzero(donor.tokens[donor_start : donor_start + n] != prompt[target_start : target_start + n])
-    run = int(differ[0]) if differ.size else n
+    run = shared_prefix(donor.tokens[donor_start:], prompt[target_start:])
     return (
         Span(donor_id=donor.donor_id, donor_start=donor_start, target_start=target_start, length=run) if run else None
     )

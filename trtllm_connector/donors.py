@@ -38,6 +38,14 @@ TOMBSTONES = 4096
 """Recently released donors remembered so a late hint is declined with the real reason."""
 
 
+def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading tokens ``a`` and ``b`` share (argmax stops at the first mismatch; no index array is built)."""
+    n = min(len(a), len(b))
+    differ = a[:n] != b[:n]
+    first = int(differ.argmax()) if n else 0
+    return first if n and differ[first] else n
+
+
 @dataclass
 class Donor:
     """One pinned donor: the prompt tokens whose KV is resident in ``block_ids``."""
@@ -136,9 +144,7 @@ class DonorRegistry:
         candidates = self._by_first_block.get((namespace_digest, target[:tpb].tobytes()), ())
         for donor_id in reversed(candidates[-max_candidates:]):
             tokens = self._live[donor_id].tokens
-            n = min(len(tokens), len(target))
-            differ = np.flatnonzero(tokens[:n] != target[:n])
-            length = int(differ[0]) if differ.size else n
+            length = shared_prefix(tokens, target)
             if length > best_len:
                 best, best_len = donor_id, length
         return best, best_len

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 DECISIONS = Counter(
@@ -22,3 +25,9 @@ DECISION_LATENCY = Histogram(
     "time spent in get_num_new_matched_tokens",
     buckets=(25e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 5e-3, 2e-2),
 )
+
+
+@functools.cache
+def decisions(outcome: str, reason: str = "") -> Any:
+    """The ``DECISIONS`` series of these labels, looked up once (``labels()`` locks and builds its key every call)."""
+    return DECISIONS.labels(outcome, reason)

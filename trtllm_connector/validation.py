@@ -10,6 +10,7 @@ support for shifted spans.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,11 +48,12 @@ class ValidatedLoad:
     tokens: int
     segments: tuple[Segment, ...]
 
-    @property
+    # Cached (read several times per decision): the load is frozen.
+    @functools.cached_property
     def requires_rope_correction(self) -> bool:
         return any(s.delta != 0 for s in self.segments)
 
-    @property
+    @functools.cached_property
     def lineage(self) -> Lineage:
         """Approximate when some KV moves, follows another context or comes from an approximate donor."""
         return Lineage.of(not all(s.exact_equivalent for s in self.segments))
@@ -116,9 +118,9 @@ def validate_load(
         n = stop - start
         if d0 + n > len(donor.tokens) or -(-(d0 + n) // tpb) > len(donor.block_ids):
             raise Declined(DeclineReason.DONOR_NOT_RESIDENT, f"{span.donor_id} has no KV for tokens {d0}..{d0 + n}")
-        if not np.array_equal(target[start:stop], donor.tokens[d0 : d0 + n]):
+        if not _same(target[start:stop], donor.tokens[d0 : d0 + n]):
             raise Declined(DeclineReason.NO_CANDIDATE, f"{span.donor_id}: span tokens differ")
-        exact = donor.lineage is Lineage.EXACT and d0 == start and np.array_equal(target[:start], donor.tokens[:d0])
+        exact = donor.lineage is Lineage.EXACT and d0 == start and _same(target[:start], donor.tokens[:d0])
         if exact_only and not exact:
             why = (
                 "an approximate donor"
@@ -132,6 +134,11 @@ def validate_load(
     if load.requires_rope_correction and not shift_supported:
         raise Declined(DeclineReason.UNSUPPORTED_ROPE)
     return load
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Token-equal (``np.array_equal`` without its argument conversions: both are int64 arrays here)."""
+    return a.shape == b.shape and not (a != b).any()
 
 
 def trim_load(load: ValidatedLoad, start: int, end: int) -> ValidatedLoad:

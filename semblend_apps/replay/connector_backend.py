@@ -37,8 +37,8 @@ class RequestTrackingAuditWriter(AuditWriter):
         super().__init__(path)
         self.by_request: dict[str, list[AuditRecord]] = {}
 
-    def write(self, record: AuditRecord | None = None, /, **fields: Any) -> AuditRecord:
-        rec = super().write(record, **fields)
+    def write(self, record: AuditRecord | None = None, /, *, flush: bool = True, **fields: Any) -> AuditRecord:
+        rec = super().write(record, flush=flush, **fields)
         if rec.request_id is not None:
             self.by_request.setdefault(rec.request_id, []).append(rec)
         return rec
