@@ -204,9 +204,11 @@ class DynamoGraph:
         cmd += ["--serve-first", serve_first]
         process = self._start("connector-worker", cmd, env)
         ready = wait_until(
-            lambda: re.search(r"^READY (\d+) (.*)$", process.log(), re.M), timeout=60, what="ready", of=process
+            lambda: re.search(r"^READY (\d+) (\{.*)$", process.log(), re.M), timeout=60, what="ready", of=process
         )
-        if not json.loads(ready.group(2))["hints_subscribed"]:
+        # the runtime's own log lines share the stream and may follow the JSON without a newline
+        status, _ = json.JSONDecoder().raw_decode(ready.group(2))
+        if not status["hints_subscribed"]:
             raise AssertionError(f"connector test worker did not subscribe to its hints:\n{process.log()[-3000:]}")
         return ConnectorTestWorker(process, int(ready.group(1)), audit)
 
