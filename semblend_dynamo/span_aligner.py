@@ -2,10 +2,10 @@
 
 Donors are indexed per namespace by *chunks*: the hash of ``anchor_tokens`` tokens at every block-aligned
 donor offset. :meth:`SpanAligner.align` hashes every target window at once (a polynomial rolling hash in
-numpy), keeps the windows whose hash passes the namespace's chunk filter, looks those up in the sorted chunk
-hashes (vectorized; only a chunk held by more than one donor needs a Python loop over its postings), groups
-the hits by diagonal (donor, delta), and compares each diagonal token by token in one vectorized pass to get
-maximal exact spans. Spans are trimmed inward to
+numpy), keeps the windows whose hash passes the namespace's chunk filter, looks those up (one C-level dict
+probe each; a chunk of one donor is then read vectorized, only a chunk several donors share needs a Python loop
+over its postings), groups the hits by diagonal (donor, delta), and compares each diagonal token by token in one
+vectorized pass to get maximal exact spans. Spans are trimmed inward to
 target block boundaries, filtered by length and chosen greedily so they do not overlap on the target.
 
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -30,7 +31,7 @@ _MIX = np.uint64(0xD6E8FEB86659FD93)  # Fibonacci-style mixing of the hash befor
 _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
-_FILTER_LOAD = 16  # filter slots per distinct chunk hash (false-positive rate about 1/16; 256 KB for 10K blocks)
+_FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,23 +83,26 @@ class _Candidate:
 
 
 class _ChunkTable:
-    """One namespace's chunk hash -> postings, plus the arrays that look target windows up vectorized.
+    """One namespace's chunk hash -> postings, plus the arrays that read them vectorized.
 
-    A posting packs ``serial << 32 | donor_offset``; lists keep insertion order, so the newest donor is last.
-    ``keys`` holds every chunk hash, sorted; for a hash with exactly one posting, ``single_serial`` and
-    ``single_offset`` at the same index give it (serial -1: several postings, read ``postings``). The filter is
-    a byte per slot (slot = top bits of the mixed hash), so screening is one gather. ``_counts`` (distinct hashes
-    per slot, uint16) is only touched on mutation, to know when a slot can be cleared; wrapping would take 65,536
+    A posting packs ``serial << 32 | donor_offset``; lists keep insertion order, so the newest donor is last. Every
+    chunk hash has a stable key id (``ids``; freed ids are reused); for a hash with exactly one posting,
+    ``single_serial[id]`` and ``single_offset[id]`` give it (serial -1: several postings, read ``postings``), so an
+    admission or a release costs its own chunks, never the table's size. The filter is a bitset over slots
+    (slot = top bits of the mixed hash): small enough to stay in cache on the hot path. ``_counts`` (distinct hashes
+    per slot, uint16) is only touched on mutation, to know when a bit can be cleared; wrapping would take 65,536
     distinct hashes in one slot and could only hide matches, never invent them.
     """
 
     def __init__(self) -> None:
         self.postings: dict[int, list[int]] = {}
-        self.keys = np.zeros(0, dtype=np.uint64)
-        self.single_serial = np.zeros(0, dtype=np.int64)
-        self.single_offset = np.zeros(0, dtype=np.int64)
+        self.ids: dict[int, int] = {}
+        self.single_serial = np.full(64, -1, dtype=np.int64)
+        self.single_offset = np.zeros(64, dtype=np.int64)
+        self._free: list[int] = []
+        self._next_id = 0
         self._counts = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
-        self._present = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.bool_)
+        self._bits = np.zeros((1 << _MIN_FILTER_BITS) // 8, dtype=np.uint8)
         self._shift = np.uint64(64 - _MIN_FILTER_BITS)
 
     def slots(self, hashes: np.ndarray) -> np.ndarray:
@@ -114,7 +118,11 @@ class _ChunkTable:
         """
         slots = sums * scale
         slots >>= self._shift
-        return np.flatnonzero(self._present.take(slots.view(np.intp)))
+        at = slots.view(np.intp)
+        bits = self._bits.take(at >> 3)
+        bits >>= (at & 7).astype(np.uint8)
+        bits &= 1
+        return np.flatnonzero(bits)
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
         new: list[int] = []
@@ -130,15 +138,13 @@ class _ChunkTable:
                 plist.append(p)
                 shared.append(h)
         if new:
-            order = np.argsort(np.array(new, dtype=np.uint64), kind="stable")
-            keys = np.array(new, dtype=np.uint64)[order]
-            packed = np.array(new_postings, dtype=np.int64)[order]
-            at = np.searchsorted(self.keys, keys)
-            self.keys = np.insert(self.keys, at, keys)
-            self.single_serial = np.insert(self.single_serial, at, packed >> _OFFSET_BITS)
-            self.single_offset = np.insert(self.single_offset, at, packed & _OFFSET_MASK)
+            ids = self._take_ids(len(new))
+            self.ids.update(zip(new, ids, strict=True))
+            packed = np.array(new_postings, dtype=np.int64)
+            self.single_serial[ids] = packed >> _OFFSET_BITS
+            self.single_offset[ids] = packed & _OFFSET_MASK
         if shared:
-            self.single_serial[np.searchsorted(self.keys, np.array(shared, dtype=np.uint64))] = -1
+            self.single_serial[[self.ids[h] for h in shared]] = -1
         if not new:
             return
         if len(self.postings) * _FILTER_LOAD > self._counts.size:
@@ -146,7 +152,7 @@ class _ChunkTable:
             return
         slots = self.slots(np.array(new, dtype=np.uint64))
         np.add.at(self._counts, slots, 1)
-        self._present[slots] = True
+        np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
 
     def remove(self, hashes: list[int], postings: list[int]) -> None:
         gone: list[int] = []
@@ -161,35 +167,40 @@ class _ChunkTable:
                 continue
             if not plist:
                 del self.postings[h]
+                self._free.append(self.ids.pop(h))
                 gone.append(h)
             else:
                 touched.append(h)
-        if gone:
-            at = np.searchsorted(self.keys, np.array(gone, dtype=np.uint64))
-            self.keys = np.delete(self.keys, at)
-            self.single_serial = np.delete(self.single_serial, at)
-            self.single_offset = np.delete(self.single_offset, at)
-        alone: list[tuple[int, int]] = []  # hashes left with one posting: readable vectorized again
-        for h in dict.fromkeys(touched):
-            rest = self.postings.get(h)
-            if rest is not None and len(rest) == 1:
-                alone.append((h, rest[0]))
-        if alone:
-            at = np.searchsorted(self.keys, np.array([h for h, _ in alone], dtype=np.uint64))
-            packed = np.array([p for _, p in alone], dtype=np.int64)
-            self.single_serial[at] = packed >> _OFFSET_BITS
-            self.single_offset[at] = packed & _OFFSET_MASK
+        alone = [h for h in dict.fromkeys(touched) if len(self.postings.get(h, ())) == 1]
+        if alone:  # back to one posting: readable vectorized again
+            packed = np.array([self.postings[h][0] for h in alone], dtype=np.int64)
+            ids = [self.ids[h] for h in alone]
+            self.single_serial[ids] = packed >> _OFFSET_BITS
+            self.single_offset[ids] = packed & _OFFSET_MASK
         if not gone:
             return
         slots = self.slots(np.array(gone, dtype=np.uint64))
         np.subtract.at(self._counts, slots, 1)
-        self._present[slots[self._counts[slots] == 0]] = False
+        empty = slots[self._counts[slots] == 0]
+        np.bitwise_and.at(self._bits, empty >> 3, (~(1 << (empty & 7))).astype(np.uint8))
+
+    def _take_ids(self, n: int) -> list[int]:
+        """``n`` key ids: freed ones first, then never-used ones (the arrays double when full)."""
+        reused = [self._free.pop() for _ in range(min(n, len(self._free)))]
+        fresh = list(range(self._next_id, self._next_id + n - len(reused)))
+        self._next_id += len(fresh)
+        if self._next_id > self.single_serial.size:
+            grow = max(self._next_id, 2 * self.single_serial.size) - self.single_serial.size
+            self.single_serial = np.concatenate((self.single_serial, np.full(grow, -1, dtype=np.int64)))
+            self.single_offset = np.concatenate((self.single_offset, np.zeros(grow, dtype=np.int64)))
+        return reused + fresh
 
     def _rebuild(self) -> None:
         bits = max(_MIN_FILTER_BITS, int(len(self.postings) * _FILTER_LOAD - 1).bit_length())
         self._shift = np.uint64(64 - bits)
-        self._counts = np.bincount(self.slots(self.keys), minlength=1 << bits).astype(np.uint16)
-        self._present = self._counts > 0
+        keys = np.fromiter(self.postings.keys(), dtype=np.uint64, count=len(self.postings))
+        self._counts = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint16)
+        self._bits = np.packbits(self._counts > 0, bitorder="little")
 
 
 class SpanAligner:
@@ -363,9 +374,10 @@ class SpanAligner:
             return {}
         wanted = sums[positions]  # hashed only where the filter lets a window through
         wanted *= self._inv_pow[positions]
-        at = table.keys.searchsorted(wanted)
-        hit = table.keys.take(at, mode="clip") == wanted
-        positions, at = positions[hit], at[hit]
+        ids = table.ids
+        found = np.fromiter(map(ids.get, wanted.tolist(), repeat(-1)), dtype=np.int64, count=positions.size)
+        hit = found >= 0
+        positions, wanted, at = positions[hit], wanted[hit], found[hit]
         serials = table.single_serial[at]
         one = serials >= 0
         shared = not one.all()
@@ -405,7 +417,7 @@ class SpanAligner:
         many = ~one
         postings = table.postings
         cap = self.max_postings
-        for p, h in zip(positions[many].tolist(), wanted[hit][many].tolist(), strict=True):
+        for p, h in zip(positions[many].tolist(), wanted[many].tolist(), strict=True):
             taken = 0
             for packed in reversed(postings[h]):
                 serial = packed >> _OFFSET_BITS

@@ -93,7 +93,7 @@ def test_same_spans_as_the_reference_aligner(
 
 
 def test_same_spans_at_scale_through_filter_growth_and_removals() -> None:
-    """Hundreds of donors of 2K tokens sharing a system prompt: the filter grows, half the donors go."""
+    """Hundreds of donors of 2K tokens sharing a system prompt: the filter grows, half the donors go, others come."""
     new, old = pair(block_size=32, min_span_tokens=32)
     rng = np.random.default_rng(7)
     system = rng.integers(1, 32_000, 512).tolist()
@@ -104,6 +104,13 @@ def test_same_spans_at_scale_through_filter_growth_and_removals() -> None:
     for i in range(0, 300, 2):
         new.remove_donor(f"d{i}")
         old.remove_donor(f"d{i}")
+    for i in range(300, 400):  # reuse the freed key ids
+        tokens = rng.integers(1, 32_000, 1024).tolist() + donors[f"d{i - 299}"][:700]
+        donors[f"d{i}"] = tokens
+        new.add_donor(f"d{i}", "ns", tokens)
+        old.add_donor(f"d{i}", "ns", tokens)
+    for i in range(1, 300, 2):
+        donors.pop(f"d{i - 1}", None)
     pick = random.Random(3)
     for _ in range(40):
         a, b = pick.sample(list(donors.values()), 2)
