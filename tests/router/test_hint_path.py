@@ -96,9 +96,14 @@ def test_the_routers_hint_reaches_the_connector_which_materializes(hint_graph: H
     trace = reframed.trace_id
     assert trace is not None and reframed.hint.trace_id == trace
 
-    [lookup] = wait_until(lambda: hint_graph.records(trace, "lookup"), what="the connector's lookup with the trace id")
+    # generous: on a loaded 2-core machine the worker's audit line has been seen to take over 20 s
+    [lookup] = wait_until(
+        lambda: hint_graph.records(trace, "lookup"), timeout=60, what="the connector's lookup with the trace id"
+    )
     assert lookup["role"] == "recipient" and lookup["found"] is True
-    [materialized] = wait_until(lambda: hint_graph.records(trace, "materialized"), what="materialized with the trace")
+    [materialized] = wait_until(
+        lambda: hint_graph.records(trace, "materialized"), timeout=60, what="materialized with the trace"
+    )
     assert materialized["role"] == "recipient" and materialized["worker_id"] == str(worker.worker_id)
     hinted_tokens = sum(length for _, _, length in reframed.hint.spans)
     assert 0 < materialized["materialized"] <= hinted_tokens
