@@ -35,9 +35,10 @@ _SMALL: dict[int, int] = {}
 
 def _shared_int(value: int) -> int:
     """One int object per distinct small value (token counts, dimensions: 32 bytes a donor each otherwise)."""
-    if len(_SMALL) < 4096:
-        return _SMALL.setdefault(value, value)
-    return _SMALL.get(value, value)
+    held = _SMALL.get(value)
+    if held is None:
+        held = _SMALL.setdefault(value, value) if len(_SMALL) < 4096 else value
+    return held
 
 
 class _WorkerBlocks:
@@ -347,6 +348,8 @@ class Residency:
         """Post new donors' hashes on their worker (one lookup and one write for all) and count the ones not stored
         there; an entry replaced later in the same batch is skipped."""
         entries = [entry for entry in entries if self._slots[entry.slot] is entry]
+        if self._post_new(blocks, entries):
+            return
         wanted = [dict.fromkeys(entry.block_hashes) for entry in entries]
         hashes = list(dict.fromkeys(h for distinct in wanted for h in distinct))
         was = dict(zip(hashes, blocks.postings.get_many(hashes), strict=True))
@@ -369,6 +372,26 @@ class Residency:
                 self._changes.append((entry.donor_id, True))
         changed = [h for h, held in posting.items() if held != was[h]]
         blocks.postings.set_many(changed, [posting[h] for h in changed], [was[h] for h in changed])
+
+    def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
+        """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
+        yet (a sync page's usual donors); False, doing nothing, otherwise."""
+        lengths = np.fromiter((len(entry.block_hashes) for entry in entries), dtype=np.int64, count=len(entries))
+        if not len(entries) or not lengths.all():
+            return False
+        hashes = np.frombuffer(b"".join(entry.block_hashes for entry in entries), dtype=np.uint64)  # type: ignore[misc]
+        if len(np.unique(hashes)) != len(hashes) or blocks.postings.lookup(hashes)[0].any():
+            return False
+        slots = np.fromiter((entry.slot for entry in entries), dtype=np.uint64, count=len(entries))
+        blocks.postings.add_absent(hashes, np.repeat(slots, lengths))
+        absent = ~blocks.counts.lookup(hashes)[0]
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        for entry, missing in zip(entries, np.add.reduceat(absent, starts).tolist(), strict=True):
+            entry.missing = missing
+            if missing == 0:
+                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
+                self._changes.append((entry.donor_id, True))
+        return True
 
     def _take_slot(self) -> int:
         if self._free:

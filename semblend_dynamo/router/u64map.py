@@ -67,6 +67,31 @@ class U64Map:
                     out[i] = delta[key]
         return out
 
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`get_many` for a u64 array: ``(found, values)`` arrays (a value is 0 where not found)."""
+        found = np.zeros(len(keys), dtype=bool)
+        values = np.zeros(len(keys), dtype=_U64)
+        base = self._keys
+        if len(base) and len(keys):
+            at = np.minimum(base.searchsorted(keys), len(base) - 1)
+            found = base[at] == keys
+            values = np.where(found, self._values[at], _U64(0))
+        delta = self._delta
+        if delta:
+            for i, key in enumerate(keys.tolist()):
+                if key in delta:
+                    held = delta[key]
+                    found[i] = held is not None
+                    values[i] = 0 if held is None else held
+        return found, values
+
+    def add_absent(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Set distinct keys known to be absent (from :meth:`lookup`), given as u64 arrays."""
+        self._len += len(keys)
+        self._delta.update(zip(keys.tolist(), values.tolist(), strict=True))
+        if self._merge_due():
+            self._merge()
+
     def set_many(self, keys: Sequence[int], values: Sequence[int], held: Sequence[int | None] | None = None) -> None:
         """Set distinct ``keys``; ``held`` (their values now, from :meth:`get_many`) spares looking them up again."""
         if held is None:
@@ -139,11 +164,13 @@ class U64Map:
                 keep = np.ones(len(keys), dtype=bool)
                 keep[stale] = False
                 keys, values = keys[keep], values[keep]
-        live = [(k, v) for k, v in delta.items() if v is not None]
-        if live:
-            added = np.array(live, dtype=_U64).reshape(-1, 2)
-            added = added[np.argsort(added[:, 0], kind="stable")]
-            at = keys.searchsorted(added[:, 0])
-            keys, values = np.insert(keys, at, added[:, 0]), np.insert(values, at, added[:, 1])
+        held = list(delta.values())
+        live = np.fromiter((v is not None for v in held), dtype=bool, count=len(held))
+        if live.any():
+            added = np.fromiter((v or 0 for v in held), dtype=_U64, count=len(held))[live]
+            changed = changed[live]
+            order = np.argsort(changed)
+            at = keys.searchsorted(changed[order])
+            keys, values = np.insert(keys, at, changed[order]), np.insert(values, at, added[order])
         self._keys, self._values = keys, values
         delta.clear()
