@@ -49,6 +49,10 @@ class _Partition(Protocol):
 
     def remove(self, key: int) -> None: ...
 
+    def vector(self, key: int) -> np.ndarray:
+        """The stored vector of a key as float32."""
+        ...
+
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(keys, similarities), best first, at most k."""
         ...
@@ -89,6 +93,9 @@ class _NumpyPartition:
             self._keys[slot] = moved
             self._slot[moved] = slot
         self._n = last
+
+    def vector(self, key: int) -> np.ndarray:
+        return self._vectors[self._slot[key]].copy()
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         sims = self._vectors[: self._n] @ query
@@ -134,6 +141,9 @@ class _UsearchPartition:
         self._pending.add(key)
         if len(self._pending) >= self.REMOVE_BATCH:
             self.flush_removals()
+
+    def vector(self, key: int) -> np.ndarray:
+        return np.asarray(self._index.get(key), dtype=np.float32).reshape(-1)
 
     def flush_removals(self) -> None:
         """Hand the pending removals to usearch at once and pay its post-removal pass here."""
@@ -363,6 +373,12 @@ class DonorIndex:
         """Namespaces with at least one donor, sorted."""
         with self._lock:
             return sorted(self._partitions)
+
+    def vector(self, donor_id: str) -> np.ndarray | None:
+        """The unit vector indexed for ``donor_id`` (float32; float16 precision with usearch), or None."""
+        with self._lock:
+            key = self._lru.get(donor_id)
+            return None if key is None else self._partitions[self._key_namespace[key]].vector(key)
 
     def namespace_of(self, donor_id: str) -> str | None:
         """The namespace a donor is indexed under, or None."""

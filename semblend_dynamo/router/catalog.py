@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 
@@ -38,9 +39,10 @@ class DonorCatalog:
         self._discovery = discovery
         self._local_tokens: OrderedDict[str, tuple[NamespaceKey, list[int]]] = OrderedDict()
         self._seq = 0
-        self._seq_of: dict[str, int] = {}
-        self._order: list[int] = []  # sequence numbers in add order (stale ones skipped, compacted when many)
-        self._id_at: dict[int, str] = {}
+        # Cursors in add order with the entry each was given to; an entry no longer the catalog's (replaced or
+        # forgotten) is skipped, and dropped when they are many. 16 bytes a donor, no per-donor objects.
+        self._order = array("q")
+        self._order_entries: list[DonorEntry] = []
         self.changed = True
         """Set on every change; the metrics scrape clears it after refreshing the donor gauges."""
 
@@ -59,32 +61,35 @@ class DonorCatalog:
                 self._local_tokens[donor_id] = local
                 while len(self._local_tokens) > PENDING_LOCAL_DONORS:
                     self._local_tokens.popitem(last=False)
-            for evicted in self._residency.add_donor(registration):
-                self._forget_locked(evicted)
-            self._sequence(donor_id)
+            self._add_locked([registration])
             self._sync_pipeline()
             self.changed = True
             return True
 
     def add_many(self, registrations: Iterable[DonorRegistration]) -> int:
-        """:meth:`add` for many peers' registrations (a sync page) under one lock, the pipeline fed in batches.
+        """:meth:`add` for many peers' registrations (a sync page) under one lock: residency takes them in one
+        batch and the pipeline is fed in batches.
 
-        Returns how many were added (older copies of known donors are ignored).
+        Returns how many were added (older copies of known donors are ignored, and so is the older of two copies
+        in ``registrations``).
         """
         with self._lock:
-            added = 0
+            fresh: list[DonorRegistration] = []
+            newest: dict[str, float] = {}
             for registration in registrations:
-                known = self._residency.donor(registration.donor_id)
-                if known is not None and known.registered_at >= registration.registered_at:
+                donor_id = registration.donor_id
+                at = newest.get(donor_id)
+                if at is None and (known := self._residency.donor(donor_id)) is not None:
+                    at = known.registered_at
+                if at is not None and at >= registration.registered_at:
                     continue
-                for evicted in self._residency.add_donor(registration):
-                    self._forget_locked(evicted)
-                self._sequence(registration.donor_id)
-                added += 1
-            if added:
+                newest[donor_id] = registration.registered_at
+                fresh.append(registration)
+            if fresh:
+                self._add_locked(fresh)
                 self._sync_pipeline()
                 self.changed = True
-            return added
+            return len(fresh)
 
     def forget(self, donor_id: str) -> bool:
         """A donor is gone (evicted on its worker, reported gone by a connector). False if unknown."""
@@ -158,8 +163,7 @@ class DonorCatalog:
                 seq = order[i]
                 if upto is not None and seq > upto:
                     break
-                donor_id = self._id_at.get(seq)
-                entry = None if donor_id is None else self._residency.donor(donor_id)
+                entry = self._current(self._order_entries[i])
                 if entry is None:
                     continue
                 if len(out) == limit:
@@ -206,23 +210,36 @@ class DonorCatalog:
             return set(self._residency.resident(namespace))
 
     # --- internals (lock held) -------------------------------------------------------------------
-    def _sequence(self, donor_id: str) -> None:
-        old = self._seq_of.pop(donor_id, None)
-        if old is not None:
-            self._id_at.pop(old, None)
-        self._seq += 1
-        self._seq_of[donor_id] = self._seq
-        self._id_at[self._seq] = donor_id
-        self._order.append(self._seq)
-        if len(self._order) > 2 * len(self._id_at) + 1024:
-            self._order = [s for s in self._order if s in self._id_at]
+    def _add_locked(self, registrations: Collection[DonorRegistration]) -> None:
+        """Residency takes ``registrations`` (each newer than what is known of its donor); each gets the next cursor,
+        which stays the donor's unless it was evicted or replaced later in the batch."""
+        for evicted in self._residency.add_many(registrations):
+            self._forget_locked(evicted)
+        for registration in registrations:
+            self._seq += 1
+            entry = self._residency.donor(registration.donor_id)
+            if entry is not None and entry.registered_at == registration.registered_at:
+                self._order.append(self._seq)
+                self._order_entries.append(entry)
+        if len(self._order) > 2 * len(self._residency) + 1024:
+            keep = [i for i, entry in enumerate(self._order_entries) if self._residency.donor(entry.donor_id) is entry]
+            self._order = array("q", (self._order[i] for i in keep))
+            self._order_entries = [self._order_entries[i] for i in keep]
+
+    def _current(self, entry: DonorEntry) -> DonorEntry | None:
+        """``entry`` if it is still the catalog's, carrying its embedding (read back from the search index once the
+        entry dropped it); None otherwise."""
+        if self._residency.donor(entry.donor_id) is not entry:
+            return None
+        if entry.own_embedding is not None:
+            return entry
+        index = None if self._discovery is None else self._discovery.index
+        vector = None if index is None else index.vector(entry.donor_id)
+        return None if vector is None else entry.with_embedding(DonorRegistration.pack_embedding(vector)[0])
 
     def _forget_locked(self, donor_id: str) -> None:
         self._residency.remove_donor(donor_id)
         self._local_tokens.pop(donor_id, None)
-        seq = self._seq_of.pop(donor_id, None)
-        if seq is not None:
-            self._id_at.pop(seq, None)
         if self._discovery is not None:
             self._discovery.remove_donor(donor_id)
 
@@ -248,6 +265,7 @@ class DonorCatalog:
             if local is not None:  # registered here: spans from its tokens, the embedding already computed
                 vector = entry.vector() if entry.embedding_dim else None
                 self._discovery.register_donor(donor_id, local[0], local[1], embedding=vector)
+                self._drop_indexed_embeddings([entry])
             elif index is not None and entry.embedding_dim == index.dim:
                 peers.setdefault(entry.namespace, []).append(entry)
         for namespace, entries in peers.items():
@@ -255,3 +273,12 @@ class DonorCatalog:
             evicted = self._discovery.register_embeddings([e.donor_id for e in entries], namespace, vectors)
             for donor_id in evicted:
                 self._forget_locked(donor_id)
+            self._drop_indexed_embeddings(entries)
+
+    def _drop_indexed_embeddings(self, entries: Iterable[DonorEntry]) -> None:
+        """Entries whose vector the search index holds keep no copy of it (768 bytes a donor at 384 dims)."""
+        index = None if self._discovery is None else self._discovery.index
+        if index is not None:
+            for entry in entries:
+                if entry.donor_id in index:
+                    entry.own_embedding = None

@@ -13,60 +13,63 @@ Not thread-safe: the router mutates and reads it from its event loop only.
 from __future__ import annotations
 
 import sys
+from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
 from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
+from .u64map import U64Map
 
 WorkerKey = tuple[int, int]
 """``(worker_id, dp_rank)``, Dynamo's ``WorkerWithDpRank``."""
 
 DEVICE_TIER = "device"
 
-Posting = str | set[str]
-"""The donors using one block hash: most hashes have one, kept as its bare id (a one-element set costs 216 bytes,
-16 per donor: the larger part of a replica's memory per donor before)."""
+SHARED = (1 << 64) - 1
+"""A posting's value when several donors of the worker use the hash (their slots are in ``_WorkerBlocks.shared``)."""
+
+_SMALL: dict[int, int] = {}
 
 
-def _posting_ids(posting: Posting) -> Collection[str]:
-    return (posting,) if isinstance(posting, str) else posting
-
-
-def _posting_add(postings: dict[int, Posting], tokens_hash: int, donor_id: str) -> None:
-    held = postings.get(tokens_hash)
+def _shared_int(value: int) -> int:
+    """One int object per distinct small value (token counts, dimensions: 32 bytes a donor each otherwise)."""
+    held = _SMALL.get(value)
     if held is None:
-        postings[tokens_hash] = donor_id
-    elif isinstance(held, str):
-        if held != donor_id:
-            postings[tokens_hash] = {held, donor_id}
-    else:
-        held.add(donor_id)
+        held = _SMALL.setdefault(value, value) if len(_SMALL) < 4096 else value
+    return held
 
 
-def _posting_discard(postings: dict[int, Posting], tokens_hash: int, donor_id: str) -> None:
-    held = postings.get(tokens_hash)
-    if held is None:
-        return
-    if isinstance(held, str):
-        if held == donor_id:
-            del postings[tokens_hash]
-        return
-    held.discard(donor_id)
-    if len(held) == 1:
-        postings[tokens_hash] = next(iter(held))
-    elif not held:
-        del postings[tokens_hash]
-
-
-@dataclass
 class _WorkerBlocks:
-    by_block: dict[int, int] = field(default_factory=dict)  # engine block id -> tokens_hash
-    counts: dict[int, int] = field(default_factory=dict)  # tokens_hash -> engine blocks holding it
-    postings: dict[int, Posting] = field(default_factory=dict)  # tokens_hash -> donors of this worker using it
-    last_event_id: int = 0
+    """One worker rank's device blocks and the donors using them, in compact maps (:class:`U64Map`)."""
+
+    __slots__ = ("by_block", "counts", "key", "last_event_id", "postings", "shared")
+
+    def __init__(self, key: WorkerKey) -> None:
+        self.key = key
+        self.by_block = U64Map()  # engine block id -> tokens_hash
+        self.counts = U64Map()  # tokens_hash -> engine blocks holding it
+        self.postings = U64Map()  # tokens_hash -> slot of the one donor of this worker using it, or SHARED
+        self.shared: dict[int, set[int]] = {}  # tokens_hash -> slots, for hashes several donors use
+        self.last_event_id = 0
+
+    def slots(self, held: int | None, tokens_hash: int) -> Collection[int]:
+        """The donor slots of a posting value (``held``, from ``postings``) of ``tokens_hash``."""
+        if held is None:
+            return ()
+        return self.shared[tokens_hash] if held == SHARED else (held,)
+
+    def unpost(self, tokens_hash: int, slot: int) -> None:
+        held = self.postings.get(tokens_hash)
+        if held == SHARED:
+            slots = self.shared[tokens_hash]
+            slots.discard(slot)
+            if len(slots) == 1:
+                self.postings[tokens_hash] = slots.pop()
+                del self.shared[tokens_hash]
+        elif held == slot:
+            self.postings.pop(tokens_hash)
 
 
 class DonorEntry:
@@ -74,8 +77,10 @@ class DonorEntry:
 
     A decoded :class:`DonorRegistration` costs ~1.4 KB of pydantic bookkeeping per instance plus its own copies of
     strings every donor shares (deployment, namespace, router id). The entry keeps the fields in slots, those
-    strings interned and the hashes in a tuple, and rebuilds the registration (without validation: it was
-    validated on arrival) when one is needed, e.g. to answer a peer's sync request.
+    strings interned, the worker key shared with its worker's blocks and the hashes packed, and rebuilds the
+    registration (without validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync
+    request. ``own_embedding`` is None once the search index holds the vector: the catalog reads it back from there
+    into a copy (:meth:`with_embedding`) before it hands the entry out as a registration.
     """
 
     __slots__ = (
@@ -84,59 +89,95 @@ class DonorEntry:
         "deployment",
         "donor_id",
         "donor_key",
-        "dp_rank",
-        "embedding",
         "embedding_dim",
+        "missing",
         "namespace",
         "num_tokens",
+        "own_embedding",
         "registered_at",
         "router_id",
-        "worker_id",
+        "slot",
+        "worker",
     )
 
-    def __init__(self, registration: DonorRegistration) -> None:
+    block_hashes: Sequence[int]
+    own_embedding: bytes | None
+
+    def __init__(self, registration: DonorRegistration, worker: WorkerKey, slot: int) -> None:
         r = registration
         self.donor_id = r.donor_id
         self.donor_key = r.donor_key
         self.router_id = sys.intern(r.router_id)
-        self.worker_id = r.worker_id
-        self.dp_rank = r.dp_rank
+        self.worker = worker
         self.deployment = sys.intern(r.deployment)
         self.namespace = sys.intern(r.namespace)
-        self.num_tokens = r.num_tokens
-        self.block_size = r.block_size
-        self.block_hashes = tuple(r.block_hashes)
-        self.embedding = r.embedding
-        self.embedding_dim = r.embedding_dim
+        self.num_tokens = _shared_int(r.num_tokens)
+        self.block_size = _shared_int(r.block_size)
+        self.block_hashes = array("Q", r.block_hashes)
+        self.own_embedding = r.embedding
+        self.embedding_dim = _shared_int(r.embedding_dim)
         self.registered_at = r.registered_at
+        self.slot = slot
+        self.missing = 0
 
     @property
-    def worker(self) -> WorkerKey:
-        return (self.worker_id, self.dp_rank)
+    def worker_id(self) -> int:
+        return self.worker[0]
+
+    @property
+    def dp_rank(self) -> int:
+        return self.worker[1]
+
+    @property
+    def embedding(self) -> bytes:
+        """The float16 embedding; only for an entry that holds it (see the class docstring)."""
+        if self.own_embedding is None:
+            raise LookupError(f"donor {self.donor_id}: its embedding is held by the search index")
+        return self.own_embedding
 
     def vector(self) -> np.ndarray:
         """The embedding as float32 (as :meth:`DonorRegistration.vector`)."""
         return np.frombuffer(self.embedding, dtype="<f2").astype(np.float32)
 
+    def with_embedding(self, embedding: bytes) -> DonorEntry:
+        """A copy carrying ``embedding`` (the catalog's entries drop theirs once indexed)."""
+        copy = DonorEntry.__new__(DonorEntry)
+        for name in DonorEntry.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.own_embedding = embedding
+        return copy
+
     @property
     def registration(self) -> DonorRegistration:
-        fields = {name: getattr(self, name) for name in self.__slots__}
-        fields["block_hashes"] = list(self.block_hashes)
+        fields = {name: getattr(self, name) for name in _REGISTRATION_SLOTS}
+        fields.update(
+            worker_id=self.worker[0],
+            dp_rank=self.worker[1],
+            block_hashes=list(self.block_hashes),
+            embedding=self.embedding,
+        )
         return DonorRegistration.model_construct(**fields)
+
+
+_REGISTRATION_SLOTS = tuple(
+    name for name in DonorEntry.__slots__ if name not in ("missing", "own_embedding", "slot", "worker")
+)
 
 
 class Residency:
     """Per-worker block presence from kv-events plus the donor catalog and its resident sets.
 
     Residency changes are also queued as ``(donor_id, resident)`` pairs; the owner takes them with
-    :meth:`take_changes` after each batch (to add donors to, or drop them from, the search index).
+    :meth:`take_changes` after each batch (to add donors to, or drop them from, the search index). Each donor has
+    a slot (its index in ``_slots``, reused once it leaves): postings name donors by slot.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._workers: dict[WorkerKey, _WorkerBlocks] = {}
         self._donors: OrderedDict[str, DonorEntry] = OrderedDict()
-        self._missing: dict[str, int] = {}
+        self._slots: list[DonorEntry | None] = []
+        self._free: list[int] = []
         self._resident: dict[str, set[str]] = {}
         self._changes: list[tuple[str, bool]] = []
         self.event_gaps = 0
@@ -145,7 +186,7 @@ class Residency:
     def _blocks(self, key: WorkerKey) -> _WorkerBlocks:
         blocks = self._workers.get(key)
         if blocks is None:
-            blocks = self._workers[key] = _WorkerBlocks()
+            blocks = self._workers[key] = _WorkerBlocks(key)
         return blocks
 
     # --- kv-events -------------------------------------------------------------------------------
@@ -154,43 +195,69 @@ class Residency:
         if event.storage_tier != DEVICE_TIER:
             self.ignored_events["storage_tier"] += 1
             return
-        key = (event.worker_id, event.dp_rank)
-        blocks = self._blocks(key)
+        blocks = self._blocks((event.worker_id, event.dp_rank))
         if blocks.last_event_id and event.event_id > blocks.last_event_id + 1:
             self.event_gaps += 1
         if event.event_id > blocks.last_event_id:
             blocks.last_event_id = event.event_id
         data = event.data
-        by_block, counts, postings = blocks.by_block, blocks.counts, blocks.postings
         if isinstance(data, KvStored):
-            self._store(blocks, zip(data.block_hashes, data.tokens_hashes, strict=True))
+            self._store(blocks, data.block_hashes, data.tokens_hashes)
         elif isinstance(data, KvRemoved):
-            for block_hash in data.block_hashes:
-                removed = by_block.pop(block_hash, None)
-                if removed is None:
-                    self.ignored_events["unknown_block"] += 1
-                    continue
-                self._drop_block(blocks, removed)
+            removed = blocks.by_block.pop_many(data.block_hashes)
+            gone = [h for h in removed if h is not None]
+            self.ignored_events["unknown_block"] += len(removed) - len(gone)
+            self._drop_hashes(blocks, gone)
         elif isinstance(data, KvCleared):
-            for tokens_hash, posting in postings.items():
-                if tokens_hash in counts:
-                    self._hash_left(_posting_ids(posting))
-            by_block.clear()
-            counts.clear()
+            for tokens_hash, held in blocks.postings.items():
+                if tokens_hash in blocks.counts:
+                    self._hash_left(blocks.slots(held, tokens_hash))
+            blocks.by_block.clear()
+            blocks.counts.clear()
 
-    def _store(self, blocks: _WorkerBlocks, stored: Iterable[tuple[int, int]]) -> None:
-        by_block, counts, postings = blocks.by_block, blocks.counts, blocks.postings
-        for block_hash, tokens_hash in stored:
-            previous = by_block.get(block_hash)
-            if previous == tokens_hash:
-                continue
-            if previous is not None:
-                self._drop_block(blocks, previous)
-            by_block[block_hash] = tokens_hash
-            held = counts.get(tokens_hash, 0)
-            counts[tokens_hash] = held + 1
-            if held == 0 and tokens_hash in postings:
-                self._hash_arrived(_posting_ids(postings[tokens_hash]))
+    def _store(self, blocks: _WorkerBlocks, block_hashes: Sequence[int], tokens_hashes: Sequence[int]) -> None:
+        if len(block_hashes) != len(tokens_hashes):
+            raise ValueError("block_hashes and tokens_hashes differ in length")
+        by_block = blocks.by_block
+        previous = by_block.get_many(block_hashes)
+        if any(p is not None for p in previous) or len(set(block_hashes)) != len(block_hashes):
+            for block_hash, tokens_hash in zip(block_hashes, tokens_hashes, strict=True):  # re-stores: in turn
+                held = by_block.get(block_hash)
+                if held == tokens_hash:
+                    continue
+                if held is not None:
+                    self._drop_hashes(blocks, [held])
+                by_block[block_hash] = tokens_hash
+                self._add_hashes(blocks, [tokens_hash])
+            return
+        by_block.set_many(block_hashes, tokens_hashes, previous)
+        self._add_hashes(blocks, tokens_hashes)
+
+    def _add_hashes(self, blocks: _WorkerBlocks, tokens_hashes: Sequence[int]) -> None:
+        """One more engine block holds each of ``tokens_hashes`` (a hash may repeat)."""
+        added = Counter(tokens_hashes)
+        keys = list(added)
+        held = blocks.counts.get_many(keys)
+        blocks.counts.set_many(keys, [(h or 0) + added[k] for k, h in zip(keys, held, strict=True)], held)
+        arrived = [k for k, h in zip(keys, held, strict=True) if h is None]
+        for tokens_hash, posting in zip(arrived, blocks.postings.get_many(arrived), strict=True):
+            if posting is not None:
+                self._hash_arrived(blocks.slots(posting, tokens_hash))
+
+    def _drop_hashes(self, blocks: _WorkerBlocks, tokens_hashes: Sequence[int]) -> None:
+        """One engine block fewer holds each of ``tokens_hashes`` (a hash may repeat)."""
+        if not tokens_hashes:
+            return
+        dropped = Counter(tokens_hashes)
+        keys = list(dropped)
+        held = blocks.counts.get_many(keys)
+        kept = [(k, h - dropped[k]) for k, h in zip(keys, held, strict=True) if h is not None and h > dropped[k]]
+        left = [k for k, h in zip(keys, held, strict=True) if h is not None and h <= dropped[k]]
+        blocks.counts.set_many([k for k, _ in kept], [n for _, n in kept], [1] * len(kept))
+        blocks.counts.pop_many(left)
+        for tokens_hash, posting in zip(left, blocks.postings.get_many(left), strict=True):
+            if posting is not None:
+                self._hash_left(blocks.slots(posting, tokens_hash))
 
     def reconcile(self, events: Iterable[KvEvent]) -> int:
         """Make every worker's device blocks exactly those of a full index dump; returns the blocks that changed.
@@ -208,10 +275,9 @@ class Residency:
             blocks = self._blocks(key)
             now = snapshot.get(key, {})
             gone = [b for b, tokens_hash in blocks.by_block.items() if now.get(b) != tokens_hash]
-            for block_hash in gone:
-                self._drop_block(blocks, blocks.by_block.pop(block_hash))
-            new = [(b, tokens_hash) for b, tokens_hash in now.items() if b not in blocks.by_block]
-            self._store(blocks, new)
+            self._drop_hashes(blocks, [h for h in blocks.by_block.pop_many(gone) if h is not None])
+            new = [b for b, held in zip(now, blocks.by_block.get_many(list(now)), strict=True) if held is None]
+            self._store(blocks, new, [now[b] for b in new])
             changed += len(gone) + len(new)
         return changed
 
@@ -226,31 +292,23 @@ class Residency:
             if isinstance(event.data, KvStored):
                 self.apply(event)
 
-    def _drop_block(self, blocks: _WorkerBlocks, tokens_hash: int) -> None:
-        left = blocks.counts[tokens_hash] - 1
-        if left > 0:
-            blocks.counts[tokens_hash] = left
-            return
-        del blocks.counts[tokens_hash]
-        posting = blocks.postings.get(tokens_hash)
-        if posting:
-            self._hash_left(_posting_ids(posting))
+    def _hash_arrived(self, slots: Collection[int]) -> None:
+        for slot in slots:
+            entry = self._slots[slot]
+            assert entry is not None
+            entry.missing -= 1
+            if entry.missing == 0:
+                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
+                self._changes.append((entry.donor_id, True))
 
-    def _hash_arrived(self, donors: Collection[str]) -> None:
-        for donor_id in donors:
-            missing = self._missing[donor_id] - 1
-            self._missing[donor_id] = missing
-            if missing == 0:
-                self._resident.setdefault(self._donors[donor_id].namespace, set()).add(donor_id)
-                self._changes.append((donor_id, True))
-
-    def _hash_left(self, donors: Collection[str]) -> None:
-        for donor_id in donors:
-            missing = self._missing[donor_id]
-            self._missing[donor_id] = missing + 1
-            if missing == 0:
-                self._resident[self._donors[donor_id].namespace].discard(donor_id)
-                self._changes.append((donor_id, False))
+    def _hash_left(self, slots: Collection[int]) -> None:
+        for slot in slots:
+            entry = self._slots[slot]
+            assert entry is not None
+            entry.missing += 1
+            if entry.missing == 1:
+                self._resident[entry.namespace].discard(entry.donor_id)
+                self._changes.append((entry.donor_id, False))
 
     def take_changes(self) -> list[tuple[str, bool]]:
         """``(donor_id, now_resident)`` transitions since the last call, in order."""
@@ -263,25 +321,83 @@ class Residency:
 
         A donor whose blocks are all present already becomes resident at once (a ``(donor_id, True)`` change).
         """
-        donor_id = registration.donor_id
-        if donor_id in self._donors:
-            self.remove_donor(donor_id)
-        entry = DonorEntry(registration)
-        blocks = self._blocks(entry.worker)
-        distinct = set(registration.block_hashes)
-        for tokens_hash in distinct:
-            _posting_add(blocks.postings, tokens_hash, donor_id)
-        self._donors[donor_id] = entry
-        self._missing[donor_id] = sum(1 for h in distinct if h not in blocks.counts)
-        if self._missing[donor_id] == 0:
-            self._resident.setdefault(entry.namespace, set()).add(donor_id)
-            self._changes.append((donor_id, True))
+        return self.add_many([registration])
+
+    def add_many(self, registrations: Iterable[DonorRegistration]) -> list[str]:
+        """:meth:`add_donor` for many registrations (of distinct donors or not), each worker's postings and block
+        presence looked up once for all of its donors; returns the donor ids pushed out by the capacity bound."""
+        by_worker: dict[WorkerKey, list[DonorEntry]] = {}
+        for registration in registrations:
+            donor_id = registration.donor_id
+            if donor_id in self._donors:
+                self.remove_donor(donor_id)
+            blocks = self._blocks((registration.worker_id, registration.dp_rank))
+            entry = DonorEntry(registration, blocks.key, self._take_slot())
+            self._slots[entry.slot] = self._donors[donor_id] = entry
+            by_worker.setdefault(blocks.key, []).append(entry)
+        for key, entries in by_worker.items():
+            self._post(self._workers[key], entries)
         evicted = []
         while len(self._donors) > self.capacity:
             oldest = next(iter(self._donors))
             self.remove_donor(oldest)
             evicted.append(oldest)
         return evicted
+
+    def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> None:
+        """Post new donors' hashes on their worker (one lookup and one write for all) and count the ones not stored
+        there; an entry replaced later in the same batch is skipped."""
+        entries = [entry for entry in entries if self._slots[entry.slot] is entry]
+        if self._post_new(blocks, entries):
+            return
+        wanted = [dict.fromkeys(entry.block_hashes) for entry in entries]
+        hashes = list(dict.fromkeys(h for distinct in wanted for h in distinct))
+        was = dict(zip(hashes, blocks.postings.get_many(hashes), strict=True))
+        stored = dict(zip(hashes, blocks.counts.get_many(hashes), strict=True))
+        posting: dict[int, int] = {}
+        for entry, distinct in zip(entries, wanted, strict=True):
+            slot = entry.slot
+            for tokens_hash in distinct:
+                held = posting.get(tokens_hash, was[tokens_hash])
+                if held is None:
+                    posting[tokens_hash] = slot
+                elif held == SHARED:
+                    blocks.shared[tokens_hash].add(slot)
+                elif held != slot:
+                    posting[tokens_hash] = SHARED
+                    blocks.shared[tokens_hash] = {held, slot}
+            entry.missing = sum(1 for h in distinct if stored[h] is None)
+            if entry.missing == 0:
+                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
+                self._changes.append((entry.donor_id, True))
+        changed = [h for h, held in posting.items() if held != was[h]]
+        blocks.postings.set_many(changed, [posting[h] for h in changed], [was[h] for h in changed])
+
+    def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
+        """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
+        yet (a sync page's usual donors); False, doing nothing, otherwise."""
+        lengths = np.fromiter((len(entry.block_hashes) for entry in entries), dtype=np.int64, count=len(entries))
+        if not len(entries) or not lengths.all():
+            return False
+        hashes = np.frombuffer(b"".join(entry.block_hashes for entry in entries), dtype=np.uint64)  # type: ignore[misc]
+        if len(np.unique(hashes)) != len(hashes) or blocks.postings.lookup(hashes)[0].any():
+            return False
+        slots = np.fromiter((entry.slot for entry in entries), dtype=np.uint64, count=len(entries))
+        blocks.postings.add_absent(hashes, np.repeat(slots, lengths))
+        absent = ~blocks.counts.lookup(hashes)[0]
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        for entry, missing in zip(entries, np.add.reduceat(absent, starts).tolist(), strict=True):
+            entry.missing = missing
+            if missing == 0:
+                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
+                self._changes.append((entry.donor_id, True))
+        return True
+
+    def _take_slot(self) -> int:
+        if self._free:
+            return self._free.pop()
+        self._slots.append(None)
+        return len(self._slots) - 1
 
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (no change is queued: the caller knows)."""
@@ -291,8 +407,9 @@ class Residency:
         blocks = self._workers.get(entry.worker)
         if blocks is not None:
             for tokens_hash in set(entry.block_hashes):
-                _posting_discard(blocks.postings, tokens_hash, donor_id)
-        self._missing.pop(donor_id, None)
+                blocks.unpost(tokens_hash, entry.slot)
+        self._slots[entry.slot] = None
+        self._free.append(entry.slot)
         resident = self._resident.get(entry.namespace)
         if resident is not None:
             resident.discard(donor_id)
@@ -322,7 +439,8 @@ class Residency:
         return self._resident.get(namespace, set())
 
     def is_resident(self, donor_id: str) -> bool:
-        return self._missing.get(donor_id) == 0
+        entry = self._donors.get(donor_id)
+        return entry is not None and entry.missing == 0
 
     def donor(self, donor_id: str) -> DonorEntry | None:
         return self._donors.get(donor_id)
@@ -346,10 +464,10 @@ class Residency:
     def donors_per_worker(self) -> dict[WorkerKey, tuple[int, int]]:
         """``(donors, resident donors)`` per worker rank."""
         out: dict[WorkerKey, list[int]] = {}
-        for donor_id, entry in self._donors.items():
+        for entry in self._donors.values():
             counts = out.setdefault(entry.worker, [0, 0])
             counts[0] += 1
-            counts[1] += self._missing[donor_id] == 0
+            counts[1] += entry.missing == 0
         return {key: (c[0], c[1]) for key, c in out.items()}
 
     def snapshot(self) -> list[dict[str, object]]:
@@ -361,7 +479,7 @@ class Residency:
                 "dp_rank": entry.worker[1],
                 "namespace": entry.namespace,
                 "blocks": len(entry.block_hashes),
-                "resident": self._missing[entry.donor_id] == 0,
+                "resident": entry.missing == 0,
             }
             for entry in sorted(self._donors.values(), key=lambda e: e.donor_id)
         ]

@@ -131,3 +131,17 @@ def test_add_many_ends_where_adding_one_by_one_ends() -> None:
         assert discovery.counters["donor_embedding_errors"] == 1
     order = [[(seq, entry.donor_id) for seq, entry in catalog.page(0, 100)[0]] for catalog in (one, many)]
     assert order[0] == order[1] and len(order[0]) == 50
+
+
+def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_from_the_index() -> None:
+    catalog, dim = _catalog()
+    sent = [_donor("indexed", [1, 2], dim), _donor("waiting", [50], dim)]
+    catalog.add_many(sent)
+    catalog.apply_kv_events([_stored(1, 1, 2)])
+    indexed = catalog.resident_donor("indexed")
+    assert indexed is not None and indexed.own_embedding is None  # the index holds it
+    page = {entry.donor_id: entry for _, entry in catalog.page(0, 10)[0]}
+    assert page["waiting"].embedding == sent[1].embedding  # not resident, not indexed: its own copy
+    back = page["indexed"].vector()
+    assert back.shape == (dim,) and np.allclose(back, sent[0].vector(), atol=2e-3)
+    assert page["indexed"].registration.block_hashes == [1, 2]
