@@ -100,17 +100,25 @@ class KernelTuning:
             raise ValueError(f"tuning values must be positive: {self}")
 
 
-DEFAULT_TUNING = KernelTuning()
-"""fp16 / bf16 / fp32 pools: 16 warps with at most 40 registers (three programs per multiprocessor), 2 layers."""
-FP8_DEFAULT_TUNING = KernelTuning(num_warps=4, layers_per_program=2, max_registers=None)
-"""fp8 pools (half of bf16's bytes per element, the same arithmetic): 4 warps, 2 layers per program, no cap.
+_DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
+    # (fp8, op, up to this many K head-blocks, tuning); the first match wins
+    (False, "inplace", 1 << 62, KernelTuning(1, 8, 4, 1, None)),
+    (False, "copy", 1 << 62, KernelTuning(1, 8, 4, 1, 64)),
+    (True, "inplace", 1 << 14, KernelTuning(1, 8, 4, 1, None)),
+    (True, "inplace", 1 << 62, KernelTuning(1, 4, 8, 1, None, heads_per_program=2)),
+    (True, "copy", 1 << 62, KernelTuning(1, 4, 2, 1, None)),
+]
+"""Picked by benchmarks/bench_rope_delta.py's per-size sweeps on an H200 (docs/benchmarks.md, issue 16.4 final).
+``1 << 14`` K head-blocks is Llama-3-8B's 2K tokens (64 blocks x 32 layers x 8 heads)."""
 
-Both picked by benchmarks/bench_rope_delta.py's sweeps on an H200 (docs/benchmarks.md, 2026-11-26)."""
 
+def default_tuning(dtype: torch.dtype, op: Literal["copy", "inplace"], head_blocks: int) -> KernelTuning:
+    """The launch the public functions use when the caller passes none: by KV dtype, operation and size.
 
-def default_tuning(dtype: torch.dtype) -> KernelTuning:
-    """The launch parameters the public functions use for a pool of ``dtype`` when the caller passes none."""
-    return FP8_DEFAULT_TUNING if dtype == FP8_KV_DTYPE else DEFAULT_TUNING
+    ``head_blocks``: row groups x layers x KV heads, the number of (block, layer, head) K tiles a launch rotates.
+    """
+    fp8 = dtype == FP8_KV_DTYPE
+    return next(t for f, o, most, t in _DEFAULT_TUNINGS if f == fp8 and o == op and head_blocks <= most)
 
 
 def split_spans_to_plan(
@@ -501,12 +509,12 @@ if triton is not None:
                 current = delta
             if delta != 0:
                 count = tl.load(desc + 1)
+                k_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
                 if count == 1:  # one row: its slots come with the group (no trip to the plan)
                     dst_off = tl.load(desc + 4)
                     live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
                 else:
                     live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
-                k_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
                 for layer in range(layer_start + layer_first, layer_start + layer_end):
                     k = pool + layer * stride_l + k_lane
                     _rotate_heads(
@@ -566,7 +574,8 @@ def rope_delta_copy(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
+        tuning = tuning or default_tuning(pool.dtype, "copy", _head_blocks(checked, layout))
+        _launch_copy(pool, checked, layout, rotary_dim, style, tuning)
     else:
         _copy_reference(pool, checked, layout, rotary_dim, style)
 
@@ -590,7 +599,8 @@ def rope_delta_inplace(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
+        tuning = tuning or default_tuning(pool.dtype, "inplace", _head_blocks(checked, layout))
+        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning)
     else:
         _inplace_reference(pool, checked, layout, rotary_dim, style)
 
@@ -651,6 +661,10 @@ def _launch_inplace(
         num_warps=tune.num_warps,
         **_meta(layout, rotary_dim, style, tune),
     )
+
+
+def _head_blocks(c: _Checked, layout: PagedKVLayout) -> int:
+    return c.groups.shape[0] * (c.layer_stop - c.layer_start) * layout.num_kv_heads
 
 
 def _heads_per_program(layout: PagedKVLayout, tune: KernelTuning) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,6 +18,7 @@ from semblend_kernels.rope_delta import (
     InvalidPlan,
     KernelTuning,
     _row_groups,
+    default_tuning,
     rope_delta_copy,
     rope_delta_copy_reference,
     rope_delta_inplace,
@@ -387,3 +387,10 @@ def test_race_check_agrees_with_slot_sets(rows: list[tuple[int, int, int, int, i
     else:
         with pytest.raises(InvalidPlan):
             rope_delta_copy_reference(pool, plan, RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("op", ["copy", "inplace"])
+def test_default_tuning_covers_every_dtype_op_and_size(dtype: torch.dtype, op: str) -> None:
+    for head_blocks in (1, 1 << 14, (1 << 14) + 1, 1 << 40):
+        assert isinstance(default_tuning(dtype, op, head_blocks), KernelTuning)  # type: ignore[arg-type]
