@@ -15,9 +15,12 @@ One launch covers every plan row and every layer of ``layers`` (``[start, stop)`
 pure copy (or nothing, in place).
 
 fp8 (e4m3) pools pass ``kv_scale``, the cache's dequantization scale (``real = stored * scale``), fp32 ``[num_layers]``
-or ``[1]``: rotated K is dequantized with its layer's scale, rotated in fp32 and requantized with the same scale
-(round to nearest even, saturating at +-448). V, delta-0 rows and channels past rotary_dim are copied byte for byte. The Triton kernels run when the pool is on CUDA, or on any device when Triton's
-interpreter is on (``TRITON_INTERPRET=1`` at import); otherwise the functions fall back to the torch reference.
+or ``[1]``. Rotated K is rotated in fp32 and requantized (round to nearest even, saturating at +-448); the rotation is
+linear, so the dequantization and requantization by the layer's scale cancel and the kernels skip them (the references,
+the tests' oracle, apply them). V, delta-0 rows and channels past rotary_dim are copied byte for byte.
+
+The Triton kernels run when the pool is on CUDA, or on any device when Triton's interpreter is on
+(``TRITON_INTERPRET=1`` at import); otherwise the functions fall back to the torch reference.
 """
 
 from __future__ import annotations
