@@ -60,16 +60,19 @@ SWEEP = [
 ]
 """heads per iteration / warps / layers per program / target blocks per program / register cap."""
 SIZE_SWEEP = [
-    KernelTuning(1, w, lpp, bpp, regs)
-    for w, regs in ((16, 40), (8, None), (8, 64), (4, None))
-    for lpp, bpp in ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (1, 4))
+    *(KernelTuning(1, 16, lpp, 1, 40) for lpp in (2, 4, 8)),
+    *(KernelTuning(1, 16, lpp, 1, 32) for lpp in (2, 4)),
+    *(KernelTuning(1, 8, lpp, 1, regs) for lpp, regs in ((4, 64), (4, None), (2, 32), (4, 32))),
+    *(KernelTuning(1, 4, lpp, 1, regs) for lpp, regs in ((2, None), (4, None), (2, 64), (4, 64))),
+    *(KernelTuning(1, w, 8, 1, regs, hpp) for w, regs, hpp in ((4, None, 2), (4, None, 4), (4, 64, 2), (8, None, 4))),
 ]
-"""``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs)."""
+"""``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
+heads per program)."""
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_LAYER_SCALE = 0.05
 
 
-def time_ms(fn: Callable[[], object], cuda: bool, graph: bool = False) -> float:
+def time_ms(fn: Callable[[], object], cuda: bool, graph: bool = False, rep_ms: int = 200) -> float:
     """Mean milliseconds per call: triton's do_bench on CUDA (L2 flushed between calls), a wall clock otherwise.
 
     ``graph``: time replays of a CUDA graph of ``fn``, so that the host's launch cost (which can exceed a 2K-token
@@ -78,7 +81,7 @@ def time_ms(fn: Callable[[], object], cuda: bool, graph: bool = False) -> float:
     if cuda:
         from triton.testing import do_bench
 
-        return float(do_bench(_graphed(fn) if graph else fn, warmup=25, rep=200))
+        return float(do_bench(_graphed(fn) if graph else fn, warmup=25, rep=rep_ms))
     fn()
     start = time.perf_counter()
     for _ in range(3):
@@ -156,6 +159,15 @@ def kernel_fn(case: Case, op: str, tuning: KernelTuning) -> Callable[[], None]:
     return lambda: _launch_copy(case.pool, c, case.layout, hd, "neox", tuning)
 
 
+def case_default(case: Case, op: str) -> KernelTuning:
+    """The library's default launch for this case (what the public functions use without ``tuning=``)."""
+    plan = case.inplace_plan if op == "inplace" else case.copy_plan
+    c = _check(
+        case.pool, plan, case.inv_freq, case.layout, case.layout.head_dim, "neox", None, plan.shape[1], case.kv_scale
+    )
+    return default_tuning(case.pool.dtype, op, c.groups.shape[0] * case.layout.num_layers * case.layout.num_kv_heads)  # type: ignore[arg-type]
+
+
 def public_fn(case: Case, op: str, tuning: KernelTuning, reference: bool = False) -> Callable[[], None]:
     kw = {"rotary_dim": case.layout.head_dim, "kv_scale": case.kv_scale}
     if op == "inplace":
@@ -184,7 +196,8 @@ def _sweep_text(times: dict[KernelTuning, float]) -> str:
 
 
 def _short(t: KernelTuning) -> str:
-    return f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
+    heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
+    return f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}{heads}"
 
 
 def main() -> int:
@@ -242,10 +255,10 @@ def main() -> int:
         max_err = check_matches_reference(case)
         for op in ("inplace", "copy"):
             tuning = best[dname, name, op]
-            default = default_tuning(DTYPES[dname])
+            default = case_default(case, op)
             default_ms = time_ms(kernel_fn(case, op, default), cuda, graph=True)
             if args.sweep_every_size and cuda:
-                times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True) for t in SIZE_SWEEP}
+                times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in SIZE_SWEEP}
                 tuning = min(times, key=lambda t: times[t])
                 print(f"  sweep {dname} {name} {tokens} {op}: best {_short(tuning)}; {_sweep_text(times)}")
             kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda, graph=True)

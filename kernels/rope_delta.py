@@ -15,9 +15,12 @@ One launch covers every plan row and every layer of ``layers`` (``[start, stop)`
 pure copy (or nothing, in place).
 
 fp8 (e4m3) pools pass ``kv_scale``, the cache's dequantization scale (``real = stored * scale``), fp32 ``[num_layers]``
-or ``[1]``: rotated K is dequantized with its layer's scale, rotated in fp32 and requantized with the same scale
-(round to nearest even, saturating at +-448). V, delta-0 rows and channels past rotary_dim are copied byte for byte. The Triton kernels run when the pool is on CUDA, or on any device when Triton's
-interpreter is on (``TRITON_INTERPRET=1`` at import); otherwise the functions fall back to the torch reference.
+or ``[1]``. Rotated K is rotated in fp32 and requantized (round to nearest even, saturating at +-448); the rotation is
+linear, so the dequantization and requantization by the layer's scale cancel and the kernels skip them (the references,
+the tests' oracle, apply them). V, delta-0 rows and channels past rotary_dim are copied byte for byte.
+
+The Triton kernels run when the pool is on CUDA, or on any device when Triton's interpreter is on
+(``TRITON_INTERPRET=1`` at import); otherwise the functions fall back to the torch reference.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ INPLACE_PLAN_COLUMNS = 4
 # Positions are exact fp32 integers below 2**24; larger deltas cannot be rotated exactly in fp32.
 MAX_ABS_DELTA = (1 << 24) - 1
 FP8_MAX = 448.0  # the largest finite e4m3fn value
+GROUP_COLUMNS = 8
+"""A row group: first row, rows, target block, delta; then, for a one-row group, target offset, tokens, source block
+and source offset minus target offset (zeros otherwise)."""
 
 
 class InvalidPlan(ValueError):
@@ -74,12 +80,13 @@ class InplaceSpan:
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, and a
-    register cap.
+    """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, a
+    register cap, and heads per program.
 
     A program handles ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
-    times ``layers_per_program`` layers (times K or V for copies). ``max_registers`` caps registers per thread
-    (Triton's ``maxnreg``; None leaves it to the compiler), which sets how many programs share a multiprocessor.
+    times ``layers_per_program`` layers times ``heads_per_program`` KV heads (None: all; times K or V for copies).
+    ``max_registers`` caps registers per thread (Triton's ``maxnreg``; None leaves it to the compiler), which sets how
+    many programs share a multiprocessor.
     """
 
     heads_per_iter: int = 1
@@ -87,24 +94,34 @@ class KernelTuning:
     layers_per_program: int = 2
     blocks_per_program: int = 1
     max_registers: int | None = 40
+    heads_per_program: int | None = None
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
-        if min(counts) < 1 or (self.max_registers is not None and self.max_registers < 1):
+        optional = (self.max_registers, self.heads_per_program)
+        if min(counts) < 1 or any(v is not None and v < 1 for v in optional):
             raise ValueError(f"tuning values must be positive: {self}")
 
 
-DEFAULT_TUNING = KernelTuning()
-"""fp16 / bf16 / fp32 pools: 16 warps with at most 40 registers (three programs per multiprocessor), 2 layers."""
-FP8_DEFAULT_TUNING = KernelTuning(num_warps=4, layers_per_program=2, max_registers=None)
-"""fp8 pools (half of bf16's bytes per element, the same arithmetic): 4 warps, 2 layers per program, no cap.
+_DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
+    # (fp8, op, up to this many K head-blocks, tuning); the first match wins
+    (False, "inplace", 1 << 62, KernelTuning(1, 8, 4, 1, None)),
+    (False, "copy", 1 << 62, KernelTuning(1, 8, 4, 1, 64)),
+    (True, "inplace", 1 << 14, KernelTuning(1, 8, 4, 1, None)),
+    (True, "inplace", 1 << 62, KernelTuning(1, 4, 8, 1, None, heads_per_program=2)),
+    (True, "copy", 1 << 62, KernelTuning(1, 4, 2, 1, None)),
+]
+"""Picked by benchmarks/bench_rope_delta.py's per-size sweeps on an H200 (docs/benchmarks.md, issue 16.4 final).
+``1 << 14`` K head-blocks is Llama-3-8B's 2K tokens (64 blocks x 32 layers x 8 heads)."""
 
-Both picked by benchmarks/bench_rope_delta.py's sweeps on an H200 (docs/benchmarks.md, 2026-11-26)."""
 
+def default_tuning(dtype: torch.dtype, op: Literal["copy", "inplace"], head_blocks: int) -> KernelTuning:
+    """The launch the public functions use when the caller passes none: by KV dtype, operation and size.
 
-def default_tuning(dtype: torch.dtype) -> KernelTuning:
-    """The launch parameters the public functions use for a pool of ``dtype`` when the caller passes none."""
-    return FP8_DEFAULT_TUNING if dtype == FP8_KV_DTYPE else DEFAULT_TUNING
+    ``head_blocks``: row groups x layers x KV heads, the number of (block, layer, head) K tiles a launch rotates.
+    """
+    fp8 = dtype == FP8_KV_DTYPE
+    return next(t for f, o, most, t in _DEFAULT_TUNINGS if f == fp8 and o == op and head_blocks <= most)
 
 
 def split_spans_to_plan(
@@ -177,6 +194,7 @@ def uses_triton(pool: torch.Tensor) -> bool:
 # ---------------------------------------------------------------------------------------------------------------------
 
 if triton is not None:
+    _GROUP_COLS = tl.constexpr(GROUP_COLUMNS)
     _INV_TWO_PI = tl.constexpr(0.15915494309189535)
     # 2*pi split so that k * _TWO_PI_HI and k * _TWO_PI_MID are exact for |k| < 2**15 (|angle| up to ~2e5 rad).
     _TWO_PI_HI = tl.constexpr(6.28125)
@@ -253,21 +271,21 @@ if triton is not None:
         live,
         cos,
         sin,
-        scale,
         stride_h,
-        num_heads,
+        head_first,
+        head_stop,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
-        IS_FP8: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """Rotate the first ROTARY_DIM channels of K of every head for the ``live`` lanes, ``src`` -> ``dst``.
+        """Rotate the first ROTARY_DIM channels of K of heads ``[head_first, head_stop)`` for the ``live`` lanes.
 
-        ``src`` / ``dst`` point at head 0, channel 0 of each lane's token (``[BLOCK_T]`` pointers). fp8: dequantize
-        with ``scale``, rotate, requantize with ``1 / scale``; other dtypes ignore ``scale``.
+        ``src`` / ``dst`` point at head 0, channel 0 of each lane's token (``[BLOCK_T]`` pointers). fp8 codes are
+        rotated as they are stored: the rotation is linear, so the layer's dequantization and requantization scales
+        cancel (up to fp32 rounding, which the one-step bound covers) and need no multiply per element.
         """
         hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
         src3 = src[None, :, None]
@@ -275,11 +293,9 @@ if triton is not None:
         live3 = live[None, :, None]
         c = cos[None, None, :]
         s = sin[None, None, :]
-        if IS_FP8:
-            inv_scale = 1.0 / scale
-        for h0 in range(0, num_heads, HEADS_PER_ITER):
+        for h0 in range(head_first, head_stop, HEADS_PER_ITER):
             head = h0 + hh
-            rows = live3 & (head < num_heads)
+            rows = live3 & (head < head_stop)
             if IS_NEOX:
                 j = tl.arange(0, BLOCK_HALF)[None, None, :]
                 mask = rows & (j < ROTARY_DIM // 2)
@@ -287,14 +303,8 @@ if triton is not None:
                 off2 = off1 + ROTARY_DIM // 2
                 x1 = tl.load(src3 + off1, mask=mask).to(tl.float32)
                 x2 = tl.load(src3 + off2, mask=mask).to(tl.float32)
-                if IS_FP8:
-                    x1 = x1 * scale
-                    x2 = x2 * scale
                 y1 = x1 * c - x2 * s
                 y2 = x2 * c + x1 * s
-                if IS_FP8:
-                    y1 = y1 * inv_scale
-                    y2 = y2 * inv_scale
                 tl.store(dst3 + off1, _to_storage(y1, dst.dtype.element_ty, INTERPRETED), mask=mask)
                 tl.store(dst3 + off2, _to_storage(y2, dst.dtype.element_ty, INTERPRETED), mask=mask)
             else:
@@ -302,13 +312,9 @@ if triton is not None:
                 mask = rows & (cols < ROTARY_DIM)
                 off = head * stride_h + cols
                 x = tl.load(src3 + off, mask=mask).to(tl.float32)
-                if IS_FP8:
-                    x = x * scale
                 x1, x2 = tl.split(tl.reshape(x, (HEADS_PER_ITER, BLOCK_T, BLOCK_HALF, 2)))
                 out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)
                 out = tl.reshape(out, (HEADS_PER_ITER, BLOCK_T, 2 * BLOCK_HALF))
-                if IS_FP8:
-                    out = out * inv_scale
                 tl.store(dst3 + off, _to_storage(out, dst.dtype.element_ty, INTERPRETED), mask=mask)
 
     @triton.jit
@@ -319,11 +325,12 @@ if triton is not None:
         start: tl.constexpr,
         stop: tl.constexpr,
         stride_h,
-        num_heads,
+        head_first,
+        head_stop,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
     ):
-        """Copy channels ``[start, stop)`` of every head for the ``live`` lanes (``[BLOCK_T]`` pointers).
+        """Copy channels ``[start, stop)`` of heads ``[head_first, head_stop)`` for the ``live`` lanes.
 
         In tiles of the rotation's shape, two per step, both loaded before either is stored: the lane pointers stay in
         one register layout for both paths.
@@ -332,9 +339,9 @@ if triton is not None:
         j = tl.arange(0, BLOCK_HALF)[None, None, :]
         src3 = src[None, :, None]
         dst3 = dst[None, :, None]
-        for h0 in range(0, num_heads, HEADS_PER_ITER):
+        for h0 in range(head_first, head_stop, HEADS_PER_ITER):
             head = h0 + hh
-            rows = live[None, :, None] & (head < num_heads)
+            rows = live[None, :, None] & (head < head_stop)
             for c0 in tl.static_range(start, stop, 2 * BLOCK_HALF):
                 mask1 = rows & (c0 + j < stop)
                 mask2 = rows & (c0 + BLOCK_HALF + j < stop)
@@ -360,6 +367,12 @@ if triton is not None:
         match = (dst_off[None, :] <= lane) & (lane < (dst_off + n_tokens)[None, :])
         return tl.sum(tl.where(match, j[None, :] + 1, 0), axis=1) - 1
 
+    @triton.jit
+    def _program_range(count, per_program, axis: tl.constexpr):
+        """This program's ``[first, stop)`` of ``count`` units dealt out ``per_program`` at a time along ``axis``."""
+        first = tl.program_id(axis) * per_program
+        return first, tl.minimum(first + per_program, count)
+
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
     _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
 
@@ -369,7 +382,6 @@ if triton is not None:
         plan,
         groups,
         inv_freq,
-        kv_scale,
         num_groups,
         groups_per_prog,
         layer_start,
@@ -381,69 +393,83 @@ if triton is not None:
         stride_h,
         stride_t,
         num_heads,
+        heads_per_prog,
         HEAD_DIM: tl.constexpr,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
-        IS_FP8: tl.constexpr,
-        SCALE_STRIDE: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """One program per (run of row groups, run of layers, K|V): gather each group's tokens, rotate K, write."""
-        group_first = tl.program_id(0) * groups_per_prog
-        group_stop = tl.minimum(group_first + groups_per_prog, num_groups)
-        layer_first = layer_start + tl.program_id(1) * layers_per_prog
-        layer_end = tl.minimum(layer_first + layers_per_prog, layer_stop)
-        kv = tl.program_id(2)
+        """One program per (run of row groups, run of layers, K|V x run of heads): gather each group's tokens, rotate
+        K, write. Axis 2 counts head runs of K, then of V."""
+        group_first, group_stop = _program_range(num_groups, groups_per_prog, 0)
+        layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
+        head_runs = tl.cdiv(num_heads, heads_per_prog)
+        kv = tl.program_id(2) // head_runs
+        head_first = (tl.program_id(2) % head_runs) * heads_per_prog
+        head_stop = tl.minimum(head_first + heads_per_prog, num_heads)
         lane = tl.arange(0, BLOCK_T)
-        current = tl.load(plan + tl.load(groups + group_first) * 6 + 5)
+        current = tl.load(groups + group_first * _GROUP_COLS + 3)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
         for g in range(group_first, group_stop):
-            first = tl.load(groups + g)
-            count = tl.load(groups + g + 1) - first
-            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
-            live = which >= 0
-            row = plan + (first + which) * 6
-            src_block = tl.load(row, mask=live, other=0)
-            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
-            src_lane = src_block * stride_b + (lane + shift) * stride_t
-            dst_lane = tl.load(plan + first * 6 + 2) * stride_b + lane.to(tl.int64) * stride_t
-            delta = tl.load(plan + first * 6 + 5)
+            desc = groups + g * _GROUP_COLS
+            count = tl.load(desc + 1)
+            delta = tl.load(desc + 3)
+            dst_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
+            if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
+                dst_off = tl.load(desc + 4)
+                live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+                src_lane = tl.load(desc + 6) * stride_b + (lane + tl.load(desc + 7)) * stride_t
+            else:
+                first = tl.load(desc)
+                which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
+                live = which >= 0
+                row = plan + (first + which) * 6
+                src_block = tl.load(row, mask=live, other=0)
+                shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+                src_lane = src_block * stride_b + (lane + shift) * stride_t
             if delta != current:  # cos/sin are recomputed only where the delta changes
                 cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
                 current = delta
-            for layer in range(layer_first, layer_end):
+            for layer in range(layer_start + layer_first, layer_start + layer_end):
                 inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
                 src = pool + inner + src_lane
                 dst = pool + inner + dst_lane
                 if (kv == 1) | (delta == 0):
-                    _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF)
+                    _copy_heads(
+                        src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, HEADS_PER_ITER, BLOCK_HALF
+                    )
                 else:
-                    scale = 1.0
-                    if IS_FP8:
-                        scale = tl.load(kv_scale + layer * SCALE_STRIDE)
                     _rotate_heads(
                         src,
                         dst,
                         live,
                         cos,
                         sin,
-                        scale,
                         stride_h,
-                        num_heads,
+                        head_first,
+                        head_stop,
                         ROTARY_DIM,
                         BLOCK_T,
                         HEADS_PER_ITER,
                         BLOCK_HALF,
                         IS_NEOX,
-                        IS_FP8,
                         INTERPRETED,
                     )
                     if ROTARY_DIM < HEAD_DIM:
                         _copy_heads(
-                            src, dst, live, ROTARY_DIM, HEAD_DIM, stride_h, num_heads, HEADS_PER_ITER, BLOCK_HALF
+                            src,
+                            dst,
+                            live,
+                            ROTARY_DIM,
+                            HEAD_DIM,
+                            stride_h,
+                            head_first,
+                            head_stop,
+                            HEADS_PER_ITER,
+                            BLOCK_HALF,
                         )
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
@@ -452,7 +478,6 @@ if triton is not None:
         plan,
         groups,
         inv_freq,
-        kv_scale,
         num_groups,
         groups_per_prog,
         layer_start,
@@ -463,53 +488,52 @@ if triton is not None:
         stride_h,
         stride_t,
         num_heads,
+        heads_per_prog,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
-        IS_FP8: tl.constexpr,
-        SCALE_STRIDE: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """One program per (run of row groups, run of layers): rotate each group's K in place; delta 0 does nothing."""
-        group_first = tl.program_id(0) * groups_per_prog
-        group_stop = tl.minimum(group_first + groups_per_prog, num_groups)
-        layer_first = layer_start + tl.program_id(1) * layers_per_prog
-        layer_end = tl.minimum(layer_first + layers_per_prog, layer_stop)
+        """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
+        does nothing."""
+        group_first, group_stop = _program_range(num_groups, groups_per_prog, 0)
+        layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
+        head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
         lane = tl.arange(0, BLOCK_T)
-        current = tl.load(plan + tl.load(groups + group_first) * 4 + 3)
+        current = tl.load(groups + group_first * _GROUP_COLS + 3)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
         for g in range(group_first, group_stop):
-            first = tl.load(groups + g)
-            delta = tl.load(plan + first * 4 + 3)
+            desc = groups + g * _GROUP_COLS
+            delta = tl.load(desc + 3)
             if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
                 cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
                 current = delta
             if delta != 0:
-                count = tl.load(groups + g + 1) - first
-                live = _group_rows(plan, first, count, 4, 0, BLOCK_T) >= 0
-                k_lane = tl.load(plan + first * 4) * stride_b + lane.to(tl.int64) * stride_t
-                for layer in range(layer_first, layer_end):
+                count = tl.load(desc + 1)
+                k_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
+                if count == 1:  # one row: its slots come with the group (no trip to the plan)
+                    dst_off = tl.load(desc + 4)
+                    live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+                else:
+                    live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
+                for layer in range(layer_start + layer_first, layer_start + layer_end):
                     k = pool + layer * stride_l + k_lane
-                    scale = 1.0
-                    if IS_FP8:
-                        scale = tl.load(kv_scale + layer * SCALE_STRIDE)
                     _rotate_heads(
                         k,
                         k,
                         live,
                         cos,
                         sin,
-                        scale,
                         stride_h,
-                        num_heads,
+                        head_first,
+                        head_stop,
                         ROTARY_DIM,
                         BLOCK_T,
                         HEADS_PER_ITER,
                         BLOCK_HALF,
                         IS_NEOX,
-                        IS_FP8,
                         INTERPRETED,
                     )
 
@@ -525,7 +549,7 @@ else:
 
 class _Checked(NamedTuple):
     plan: torch.Tensor  # int64, contiguous, on the pool's device
-    groups: torch.Tensor  # int64 [G + 1], on the pool's device: row groups' first rows, then the row count
+    groups: torch.Tensor  # int64 [G, GROUP_COLUMNS], on the pool's device: the row groups (`_row_groups`)
     inv_freq: torch.Tensor  # fp32, contiguous, on the pool's device
     kv_scale: torch.Tensor | None  # fp32 [num_layers] or [1], contiguous (fp8 pools only)
     layer_start: int
@@ -553,7 +577,8 @@ def rope_delta_copy(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, COPY_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_copy(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
+        tuning = tuning or default_tuning(pool.dtype, "copy", _head_blocks(checked, layout))
+        _launch_copy(pool, checked, layout, rotary_dim, style, tuning)
     else:
         _copy_reference(pool, checked, layout, rotary_dim, style)
 
@@ -577,7 +602,8 @@ def rope_delta_inplace(
     """
     checked = _check(pool, plan, inv_freq, layout, rotary_dim, style, layers, INPLACE_PLAN_COLUMNS, kv_scale)
     if uses_triton(pool):
-        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning or default_tuning(pool.dtype))
+        tuning = tuning or default_tuning(pool.dtype, "inplace", _head_blocks(checked, layout))
+        _launch_inplace(pool, checked, layout, rotary_dim, style, tuning)
     else:
         _inplace_reference(pool, checked, layout, rotary_dim, style)
 
@@ -589,13 +615,12 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    _rope_delta_copy_kernel[_grid(c, tune, 2)](
+    _rope_delta_copy_kernel[_grid(c, layout, tune, 2)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
-        c.groups.shape[0] - 1,
+        c.groups.shape[0],
         tune.blocks_per_program,
         c.layer_start,
         c.layer_stop,
@@ -606,8 +631,9 @@ def _launch_copy(
         stride_h,
         stride_t,
         layout.num_kv_heads,
+        _heads_per_program(layout, tune),
         num_warps=tune.num_warps,
-        **_meta(pool, c, layout, rotary_dim, style, tune),
+        **_meta(layout, rotary_dim, style, tune),
         HEAD_DIM=layout.head_dim,
     )
 
@@ -619,13 +645,12 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    _rope_delta_inplace_kernel[_grid(c, tune, 1)](
+    _rope_delta_inplace_kernel[_grid(c, layout, tune, 1)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        c.inv_freq if c.kv_scale is None else c.kv_scale,  # a placeholder pointer, never read, without fp8
-        c.groups.shape[0] - 1,
+        c.groups.shape[0],
         tune.blocks_per_program,
         c.layer_start,
         c.layer_stop,
@@ -635,20 +660,28 @@ def _launch_inplace(
         stride_h,
         stride_t,
         layout.num_kv_heads,
+        _heads_per_program(layout, tune),
         num_warps=tune.num_warps,
-        **_meta(pool, c, layout, rotary_dim, style, tune),
+        **_meta(layout, rotary_dim, style, tune),
     )
 
 
-def _grid(c: _Checked, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
-    groups = c.groups.shape[0] - 1
+def _head_blocks(c: _Checked, layout: PagedKVLayout) -> int:
+    return c.groups.shape[0] * (c.layer_stop - c.layer_start) * layout.num_kv_heads
+
+
+def _heads_per_program(layout: PagedKVLayout, tune: KernelTuning) -> int:
+    return min(tune.heads_per_program or layout.num_kv_heads, layout.num_kv_heads)
+
+
+def _grid(c: _Checked, layout: PagedKVLayout, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
+    groups = c.groups.shape[0]
     layers = c.layer_stop - c.layer_start
-    return triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv
+    head_runs = triton.cdiv(layout.num_kv_heads, _heads_per_program(layout, tune))
+    return triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv * head_runs
 
 
-def _meta(
-    pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
-) -> dict[str, Any]:
+def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning) -> dict[str, Any]:
     registers = {} if tune.max_registers is None else {"maxnreg": tune.max_registers}
     return registers | {
         "ROTARY_DIM": rotary_dim,
@@ -656,8 +689,6 @@ def _meta(
         "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),
         "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
         "IS_NEOX": style == "neox",
-        "IS_FP8": pool.dtype == FP8_KV_DTYPE,
-        "SCALE_STRIDE": 0 if c.kv_scale is None or c.kv_scale.numel() == 1 else 1,
         "INTERPRETED": _INTERPRETED,
     }
 
@@ -810,10 +841,12 @@ def _check(
     rows = plan.cpu().numpy()
     _check_rows(rows, pool.shape[0], layout.tokens_per_block, columns)
     # One host-to-device copy carries the plan and its row groups.
-    packed = torch.from_numpy(np.concatenate([rows.reshape(-1), _row_groups(rows, columns)])).to(pool.device)
+    packed = torch.from_numpy(np.concatenate([rows.reshape(-1), _row_groups(rows, columns).reshape(-1)])).to(
+        pool.device
+    )
     return _Checked(
         packed[: rows.size].view(-1, columns),
-        packed[rows.size :],
+        packed[rows.size :].view(-1, GROUP_COLUMNS),
         inv_freq.to(pool.device).contiguous(),
         None if kv_scale is None else kv_scale.contiguous(),
         int(start),
@@ -822,15 +855,28 @@ def _check(
 
 
 def _row_groups(plan: np.ndarray, columns: int) -> np.ndarray:
-    """First row of each run of consecutive rows with one target block and one delta, then the number of rows.
+    """Runs of consecutive rows with one target block and one delta, int64 ``[G, GROUP_COLUMNS]`` (see there).
 
     The kernels give each group one tile of ``tokens_per_block`` lanes (lane = target slot): rows that share a block
-    (spans at odd offsets) fill one tile together instead of two half-empty ones.
+    (spans at odd offsets) fill one tile together instead of two half-empty ones. A one-row group (aligned spans) also
+    carries its row's slots and source, so its program starts loading after one read of the group.
     """
-    target = plan[:, 2 if columns == COPY_PLAN_COLUMNS else 0]
+    copy = columns == COPY_PLAN_COLUMNS
+    target = plan[:, 2 if copy else 0]
     delta = plan[:, columns - 1]
     new_group = np.append(plan.shape[0] > 0, (target[1:] != target[:-1]) | (delta[1:] != delta[:-1]))
-    return np.append(np.flatnonzero(new_group), plan.shape[0]).astype(np.int64)
+    first = np.flatnonzero(new_group)
+    count = np.diff(np.append(first, plan.shape[0]))
+    groups = np.zeros((first.size, GROUP_COLUMNS), dtype=np.int64)
+    groups[:, 0], groups[:, 1], groups[:, 2], groups[:, 3] = first, count, target[first], delta[first]
+    one = first[count == 1]
+    dst_offset = plan[one, 3 if copy else 1]
+    groups[count == 1, 4] = dst_offset
+    groups[count == 1, 5] = plan[one, columns - 2]
+    if copy:
+        groups[count == 1, 6] = plan[one, 0]
+        groups[count == 1, 7] = plan[one, 1] - dst_offset
+    return groups
 
 
 def _check_rows(plan: np.ndarray, num_blocks: int, tokens_per_block: int, columns: int) -> None:

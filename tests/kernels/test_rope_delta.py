@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -13,11 +12,13 @@ from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
     COPY_PLAN_COLUMNS,
+    GROUP_COLUMNS,
     CopySpan,
     InplaceSpan,
     InvalidPlan,
     KernelTuning,
     _row_groups,
+    default_tuning,
     rope_delta_copy,
     rope_delta_copy_reference,
     rope_delta_inplace,
@@ -128,7 +129,10 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
     pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
     style = data.draw(st.sampled_from(["neox", "gptj"]))
-    tuning = KernelTuning(blocks_per_program=data.draw(st.sampled_from([1, 2, 5])))
+    tuning = KernelTuning(
+        blocks_per_program=data.draw(st.sampled_from([1, 2, 5])),
+        heads_per_program=data.draw(st.sampled_from([None, 1])),
+    )
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
     rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=16, style=style, tuning=tuning)
@@ -145,11 +149,13 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(8, 8, 4, 1, None),
         KernelTuning(2, 4, 2, 3),
         KernelTuning(1, 8, 1, 64, 64),
+        KernelTuning(1, 4, 2, 2, None, heads_per_program=2),
+        KernelTuning(2, 4, 1, 1, None, heads_per_program=3),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
-    """5 heads and layers [1, 4): the last head group and the last layer group of a program are partial; with several
-    blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them."""
+    """5 heads and layers [1, 4): the last head group, layer group and head run of a program are partial; with
+    several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -166,21 +172,24 @@ def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
 
 def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
     """Spans at odd offsets cut every target block into two rows; each pair (same block, same delta) is one group,
-    and a new target block or a new delta starts the next group."""
+    and a new target block or a new delta starts the next group. A one-row group carries its row's slots and source."""
     plan = split_spans_to_plan(
         [CopySpan(3, 5, 30, delta=9), CopySpan(33, 35, 9, delta=-3)], DONOR_BLOCKS, TARGET_BLOCKS, T
     )
     rows = plan.numpy()
     groups = _row_groups(rows, COPY_PLAN_COLUMNS)
-    assert groups[-1] == len(rows)
-    for first, stop in itertools.pairwise(groups):
-        group = rows[first:stop]
-        assert len(set(group[:, 2])) == 1 and len(set(group[:, 5])) == 1
+    assert groups.shape[1] == GROUP_COLUMNS and groups[:, 1].sum() == len(rows)
+    for first, count, block, delta, *one_row in groups:
+        group = rows[first : first + count]
+        assert set(group[:, 2]) == {block} and set(group[:, 5]) == {delta}
         assert group[:, 4].sum() <= T
-    for first in groups[1:-1]:
+        if count == 1:
+            src_block, src_offset, _, dst_offset, n, _ = group[0]
+            assert one_row == [dst_offset, n, src_block, src_offset - dst_offset]
+    for first in groups[1:, 0]:
         assert tuple(rows[first - 1, [2, 5]]) != tuple(rows[first, [2, 5]])
-    assert (np.diff(groups) == 2).sum() >= 3  # the odd offsets pair up
-    assert list(_row_groups(rows[:0], COPY_PLAN_COLUMNS)) == [0]
+    assert (groups[:, 1] == 2).sum() >= 3 and (groups[:, 1] == 1).any()  # the odd offsets pair up
+    assert _row_groups(rows[:0], COPY_PLAN_COLUMNS).shape == (0, GROUP_COLUMNS)
 
 
 @pytest.mark.gpu
@@ -378,3 +387,10 @@ def test_race_check_agrees_with_slot_sets(rows: list[tuple[int, int, int, int, i
     else:
         with pytest.raises(InvalidPlan):
             rope_delta_copy_reference(pool, plan, RopeConfig(8, 8, 1e4).inv_freq(), layout, rotary_dim=8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("op", ["copy", "inplace"])
+def test_default_tuning_covers_every_dtype_op_and_size(dtype: torch.dtype, op: str) -> None:
+    for head_blocks in (1, 1 << 14, (1 << 14) + 1, 1 << 40):
+        assert isinstance(default_tuning(dtype, op, head_blocks), KernelTuning)  # type: ignore[arg-type]
