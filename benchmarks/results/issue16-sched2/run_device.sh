@@ -4,8 +4,10 @@
 # Stage from a checkout of branch sched2 (here), then run on the device with carry [".stage/sched2"]:
 #   mkdir -p /work/main/.stage/sched2/wheels && cp benchmarks/results/issue16-sched2/run_device.sh /work/main/.stage/sched2/
 #   cp /work/main/.stage/wheelsB/*.whl /work/main/.stage/dynwheels/prometheus_client-*.whl /work/main/.stage/sched2/wheels/
+#   cp benchmarks/results/issue16-sched2/lockstep_ab.py /work/main/.stage/sched2/
 #   git diff --name-only main -- semblend_dynamo trtllm_connector benchmarks/bench_connector.py \
 #     | xargs -I{} cp --parents {} /work/main/.stage/sched2/overlay/
+# Then the paired A/B (lockstep_ab.py: both trees' schedulers in two processes, decisions alternating one by one).
 #   command: bash .stage/sched2/run_device.sh
 set -u
 root=$PWD
@@ -29,4 +31,9 @@ for run in $(seq 1 "$runs"); do
       echo "== $name $mode run $run"; grep "^| SemBlend" "$OUT/${name}_${mode}_run${run}.txt" | cut -c1-120
     done
   done
+done
+for mode in exact shifted; do
+  PYTHONPATH=/tmp/ab16/main/.pp:/tmp/site timeout 240 python3 "$root"/.stage/sched2/lockstep_ab.py $mode 1000 \
+    /tmp/ab16/main python3 /tmp/ab16/sched2 python3 > "$OUT/lockstep_$mode.txt" 2>&1
+  cat "$OUT/lockstep_$mode.txt"
 done
