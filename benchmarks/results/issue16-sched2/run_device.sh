@@ -5,7 +5,7 @@
 #   mkdir -p /work/main/.stage/sched2/wheels && cp benchmarks/results/issue16-sched2/run_device.sh /work/main/.stage/sched2/
 #   cp /work/main/.stage/wheelsB/*.whl /work/main/.stage/dynwheels/prometheus_client-*.whl /work/main/.stage/sched2/wheels/
 #   cp benchmarks/results/issue16-sched2/lockstep_ab.py /work/main/.stage/sched2/
-#   git diff --name-only main -- semblend_dynamo trtllm_connector benchmarks/bench_connector.py \
+#   git diff --name-only main...sched2 -- semblend_dynamo trtllm_connector benchmarks/bench_connector.py \
 #     | xargs -I{} cp --parents {} /work/main/.stage/sched2/overlay/
 # Then the paired A/B (lockstep_ab.py: both trees' schedulers in two processes, decisions alternating one by one).
 #   command: bash .stage/sched2/run_device.sh
