@@ -119,10 +119,13 @@ class _ChunkTable:
         slots = sums * scale
         slots >>= self._shift
         at = slots.view(np.intp)
-        bits = self._bits.take(at >> 3)
-        bits >>= (at & 7).astype(np.uint8)
+        bit = at.astype(np.uint8)  # the low byte holds the bit's index in its byte
+        bit &= 7
+        at >>= 3
+        bits = self._bits.take(at)
+        bits >>= bit
         bits &= 1
-        return np.flatnonzero(bits)
+        return bits.view(np.bool_).nonzero()[0]  # 0/1 bytes: a bool view takes nonzero's fast path (1/7 the time)
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
         new: list[int] = []
@@ -252,7 +255,16 @@ class SpanAligner:
 
         Raises ValueError for token ids outside ``[0, 2**31)`` (they cannot come from a tokenizer).
         """
-        arr = np.array(tokens, dtype=np.int64)
+        # A read-only int64 array that owns its memory (the donor registry's) cannot change under us: shared, so the
+        # connector's later re-check reads the same (cached) tokens the aligner compared.
+        arr: np.ndarray = (
+            tokens
+            if isinstance(tokens, np.ndarray)
+            and tokens.dtype == np.int64
+            and not tokens.flags.writeable
+            and tokens.base is None
+            else np.array(tokens, dtype=np.int64)
+        )
         if arr.ndim != 1:
             raise ValueError("donor tokens must be a flat sequence of token ids")
         if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 1 << 31):
@@ -377,7 +389,7 @@ class SpanAligner:
         ids = table.ids
         found = np.fromiter(map(ids.get, wanted.tolist(), repeat(-1)), dtype=np.int64, count=positions.size)
         hit = found >= 0
-        positions, wanted, at = positions[hit], wanted[hit], found[hit]
+        positions, at = positions[hit], found[hit]
         serials = table.single_serial[at]
         one = serials >= 0
         shared = not one.all()
@@ -393,7 +405,7 @@ class SpanAligner:
         if pos.size:
             # Anchors in target order, cut where the diagonal changes: one group per stretch of a diagonal (one in
             # all for a plain hit); a diagonal met again after another adds to its entry.
-            cuts = np.flatnonzero((serials[1:] != serials[:-1]) | (deltas[1:] != deltas[:-1])) + 1
+            cuts = ((serials[1:] != serials[:-1]) | (deltas[1:] != deltas[:-1])).nonzero()[0] + 1
             starts = [0, *cuts.tolist()]
             stops = [*starts[1:], pos.size]
             for first, stop, serial, delta, lo, hi in zip(
@@ -417,7 +429,7 @@ class SpanAligner:
         many = ~one
         postings = table.postings
         cap = self.max_postings
-        for p, h in zip(positions[many].tolist(), wanted[many].tolist(), strict=True):
+        for p, h in zip(positions[many].tolist(), wanted[hit][many].tolist(), strict=True):
             taken = 0
             for packed in reversed(postings[h]):
                 serial = packed >> _OFFSET_BITS
@@ -471,8 +483,8 @@ class SpanAligner:
             at += hi - lo
             ends.append(at)
             at += 1
-        stops = np.flatnonzero(differ)
-        long_enough = np.flatnonzero(np.diff(stops) > self.min_span_tokens)
+        stops = differ.nonzero()[0]  # on 1-D arrays: flatnonzero and diff without their Python wrappers
+        long_enough = (stops[1:] - stops[:-1] > self.min_span_tokens).nonzero()[0]
         bs = self.block_size
         out = []
         for start, end in zip((stops[long_enough] + 1).tolist(), stops[long_enough + 1].tolist(), strict=True):

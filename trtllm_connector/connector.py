@@ -372,7 +372,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 similarity=similarity,
             )
             return self._decline(request_id, candidates, started, namespace=namespace, key=key)
-        spans = self._find_spans(hint, candidates, namespace, prompt)
+        spans, checked = self._find_spans(hint, candidates, namespace, prompt)
         decision = self.planner.plan(
             len(prompt),
             spans,
@@ -382,7 +382,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             chain_head_tokens=hint.chain_head_tokens if hint else None,
         )
         if hint is not None and not decision.accepted:  # the hinted donor alone falls short: search every donor
-            local = self._find_spans(None, None, namespace, prompt)
+            local, local_checked = self._find_spans(None, None, namespace, prompt)
             retry = self.planner.plan(
                 len(prompt),
                 local,
@@ -391,7 +391,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 approximate_donors=self._approximate_donors(local),
             )
             if retry.accepted:
-                spans, decision = local, retry
+                spans, checked, decision = local, local_checked, retry
         donor_id = spans[0].donor_id if spans else None
         self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=donor_id, similarity=similarity)
         if decision.plan is None or decision.reason is not None:
@@ -407,6 +407,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 tokens_per_block=self.tokens_per_block,
                 exact_only=self.cfg.exact_materialization_only,
                 shift_supported=self.model.shift_supported,
+                tokens_checked=checked,
             )
             self._check_backend(load, tenancy)
         except Declined as d:
@@ -443,20 +444,25 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
 
     def _find_spans(
         self, hint: DonorHint | None, candidates: list[str] | None, namespace: str, prompt: np.ndarray
-    ) -> list[Span]:
+    ) -> tuple[list[Span], bool]:
         """Token-exact spans between the prompt and pinned donors, found locally (a hint only narrows the search).
 
         A hint's spans are re-checked token by token against the donor; exact mode looks only for the longest shared
-        prefix (the only exact-equivalent KV); shifted mode runs the span aligner.
+        prefix (the only exact-equivalent KV); shifted mode runs the span aligner. The flag: the spans were compared
+        with the registry's own donor arrays here (``validate_load`` need not compare them again).
         """
         if hint is not None and hint.spans and candidates:
             donor = self.registry.get(candidates[0])
-            return [s for s in (_exact_run(donor, prompt, *triple) for triple in hint.spans) if s] if donor else []
+            runs = [s for s in (_exact_run(donor, prompt, *triple) for triple in hint.spans) if s] if donor else []
+            return runs, True
         if self.cfg.exact_materialization_only:
             donor_id, length = self.registry.longest_prefix(namespace, prompt)
             if candidates is not None and donor_id not in candidates:
-                return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
-            return [Span(donor_id=donor_id, donor_start=0, target_start=0, length=length)] if length else []
+                return self._align(namespace, prompt, candidates), False
+            return [Span(donor_id=donor_id, donor_start=0, target_start=0, length=length)] if length else [], True
+        return self._align(namespace, prompt, candidates), False
+
+    def _align(self, namespace: str, prompt: np.ndarray, candidates: list[str] | None) -> list[Span]:
         return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
 
     def _approximate_donors(self, spans: list[Span]) -> set[str]:

@@ -2,7 +2,8 @@
 
 ``get_num_new_matched_tokens`` is a promise with no failure channel, so everything that could make the copy
 wrong is checked here first, against the donor registry's current state (never against what a hint says):
-donor still pinned, namespace equal, tokens equal (rechecked token by token), target side contiguous from the
+donor still pinned, namespace equal, tokens equal (compared token by token with the registry's copy: here, unless the
+caller's own lookup just compared exactly these donor arrays), target side contiguous from the
 device-matched prefix and cut to whole blocks, at least one prompt token left to compute, exact mode only with
 the same tokens at the same positions after the same context from a donor whose own KV is exact (lineage), and RoPE
 support for shifted spans.
@@ -78,10 +79,13 @@ def validate_load(
     tokens_per_block: int,
     exact_only: bool,
     shift_supported: bool,
+    tokens_checked: bool = False,
 ) -> ValidatedLoad:
     """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`.
 
-    ``target`` is the prompt as an int64 array.
+    ``target`` is the prompt as an int64 array. ``tokens_checked``: every span came from a token-by-token comparison of
+    ``target`` with the registry's own array of its donor, in this same call (the exact-prefix lookup, a hint's re-check),
+    so its tokens are not compared a second time; spans from the span aligner always are.
     """
     tpb = tokens_per_block
     if num_computed % tpb:
@@ -118,7 +122,7 @@ def validate_load(
         n = stop - start
         if d0 + n > len(donor.tokens) or -(-(d0 + n) // tpb) > len(donor.block_ids):
             raise Declined(DeclineReason.DONOR_NOT_RESIDENT, f"{span.donor_id} has no KV for tokens {d0}..{d0 + n}")
-        if not _same(target[start:stop], donor.tokens[d0 : d0 + n]):
+        if not tokens_checked and not _same(target[start:stop], donor.tokens[d0 : d0 + n]):
             raise Declined(DeclineReason.NO_CANDIDATE, f"{span.donor_id}: span tokens differ")
         exact = donor.lineage is Lineage.EXACT and d0 == start and _same(target[:start], donor.tokens[:d0])
         if exact_only and not exact:

@@ -198,3 +198,16 @@ def test_filter_survives_growth_and_removals() -> None:
     for i in (1, 2, 151, 298, 299):
         spans = aligner.align("ns", donors[f"d{i}"] + [1])
         assert [s.donor_id for s in spans] == ([f"d{i}"] if i % 2 else [])
+
+
+def test_a_read_only_int64_donor_array_is_shared_anything_else_copied() -> None:
+    frozen = np.arange(64, dtype=np.int64)
+    frozen.flags.writeable = False
+    writable = np.arange(64, dtype=np.int64)
+    al = SpanAligner(8, 8)
+    al.add_donor("frozen", "ns", frozen)
+    al.add_donor("writable", "ns", writable)
+    assert np.shares_memory(al.donor_tokens("frozen"), frozen)  # type: ignore[arg-type]
+    assert not np.shares_memory(al.donor_tokens("writable"), writable)  # type: ignore[arg-type]
+    writable[:] = 0  # the caller's array changes; the indexed copy does not
+    assert [s.length for s in al.align("ns", np.arange(64, dtype=np.int64))] == [64]
