@@ -298,6 +298,7 @@ async def _serve(
         deployment=deployment,
         router_id=router_id,
     )
+    resources.callback(router.close)
     subscriber = EventSubscriber(
         link,
         max_bytes=cfg.max_message_bytes,
