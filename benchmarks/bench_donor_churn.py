@@ -58,6 +58,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     sys.setswitchinterval(args.switch_interval)
     from dynamo.llm import compute_block_hash_for_seq
 
+    import semblend_dynamo
     from semblend_dynamo.config import SemblendConfig
     from semblend_dynamo.events.link import NatsLink
     from semblend_dynamo.events.publisher import EvidencePublisher
@@ -67,8 +68,6 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     from semblend_dynamo.router.catalog import DonorCatalog
     from semblend_dynamo.router.handler import SemanticRouter
     from semblend_dynamo.router.metrics import RouterMetrics
-
-    import semblend_dynamo
 
     assert Path(semblend_dynamo.__file__).resolve().is_relative_to(Path(args.code).resolve())
 
@@ -248,9 +247,12 @@ def summary(label: str, result: dict[str, Any]) -> list[str]:
 def parent(args: argparse.Namespace) -> None:
     runs: list[tuple[str, str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        if args.compare:
+        if Path(args.compare).is_dir():  # a copy of the baseline's tree (where there is no git)
+            tmp = str(Path(args.compare).resolve())
+        elif args.compare:
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.compare], capture_output=True, check=True)
             subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        if args.compare:
             runs += [(f"{args.compare} (before)", tmp, 0.005), (f"{args.compare} (before)", tmp, 0.0005)]
         runs += [("this tree (after)", str(ROOT), 0.005), ("this tree (after)", str(ROOT), 0.0005)]
         results = []
@@ -267,7 +269,9 @@ def parent(args: argparse.Namespace) -> None:
         f"# host: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load {os.getloadavg()[0]:.1f}"
     )
-    print(f"# {args.donors:,} resident donors of 512 tokens; {args.requests} sequential 8K span-path requests each router")
+    print(
+        f"# {args.donors:,} resident donors of 512 tokens; {args.requests} sequential 8K span-path requests each router"
+    )
     print()
     print(
         "| code | semantic ms p50 / p99 / max | exact-only ms p50 / p99 / max | added ms p50 / p99 / max | "
@@ -283,7 +287,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", type=int, default=20_000)
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--compare", default="", help="a git ref whose code runs as the baseline")
+    parser.add_argument(
+        "--compare", default="", help="a git ref (or a directory holding a tree) whose code runs as the baseline"
+    )
     parser.add_argument("--raw", default="", help="directory for each run's raw JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)

@@ -70,6 +70,7 @@ from ..pipeline import DiscoveryResult, DonorDiscovery
 from ..policy import DonorPolicy, Tenancy
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
+from .indexer import RequestGate
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
 from .sync import (
@@ -225,7 +226,9 @@ class SemanticRouter:
         )
         self._registrations: set[asyncio.Task[None]] = set()
         self._donor_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-donors")
+        self.gate = RequestGate()
         if catalog.indexer is not None:
+            catalog.indexer.gate = self.gate
             catalog.indexer.on_dropped = lambda kind, reason: metrics.donors_dropped.labels(kind, reason).inc()
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
@@ -234,8 +237,9 @@ class SemanticRouter:
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
         """Dynamo endpoint handler: decide, forward through Dynamo's KvRouter, stream back, then publish."""
         t0 = time.perf_counter()
-        routed = self.parse(request, context)
-        decision = await self.decide(routed)
+        with self.gate.deciding():  # donors are indexed between requests' decisions
+            routed = self.parse(request, context)
+            decision = await self.decide(routed)
         forwarded = self.forward_request(request, routed, decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
@@ -572,6 +576,7 @@ class SemanticRouter:
 
     def _add_donor(self, routed: RoutedRequest, served: tuple[int, int], vector: Any) -> DonorRegistration:
         """The donor's registration, added to the catalog (``semblend-donors`` thread: hashing 8K tokens takes ~1 ms)."""
+        self.gate.wait()
         worker_id, dp_rank = served
         hashes = compute_block_hash_for_seq(
             routed.tokens, self.cfg.block_size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None

@@ -16,11 +16,12 @@ donors the pipeline can hold. :meth:`close` applies what is queued (within its t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,39 @@ MAX_LOCAL = 4096
 """Queued adds carrying a prompt's tokens at most (an 8K-token prompt's list holds ~300 KB)."""
 BATCH = 256
 """Changes taken per turn; peers' embeddings of one namespace among them are inserted in one batch."""
+MAX_DEFER_S = 0.005
+"""Longest a background step waits for the loop to finish deciding requests (so it cannot starve under load)."""
+
+
+class RequestGate:
+    """Background donor work waits here, one step at a time, while the event loop decides a request.
+
+    A thread running Python code holds the GIL; every time the loop thread lets the GIL go (a numpy call, a lock)
+    it waits for it again, up to the switch interval each time. So the indexer and the donor thread start no new
+    step while a request is being decided, for at most ``max_wait_s`` (then they go on, so a saturated loop still
+    gets its donors indexed). ``deciding`` is entered and left on the loop thread only.
+    """
+
+    def __init__(self, max_wait_s: float = MAX_DEFER_S) -> None:
+        self.max_wait_s = max_wait_s
+        self._deciding = 0
+        self._idle = threading.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def deciding(self) -> Iterator[None]:
+        self._deciding += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._deciding -= 1
+            if not self._deciding:
+                self._idle.set()
+
+    def wait(self) -> None:
+        """Called by a background thread before each step."""
+        self._idle.wait(self.max_wait_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +121,8 @@ class PipelineIndexer:
         """``dropped:<kind>:<reason>`` per change not applied, ``applied``, ``errors``, ``evicted``."""
         self.on_dropped: Callable[[str, str], None] | None = None
         """Told ``(kind, reason)`` of each change dropped (the router's metric)."""
+        self.gate: RequestGate | None = None
+        """Waited at before each change (the router's: no indexing while it decides a request)."""
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[_Change] = deque()
         self._adds = 0
@@ -97,7 +133,9 @@ class PipelineIndexer:
         self._thread: threading.Thread | None = None
 
     # --- called by the catalog (its lock held): never waits for the pipeline -----------------------
-    def add_local(self, donor_id: str, namespace: NamespaceKey, tokens: Sequence[int], vector: np.ndarray | None) -> None:
+    def add_local(
+        self, donor_id: str, namespace: NamespaceKey, tokens: Sequence[int], vector: np.ndarray | None
+    ) -> None:
         self._add(_Local(donor_id, namespace, tokens, vector))
 
     def add_peer(self, donor_id: str, namespace: str, vector: np.ndarray) -> None:
@@ -218,6 +256,7 @@ class PipelineIndexer:
 
         def flush() -> None:
             for namespace, vectors in peers.items():
+                self._defer()
                 ids = list(vectors)
                 evicted.extend(discovery.register_embeddings(ids, namespace, np.stack(list(vectors.values()))))
             peers.clear()
@@ -229,7 +268,9 @@ class PipelineIndexer:
             if isinstance(change, _Peer):
                 peers.setdefault(change.namespace, {})[change.donor_id] = change.vector
                 waiting.add(change.donor_id)
-            elif isinstance(change, _Local):
+                continue
+            self._defer()
+            if isinstance(change, _Local):
                 evicted.extend(
                     discovery.register_donor(change.donor_id, change.namespace, change.tokens, embedding=change.vector)
                 )
@@ -237,6 +278,10 @@ class PipelineIndexer:
                 discovery.remove_donor(change.donor_id)
         flush()
         self.counters["applied"] += len(batch)
+
+    def _defer(self) -> None:
+        if self.gate is not None:
+            self.gate.wait()
 
 
 def _kind(change: _Change) -> str:

@@ -65,7 +65,9 @@ def test_older_copies_are_ignored_and_capacity_evicts_from_the_pipeline_too() ->
     assert not catalog.add(_donor("a", [1], dim, registered_at=4.0))
     catalog.add(_donor("b", [2], dim))
     catalog.add(_donor("c", [3], dim))
-    assert catalog.drain(10) and "a" not in catalog and "a" not in discovery and {"b", "c"} <= set(catalog.resident("ns"))
+    assert (
+        catalog.drain(10) and "a" not in catalog and "a" not in discovery and {"b", "c"} <= set(catalog.resident("ns"))
+    )
     assert catalog.forget("b") and not catalog.forget("b") and catalog.drain(10) and "b" not in discovery
 
 

@@ -14,7 +14,7 @@ from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.pipeline import DonorDiscovery
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
-from semblend_dynamo.router.indexer import PipelineIndexer
+from semblend_dynamo.router.indexer import PipelineIndexer, RequestGate
 
 W1 = 11
 NS = NamespaceKey(model_id="m", tokens_per_block=16)
@@ -145,6 +145,19 @@ def test_evictions_the_pipeline_reports_go_to_the_callback_outside_any_pipeline_
     indexer, reported = _indexer(discovery)
     indexer.add_peer("new", "ns", _vector())
     assert indexer.drain(10) and reported == [["old"]] and indexer.counters["evicted"] == 1
+
+
+def test_background_steps_wait_while_a_request_is_decided_but_never_for_ever() -> None:
+    gate = RequestGate(max_wait_s=30)
+    stepped = threading.Event()
+    with gate.deciding():
+        thread = threading.Thread(target=lambda: (gate.wait(), stepped.set()))
+        thread.start()
+        assert not stepped.wait(0.05)
+    assert stepped.wait(10)
+    saturated = RequestGate(max_wait_s=0.01)
+    with saturated.deciding():
+        saturated.wait()  # returns after max_wait_s though the loop is still deciding
 
 
 # --- with the catalog and the real pipeline ------------------------------------------------------------------------
