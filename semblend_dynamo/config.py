@@ -205,6 +205,13 @@ class SemblendConfig(BaseModel):
     embed_budget_ms: float = Field(
         50.0, gt=0, description="router: longest a request waits for its prompt embedding (beyond: exact-only, counted)"
     )
+    gil_switch_interval_ms: float = Field(
+        0.5,
+        gt=0,
+        le=100,
+        description="router: the interpreter's GIL switch interval; a background thread (donor indexing) holding the "
+        "GIL gives it back to the event loop within it (Python's default, 5 ms, showed in request latency)",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
     metrics_host: str = Field("127.0.0.1", description="bind address of the metrics/health server")
     kv_index_poll_s: float = Field(
@@ -526,6 +533,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "sync_window",
         "embed_queue_size",
         "embed_budget_ms",
+        "gil_switch_interval_ms",
     ),
 }
 """Every setting in exactly one group (by concern); a command's help shows the groups it uses."""

@@ -117,7 +117,8 @@ class DonorDiscovery:
         self.planner = Planner(cfg)
         self.segmenter = WindowSegmenter(cfg.window_tokens, cfg.window_overlap)
         self.counters: Counter[str] = Counter()
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the aligner and _donors: held only briefly, discover() reads under it
+        self._writer = threading.RLock()  # serializes donor mutations, index writes included (never under _lock)
         self._donors: OrderedDict[str, int] = OrderedDict()  # donor id -> generation, oldest first
         self._generation = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-embed") if background else None
@@ -152,37 +153,45 @@ class DonorDiscovery:
         text: str | None = None,
         *,
         embedding: np.ndarray | None = None,
-    ) -> None:
+    ) -> list[str]:
         """Make a finished request a donor: span-indexed now, embedded off the request path.
 
         Called when a request's KV becomes resident. A known id is replaced. Invalid tokens are counted
         (``invalid_donor``) and the donor is skipped; beyond ``index_capacity`` the oldest donor is evicted.
         ``embedding``: the vector :meth:`embed_prompt` already gave for this prompt (indexed as is, not recomputed).
+        Returns the donors evicted to make room (those known now; a background embedding's are counted only).
+
+        The tokens are hashed before any lock is taken and the aligner's tables updated under the lock discover()
+        reads with, so a request never waits for a whole donor's indexing.
         """
         digest = namespace.digest()
-        with self._lock:
-            try:
-                self.aligner.add_donor(donor_id, digest, tokens)
-            except (ValueError, TypeError, OverflowError) as exc:
-                self.counters["invalid_donor"] += 1
-                log.debug("donor %s rejected: %s", donor_id, exc)
-                return
-            self._generation += 1
-            generation = self._generation
-            self._donors.pop(donor_id, None)
+        try:
+            prepared = self.aligner.prepare_donor(donor_id, digest, tokens)
+        except (ValueError, TypeError, OverflowError) as exc:
+            self.counters["invalid_donor"] += 1
+            log.debug("donor %s rejected: %s", donor_id, exc)
+            return []
+        with self._writer:
+            with self._lock:
+                self.aligner.commit_donor(prepared)
+                self._generation += 1
+                generation = self._generation
+                self._donors.pop(donor_id, None)
+                self._donors[donor_id] = generation
+                self.counters["donors_registered"] += 1
+                evicted: list[str] = []
+                while len(self._donors) > self.cfg.index_capacity:
+                    oldest, _ = self._donors.popitem(last=False)
+                    self.aligner.remove_donor(oldest)
+                    evicted.append(oldest)
+                    self.counters["donors_evicted"] += 1
             if self.index is not None:
-                self.index.delete(donor_id)
-            self._donors[donor_id] = generation
-            self.counters["donors_registered"] += 1
-            while len(self._donors) > self.cfg.index_capacity:
-                oldest, _ = self._donors.popitem(last=False)
-                self._forget(oldest)
-                self.counters["donors_evicted"] += 1
-        if self.embedder is None:
-            return
-        if embedding is not None:
-            self._index_donor(donor_id, generation, digest, embedding)
-            return
+                for gone in (donor_id, *evicted):
+                    self.index.delete(gone)
+            if self.embedder is None:
+                return evicted
+            if embedding is not None:
+                return evicted + self._index_donor(donor_id, generation, digest, embedding)
         token_list = list(tokens)
         if self._executor is None:
             self._embed_donor(donor_id, generation, digest, token_list, text)
@@ -191,6 +200,7 @@ class DonorDiscovery:
             with self._lock:
                 self._pending.add(future)
             future.add_done_callback(self._pending_done)
+        return evicted
 
     def register_embedding(self, donor_id: str, namespace_digest: str, vector: np.ndarray) -> list[str]:
         """Index a donor known only by its embedding (a peer's registration: no tokens, so no spans).
@@ -213,33 +223,39 @@ class DonorDiscovery:
                 usable = np.isfinite(rows).all(axis=1) & (np.linalg.norm(rows, axis=1) > 1e-12)
             self.counters["donor_embedding_errors"] += int((~usable).sum())
             ids, rows = [d for d, ok in zip(ids, usable.tolist(), strict=True) if ok], rows[usable]
-        with self._lock:
-            for donor_id in donor_ids:
-                self._donors.pop(donor_id, None)
-                self._forget(donor_id)
-            for donor_id in ids:
-                self._generation += 1
-                self._donors[donor_id] = self._generation
-            try:
-                evicted = self.index.insert_batch(ids, namespace_digest, rows)
-            except DonorIndexError as exc:
+        with self._writer:
+            with self._lock:
+                for donor_id in donor_ids:
+                    self._donors.pop(donor_id, None)
+                    self.aligner.remove_donor(donor_id)
                 for donor_id in ids:
-                    del self._donors[donor_id]
+                    self._generation += 1
+                    self._donors[donor_id] = self._generation
+            for donor_id in set(donor_ids) - set(ids):
+                self.index.delete(donor_id)
+            try:
+                evicted = self.index.insert_batch(ids, namespace_digest, rows)  # replaces the ids it inserts
+            except DonorIndexError as exc:
+                with self._lock:
+                    for donor_id in ids:
+                        del self._donors[donor_id]
+                for donor_id in ids:
+                    self.index.delete(donor_id)
                 self.counters["donor_embedding_errors"] += len(ids)
                 log.debug("%d donors not indexed: %s", len(ids), exc)
                 return []
-            for gone in evicted:
-                if self._donors.pop(gone, None) is not None:
-                    self.aligner.remove_donor(gone)
-                    self.counters["donors_evicted"] += 1
+            self._drop_evicted(evicted)
             return evicted
 
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (evicted or released on its worker). False if unknown."""
-        with self._lock:
-            if self._donors.pop(donor_id, None) is None:
-                return False
-            self._forget(donor_id)
+        with self._writer:
+            with self._lock:
+                if self._donors.pop(donor_id, None) is None:
+                    return False
+                self.aligner.remove_donor(donor_id)
+            if self.index is not None:
+                self.index.delete(donor_id)
             return True
 
     def __contains__(self, donor_id: object) -> bool:
@@ -265,11 +281,6 @@ class DonorDiscovery:
         with self._lock:
             self._pending.discard(future)
 
-    def _forget(self, donor_id: str) -> None:
-        self.aligner.remove_donor(donor_id)
-        if self.index is not None:
-            self.index.delete(donor_id)
-
     def _embed_donor(self, donor_id: str, generation: int, digest: str, tokens: list[int], text: str | None) -> None:
         try:
             vector = self._embed(tokens, text)
@@ -278,23 +289,33 @@ class DonorDiscovery:
             log.debug("donor %s not embedded: %s", donor_id, exc)
             return
         if vector is not None:
-            self._index_donor(donor_id, generation, digest, vector)
+            with self._writer:
+                self._index_donor(donor_id, generation, digest, vector)
 
-    def _index_donor(self, donor_id: str, generation: int, digest: str, vector: np.ndarray) -> None:
+    def _index_donor(self, donor_id: str, generation: int, digest: str, vector: np.ndarray) -> list[str]:
+        """Insert a donor's vector (``_writer`` held, ``_lock`` not: discover() goes on meanwhile); the evicted."""
         assert self.index is not None
         with self._lock:
             if self._donors.get(donor_id) != generation:
-                return  # replaced or removed while it was being embedded
-            try:
-                evicted_ids = self.index.insert(donor_id, digest, vector)
-            except DonorIndexError as exc:
-                self.counters["donor_embedding_errors"] += 1
-                log.debug("donor %s not indexed: %s", donor_id, exc)
-                return
-            for evicted in evicted_ids:
-                if self._donors.pop(evicted, None) is not None:
-                    self.aligner.remove_donor(evicted)
+                return []  # replaced or removed while it was being embedded
+        try:
+            evicted = self.index.insert(donor_id, digest, vector)
+        except DonorIndexError as exc:
+            self.counters["donor_embedding_errors"] += 1
+            log.debug("donor %s not indexed: %s", donor_id, exc)
+            return []
+        return self._drop_evicted(evicted)
+
+    def _drop_evicted(self, evicted: list[str]) -> list[str]:
+        """The donors the index pushed out leave the aligner too; returns those that were known."""
+        gone = []
+        with self._lock:
+            for donor_id in evicted:
+                if self._donors.pop(donor_id, None) is not None:
+                    self.aligner.remove_donor(donor_id)
                     self.counters["donors_evicted"] += 1
+                    gone.append(donor_id)
+        return gone
 
     def embed_prompt(self, tokens: Sequence[int], text: str | None = None) -> np.ndarray | None:
         """The unit vector this pipeline indexes for a prompt (e.g. to publish with a donor registration).
@@ -484,8 +505,7 @@ class DonorDiscovery:
             return False, {}, None
         t0 = time.perf_counter()
         try:
-            with self._lock:
-                found = self.index.search(digest, vector, self.cfg.top_k)
+            found = self.index.search(digest, vector, self.cfg.top_k)
         except DonorIndexError as exc:
             self.counters["prompt_embedding_errors"] += 1
             log.debug("search rejected the prompt vector: %s", exc)

@@ -11,19 +11,22 @@ target block boundaries, filtered by length and chosen greedily so they do not o
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
 time, never correctness. Spans never cross namespaces: each namespace has its own chunk table.
 
-Not thread-safe: the owner (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) serializes calls.
+Not thread-safe, except :meth:`SpanAligner.prepare_donor`: it reads nothing a mutation changes, so a donor's
+array conversion and hashing run outside the owner's lock and only :meth:`SpanAligner.commit_donor` (the table
+updates) needs it. The owner (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) serializes everything else.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
 import numpy as np
 
-__all__ = ["Span", "SpanAligner"]
+__all__ = ["PreparedDonor", "Span", "SpanAligner"]
 
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so invertible modulo 2**64
 _BASE_INV = pow(_BASE, -1, 1 << 64)
@@ -71,7 +74,28 @@ class _Donor:
     namespace: str
     tokens: np.ndarray  # int64
     chunk_hashes: list[int]
-    chunk_offsets: list[int]
+    postings: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDonor:
+    """A donor hashed by :meth:`SpanAligner.prepare_donor`, to be indexed by :meth:`SpanAligner.commit_donor`."""
+
+    donor: _Donor
+
+
+@dataclass(frozen=True, slots=True)
+class _Powers:
+    """``B**i``, ``B**-i`` and ``B**-i * _MIX`` for ``i < size``; replaced whole when it grows, never changed."""
+
+    pow: np.ndarray
+    inv: np.ndarray
+    inv_mix: np.ndarray
+
+    @classmethod
+    def of_size(cls, size: int) -> _Powers:
+        inv = np.cumprod(np.full(size, _BASE_INV, dtype=np.uint64)) * np.uint64(_BASE)
+        return cls(np.cumprod(np.full(size, _BASE, dtype=np.uint64)) * np.uint64(_BASE_INV), inv, inv * _MIX)
 
 
 @dataclass
@@ -244,16 +268,21 @@ class SpanAligner:
         self._donors: dict[str, _Donor] = {}
         self._by_serial: dict[int, _Donor] = {}
         self._tables: dict[str, _ChunkTable] = {}
-        self._next_serial = 0
-        self._pow: np.ndarray = np.ones(1, dtype=np.uint64)
-        self._inv_pow: np.ndarray = np.ones(1, dtype=np.uint64)
-        self._inv_pow_mix: np.ndarray = self._inv_pow * _MIX  # B**-i times the filter's mixing constant
+        self._serials = itertools.count()  # next() is atomic: prepare_donor takes serials without the lock
+        self._powers = _Powers.of_size(1)
 
     # --- donors -----------------------------------------------------------------------------------
     def add_donor(self, donor_id: str, namespace: str, tokens: Sequence[int]) -> None:
         """Index a donor's tokens under ``namespace``; a donor id already present is replaced.
 
         Raises ValueError for token ids outside ``[0, 2**31)`` (they cannot come from a tokenizer).
+        """
+        self.commit_donor(self.prepare_donor(donor_id, namespace, tokens))
+
+    def prepare_donor(self, donor_id: str, namespace: str, tokens: Sequence[int]) -> PreparedDonor:
+        """:meth:`add_donor`'s validation, array conversion and hashing; safe to call concurrently with anything.
+
+        Raises ValueError for token ids outside ``[0, 2**31)``.
         """
         # A read-only int64 array that owns its memory (the donor registry's) cannot change under us: shared, so the
         # connector's later re-check reads the same (cached) tokens the aligner compared.
@@ -269,22 +298,25 @@ class SpanAligner:
             raise ValueError("donor tokens must be a flat sequence of token ids")
         if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 1 << 31):
             raise ValueError(f"donor {donor_id!r}: token ids must be in [0, 2**31)")
-        self.remove_donor(donor_id)
-        serial = self._next_serial
-        self._next_serial += 1
+        serial = next(self._serials)
         hashes: list[int] = []
-        offsets: list[int] = []
+        postings: list[int] = []
         if arr.size >= self.anchor_tokens:
             window = self._window_hashes(arr)
             starts = np.arange(0, window.size, self.block_size)
             hashes = window[starts].tolist()
-            offsets = starts.tolist()
-        donor = _Donor(donor_id, serial, namespace, arr, hashes, offsets)
-        self._donors[donor_id] = donor
-        self._by_serial[serial] = donor
-        if hashes:
-            table = self._tables.setdefault(namespace, _ChunkTable())
-            table.add(hashes, [serial << _OFFSET_BITS | off for off in offsets])
+            postings = (starts | serial << _OFFSET_BITS).tolist()
+        return PreparedDonor(_Donor(donor_id, serial, namespace, arr, hashes, postings))
+
+    def commit_donor(self, prepared: PreparedDonor) -> None:
+        """Index a prepared donor (replacing one with the same id): the table updates, a few per chunk."""
+        donor = prepared.donor
+        self.remove_donor(donor.donor_id)
+        self._donors[donor.donor_id] = donor
+        self._by_serial[donor.serial] = donor
+        if donor.chunk_hashes:
+            table = self._tables.setdefault(donor.namespace, _ChunkTable())
+            table.add(donor.chunk_hashes, donor.postings)
 
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (evicted, released). Returns False if it was not indexed."""
@@ -294,7 +326,7 @@ class SpanAligner:
         del self._by_serial[donor.serial]
         table = self._tables.get(donor.namespace)
         if table is not None and donor.chunk_hashes:
-            table.remove(donor.chunk_hashes, [donor.serial << _OFFSET_BITS | off for off in donor.chunk_offsets])
+            table.remove(donor.chunk_hashes, donor.postings)
             if not table.postings:
                 del self._tables[donor.namespace]
         return True
@@ -380,12 +412,12 @@ class SpanAligner:
         self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None
     ) -> dict[tuple[int, int], list[int]]:
         """Per (serial, delta) diagonal: [anchor hits, first hit position, last hit position]."""
-        sums = self._window_sums(t)
-        positions = table.screen(sums, self._inv_pow_mix[: sums.size])
+        sums, powers = self._window_sums(t)
+        positions = table.screen(sums, powers.inv_mix[: sums.size])
         if not positions.size:
             return {}
         wanted = sums[positions]  # hashed only where the filter lets a window through
-        wanted *= self._inv_pow[positions]
+        wanted *= powers.inv[positions]
         ids = table.ids
         found = np.fromiter(map(ids.get, wanted.tolist(), repeat(-1)), dtype=np.int64, count=positions.size)
         hit = found >= 0
@@ -526,19 +558,20 @@ class SpanAligner:
     # --- hashing ----------------------------------------------------------------------------------
     def _window_hashes(self, tokens: np.ndarray) -> np.ndarray:
         """Polynomial hash (mod 2**64) of every ``anchor_tokens`` window; entry i is the window at i."""
-        sums = self._window_sums(tokens)
-        return sums * self._inv_pow[: sums.size]
+        sums, powers = self._window_sums(tokens)
+        return sums * powers.inv[: sums.size]
 
-    def _window_sums(self, tokens: np.ndarray) -> np.ndarray:
-        """Entry i: the sum of ``tokens[i + j] * B**(i + j)`` over the window at i (its hash times ``B**i``).
+    def _window_sums(self, tokens: np.ndarray) -> tuple[np.ndarray, _Powers]:
+        """Entry i: the sum of ``tokens[i + j] * B**(i + j)`` over the window at i (its hash times ``B**i``), and
+        the power tables used (long enough for ``tokens``).
 
         Window sums of width 2w are two sums of width w (one add each, no serial prefix sum); the anchor width is
         made of its binary digits.
         """
         n = tokens.size
         a = self.anchor_tokens
-        self._ensure_powers(n)
-        sums = tokens.view(np.uint64) * self._pow[:n]
+        powers = self._powers_for(n)
+        sums = tokens.view(np.uint64) * powers.pow[:n]
         out: np.ndarray | None = None
         at, width = 0, 1
         while True:
@@ -547,14 +580,16 @@ class SpanAligner:
                 out = part if out is None else out + part
                 at += width
             if 2 * width > a:
-                return out  # type: ignore[return-value]  # a >= 1 has a highest binary digit
+                return out, powers  # type: ignore[return-value]  # a >= 1 has a highest binary digit
             sums = sums[:-width] + sums[width:]
             width *= 2
 
-    def _ensure_powers(self, n: int) -> None:
-        if self._pow.size >= n:
-            return
-        size = max(n, 2 * self._pow.size)
-        self._pow = np.cumprod(np.full(size, _BASE, dtype=np.uint64)) * np.uint64(_BASE_INV)
-        self._inv_pow = np.cumprod(np.full(size, _BASE_INV, dtype=np.uint64)) * np.uint64(_BASE)
-        self._inv_pow_mix = self._inv_pow * _MIX
+    def _powers_for(self, n: int) -> _Powers:
+        """Power tables of at least ``n`` entries. Callers keep the one returned: a concurrent prepare may replace
+        ``self._powers`` (with tables that are also long enough for what it needs)."""
+        powers = self._powers
+        if powers.pow.size >= n:
+            return powers
+        powers = _Powers.of_size(max(n, 2 * powers.pow.size))
+        self._powers = powers
+        return powers

@@ -4,7 +4,9 @@ It is ``python -m semblend_dynamo.router`` (same configuration, same ``serve``) 
 ``--donors`` prompts of :mod:`.workload` as if this router had served them (``DonorCatalog.add`` with their tokens,
 as ``SemanticRouter`` does after a stream), spread over the live workers, and makes them resident by applying
 their blocks as kv-events to the catalog. Dynamo's own KV index does not see those blocks, so the requests that
-reuse them have no exact overlap and take the semantic stage.
+reuse them have no exact overlap and take the semantic stage. The catalog's indexer thread puts them in the discovery
+pipeline meanwhile; seeding waits for it every ``SEED_CHUNK`` donors (it queues a bounded number of prompts) and at
+the end, so every donor is indexed before the router reports ready.
 
 Usage (environment as for the router): ``python -m benchmarks.frontend_path.seeded_router --donors 100000``
 """
@@ -31,6 +33,8 @@ from .workload import donor_tokens
 log = logging.getLogger("semblend_dynamo.bench")
 FIRST_BLOCK_ID = 1 << 40
 """Engine block ids of the seeded blocks, far from any the mockers use."""
+SEED_CHUNK = 1024
+"""Donors seeded between waits for the indexer (below its bound on queued prompts)."""
 
 
 def seeder(n: int):
@@ -65,6 +69,12 @@ def seeder(n: int):
             first = FIRST_BLOCK_ID + (i << 8)
             stored = KvStored([first + j for j in range(len(hashes))], hashes)
             router.catalog.apply_kv_events([KvEvent(worker, 0, stored)])
+            if i % SEED_CHUNK == SEED_CHUNK - 1:
+                await router.drain_registrations(timeout=600)
+        await router.drain_registrations(timeout=600)
+        indexed = len(router.discovery) if router.discovery is not None else 0
+        if indexed != n:
+            raise SystemExit(f"seeded router: {indexed} of {n} donors indexed")
         gc.collect()
         gc.freeze()  # long-lived: keep them out of later collections, as a long-running router's old objects are
         log.info(

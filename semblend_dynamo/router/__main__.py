@@ -178,6 +178,9 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None, ready
     (benchmarks use it to load donor state).
     """
     loop = asyncio.get_running_loop()
+    # Donors are hashed and indexed on background threads: whenever one holds the GIL, a request on the loop waits
+    # up to the switch interval for it (docs/router.md, "Threads").
+    sys.setswitchinterval(cfg.gil_switch_interval_ms / 1000)
     stop = stop or asyncio.Event()
     main_task = asyncio.current_task()
     state = {"serving": False}
@@ -298,6 +301,7 @@ async def _serve(
         deployment=deployment,
         router_id=router_id,
     )
+    resources.callback(router.close)
     subscriber = EventSubscriber(
         link,
         max_bytes=cfg.max_message_bytes,

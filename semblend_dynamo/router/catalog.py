@@ -4,11 +4,15 @@
 
 * the catalog of :class:`DonorRegistration` (local and peers'), with its resident sets (:class:`Residency`);
 * the discovery pipeline's donors (spans and embedding index): exactly the resident ones, added on arrival and
-  dropped on eviction, through :class:`~semblend_dynamo.pipeline.DonorDiscovery`'s own methods;
+  dropped on eviction. The catalog decides those changes and queues them, in that order, to its
+  :class:`~semblend_dynamo.router.indexer.PipelineIndexer`, whose thread applies them through
+  :class:`~semblend_dynamo.pipeline.DonorDiscovery`'s own methods: the pipeline follows a moment later
+  (:meth:`DonorCatalog.drain` waits for it), and the catalog's own state never waits for it;
 * the sync cursor order (:meth:`page`): registrations in the order they were last added.
 
 Every method takes the catalog's lock, so the event loop, registration threads and the metrics scrape may call
-it concurrently. Nothing here awaits.
+it concurrently. Nothing here awaits, and nothing under the lock calls the pipeline (the indexer thread takes this
+lock to report evictions).
 """
 
 from __future__ import annotations
@@ -19,11 +23,10 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 
-import numpy as np
-
 from ..events.schemas import DonorRegistration, KvEvent
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
+from .indexer import PipelineIndexer
 from .residency import DonorEntry, Residency, WorkerKey
 
 PENDING_LOCAL_DONORS = 4096
@@ -36,7 +39,11 @@ class DonorCatalog:
     def __init__(self, capacity: int, discovery: DonorDiscovery | None) -> None:
         self._lock = threading.RLock()
         self._residency = Residency(capacity)
-        self._discovery = discovery
+        self.indexer = (
+            PipelineIndexer(discovery, self._pipeline_evicted, self._pipeline_indexed)
+            if discovery is not None
+            else None
+        )
         self._local_tokens: OrderedDict[str, tuple[NamespaceKey, list[int]]] = OrderedDict()
         self._seq = 0
         # Cursors in add order with the entry each was given to; an entry no longer the catalog's (replaced or
@@ -209,6 +216,24 @@ class DonorCatalog:
         with self._lock:
             return set(self._residency.resident(namespace))
 
+    # --- the pipeline feed -----------------------------------------------------------------------
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until the pipeline holds every change decided so far (tests, benchmarks); False on timeout."""
+        return self.indexer is None or self.indexer.drain(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Apply the queued pipeline changes (at most ``timeout`` s; the rest are counted) and stop the indexer."""
+        if self.indexer is not None:
+            self.indexer.close(timeout)
+
+    def _pipeline_evicted(self, donor_ids: list[str]) -> None:
+        """The pipeline's index pushed these out for capacity (indexer thread): they leave the catalog too."""
+        with self._lock:
+            for donor_id in donor_ids:
+                if donor_id in self._residency:
+                    self._forget_locked(donor_id)
+            self.changed = True
+
     # --- internals (lock held) -------------------------------------------------------------------
     def _add_locked(self, registrations: Collection[DonorRegistration]) -> None:
         """Residency takes ``registrations`` (each newer than what is known of its donor); each gets the next cursor,
@@ -233,15 +258,15 @@ class DonorCatalog:
             return None
         if entry.own_embedding is not None:
             return entry
-        index = None if self._discovery is None else self._discovery.index
+        index = None if self.indexer is None else self.indexer.discovery.index
         vector = None if index is None else index.vector(entry.donor_id)
         return None if vector is None else entry.with_embedding(DonorRegistration.pack_embedding(vector)[0])
 
     def _forget_locked(self, donor_id: str) -> None:
         self._residency.remove_donor(donor_id)
         self._local_tokens.pop(donor_id, None)
-        if self._discovery is not None:
-            self._discovery.remove_donor(donor_id)
+        if self.indexer is not None:
+            self.indexer.remove(donor_id)
 
     def _sync_pipeline(self) -> None:
         """Keep the pipeline's donors equal to the resident ones (peers' embeddings indexed in batches)."""
@@ -253,10 +278,9 @@ class DonorCatalog:
         for donor_id in left:  # its KV is partly gone: a peer's copy would have to be re-registered anyway
             if self._residency.donor(donor_id) is not None:
                 self._forget_locked(donor_id)
-        if self._discovery is None:
+        if self.indexer is None:
             return
-        index = self._discovery.index
-        peers: dict[str, list[DonorEntry]] = {}
+        index = self.indexer.discovery.index
         for donor_id in dict.fromkeys(d for d, resident in changes if resident and d not in left):
             entry = self._residency.donor(donor_id)
             if entry is None:
@@ -264,21 +288,21 @@ class DonorCatalog:
             local = self._local_tokens.pop(donor_id, None)
             if local is not None:  # registered here: spans from its tokens, the embedding already computed
                 vector = entry.vector() if entry.embedding_dim else None
-                self._discovery.register_donor(donor_id, local[0], local[1], embedding=vector)
-                self._drop_indexed_embeddings([entry])
+                self.indexer.add_local(donor_id, local[0], local[1], vector, owner=entry)
             elif index is not None and entry.embedding_dim == index.dim:
-                peers.setdefault(entry.namespace, []).append(entry)
-        for namespace, entries in peers.items():
-            vectors = np.stack([entry.vector() for entry in entries])
-            evicted = self._discovery.register_embeddings([e.donor_id for e in entries], namespace, vectors)
-            for donor_id in evicted:
-                self._forget_locked(donor_id)
-            self._drop_indexed_embeddings(entries)
+                self.indexer.add_peer(donor_id, entry.namespace, entry.vector(), owner=entry)
 
-    def _drop_indexed_embeddings(self, entries: Iterable[DonorEntry]) -> None:
-        """Entries whose vector the search index holds keep no copy of it (768 bytes a donor at 384 dims)."""
-        index = None if self._discovery is None else self._discovery.index
-        if index is not None:
+    def _pipeline_indexed(self, entries: list[object]) -> None:
+        """The pipeline indexed these entries' donors (indexer thread): an entry still the catalog's keeps no copy of
+        its vector once the search index holds it (768 bytes a donor at 384 dims; :meth:`_current` reads it back)."""
+        index = None if self.indexer is None else self.indexer.discovery.index
+        if index is None:
+            return
+        with self._lock:
             for entry in entries:
-                if entry.donor_id in index:
+                if (
+                    isinstance(entry, DonorEntry)
+                    and self._residency.donor(entry.donor_id) is entry
+                    and entry.donor_id in index
+                ):
                     entry.own_embedding = None

@@ -18,7 +18,9 @@
    an overloaded donor worker or NATS being down give ``semantic_discovery_only`` / exact-only routing;
    no evidence gives ``exact_prefix_route`` (some exact overlap) or ``cold_fallback``;
 4. after the stream, :class:`RouteEvidence` is published and the prompt becomes a donor on the worker
-   that served it (a :class:`DonorRegistration` every replica indexes).
+   that served it (a :class:`DonorRegistration` every replica indexes). Its block hashes and registration are
+   computed off the loop (one ``semblend-donors`` thread); only the publish comes back to the loop. Indexing it for
+   discovery happens later still, on the catalog's indexer thread, once its blocks show up as kv-events.
 
 With ``chain_enabled`` in shifted mode, a placement whose plan was declined only because the spans sit behind the
 recipient's own words may run as a prefill chain (:mod:`semblend_dynamo.chain`): prefill-only steps on the donor's
@@ -35,6 +37,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -67,6 +70,7 @@ from ..pipeline import DiscoveryResult, DonorDiscovery
 from ..policy import DonorPolicy, Tenancy
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
+from .indexer import RequestGate
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
 from .sync import (
@@ -84,6 +88,8 @@ log = logging.getLogger(__name__)
 
 GAP_RESYNC_DELAY_S = 1.0
 SYNC_ADD_CHUNK = 256
+MAX_PENDING_REGISTRATIONS = 1024
+"""Finished prompts waiting to become donors at most (embedding, hashing); one beyond is dropped and counted."""
 """Registrations of a sync page added per event-loop turn (the loop serves requests between chunks)."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
 CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_RATIO)
@@ -219,6 +225,11 @@ class SemanticRouter:
             else None
         )
         self._registrations: set[asyncio.Task[None]] = set()
+        self._donor_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-donors")
+        self.gate = RequestGate()
+        if catalog.indexer is not None:
+            catalog.indexer.gate = self.gate
+            catalog.indexer.on_dropped = lambda kind, reason: metrics.donors_dropped.labels(kind, reason).inc()
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
 
@@ -226,8 +237,9 @@ class SemanticRouter:
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
         """Dynamo endpoint handler: decide, forward through Dynamo's KvRouter, stream back, then publish."""
         t0 = time.perf_counter()
-        routed = self.parse(request, context)
-        decision = await self.decide(routed)
+        with self.gate.deciding():  # donors are indexed between requests' decisions
+            routed = self.parse(request, context)
+            decision = await self.decide(routed)
         forwarded = self.forward_request(request, routed, decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
@@ -549,13 +561,23 @@ class SemanticRouter:
             return
         if self.policy.may_seek(routed.tenancy) is not None or routed.tenancy.salt_id is not None:
             return  # an unknown tenant gives nothing; a salt id's blocks cannot be hashed as the engine hashes them
+        if len(self._registrations) >= MAX_PENDING_REGISTRATIONS:
+            self.metrics.donors_dropped.labels("registration", "queue_full").inc()
+            return
         task = asyncio.ensure_future(self._register(routed, served))
         self._registrations.add(task)
         task.add_done_callback(self._registrations.discard)
 
     async def _register(self, routed: RoutedRequest, served: tuple[int, int]) -> None:
-        worker_id, dp_rank = served
         vector = await self.embeddings.for_donor(routed.tokens) if self.embeddings is not None else None
+        loop = asyncio.get_running_loop()
+        registration = await loop.run_in_executor(self._donor_executor, self._add_donor, routed, served, vector)
+        self.publisher.offer(self.subjects.donors, registration)
+
+    def _add_donor(self, routed: RoutedRequest, served: tuple[int, int], vector: Any) -> DonorRegistration:
+        """The donor's registration, added to the catalog (``semblend-donors`` thread: hashing 8K tokens takes ~1 ms)."""
+        self.gate.wait()
+        worker_id, dp_rank = served
         hashes = compute_block_hash_for_seq(
             routed.tokens, self.cfg.block_size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
         )
@@ -576,10 +598,12 @@ class SemanticRouter:
             embedding_dim=dim,
         )
         self.catalog.add(registration, local=(routed.namespace, routed.tokens))
-        self.publisher.offer(self.subjects.donors, registration)
+        return registration
 
     def refresh_gauges(self) -> None:
         """Called before each metrics scrape: the donor gauges cost a pass over the catalog, so not per event."""
+        if self.catalog.indexer is not None:
+            self.metrics.indexer_backlog.set(self.catalog.indexer.backlog)
         if not self.catalog.changed:
             return
         self.catalog.changed = False
@@ -590,9 +614,16 @@ class SemanticRouter:
             self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "resident").set(resident)
 
     async def drain_registrations(self, timeout: float = 10.0) -> None:
-        """Wait for donor registrations still being computed (tests, shutdown)."""
+        """Wait for donor registrations still being computed, then for the catalog's indexer (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
         if self._registrations:
             await asyncio.wait(list(self._registrations), timeout=timeout)
+        await asyncio.to_thread(self.catalog.drain, max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        """Stop the donor thread and the catalog's indexer (what it has queued is applied or counted)."""
+        self._donor_executor.shutdown(wait=True, cancel_futures=True)
+        self.catalog.close()
 
     # --- event handlers -------------------------------------------------------------------------
     def subscribe(self, subscriber: EventSubscriber, *, kv_events: bool = True) -> None:

@@ -75,6 +75,16 @@ class RouterMetrics:
             "semblend_router_donors", "donors in the index per worker", ["worker_id", "dp_rank", "state"], registry=r
         )
         self.donors_total = Gauge("semblend_router_donors_total", "donors in the index", registry=r)
+        self.donors_dropped = Counter(
+            "semblend_router_donors_dropped",
+            "donor changes not made, by kind (registration: a finished prompt; local, peer, remove: a change for the "
+            "discovery pipeline's indexer) and reason (queue_full, closed)",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.indexer_backlog = Gauge(
+            "semblend_router_indexer_backlog", "donor changes queued for the discovery pipeline's indexer", registry=r
+        )
         self.nats_connected = Gauge("semblend_router_nats_connected", "1 while NATS is connected", registry=r)
         self.embeddings = Counter(
             "semblend_router_prompt_embeddings",

@@ -103,6 +103,7 @@ class InProcessRouter:
         await self.router.drain_registrations(timeout=5)
         if self.router.embeddings is not None:
             self.router.embeddings.close()
+        self.router.close()
         await self.publisher.close()
         await self.link.close()
         if self.discovery is not None:

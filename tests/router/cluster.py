@@ -314,4 +314,7 @@ def serve_donor(cluster: Cluster, router: RouterHandle, tokens: list[int], tenan
     assert result["ok"], result
     worker_id = int(result["worker_id"])
     wait_until(lambda: any(d["resident"] and d["donor_id"] not in before for d in router.donors()))
+    wait_until(
+        lambda: router.metric("semblend_router_indexer_backlog") == 0
+    )  # the pipeline follows on the indexer thread
     return worker_id

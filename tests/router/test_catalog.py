@@ -43,28 +43,32 @@ def _catalog(capacity: int = 100) -> tuple[DonorCatalog, int]:
 
 def test_a_peer_donor_enters_the_pipeline_only_while_resident() -> None:
     catalog, dim = _catalog()
-    discovery = catalog._discovery
+    discovery = catalog.indexer.discovery if catalog.indexer else None
     assert discovery is not None and discovery.index is not None
     assert catalog.add(_donor("peer", [1, 2], dim))
     assert "peer" in catalog and "peer" not in discovery.index
     catalog.apply_kv_events([_stored(1, 1, 2)])
-    assert catalog.resident_donor("peer") is not None and "peer" in discovery and "peer" in discovery.index
+    assert catalog.resident_donor("peer") is not None  # the catalog at once; the pipeline once the indexer ran
+    assert catalog.drain(10) and "peer" in discovery and "peer" in discovery.index
     catalog.apply_kv_events([KvEvent(W1, 2, KvRemoved([1001]))])
-    assert "peer" not in catalog and "peer" not in discovery and "peer" not in discovery.index
+    assert "peer" not in catalog
+    assert catalog.drain(10) and "peer" not in discovery and "peer" not in discovery.index
     assert catalog.changed
 
 
 def test_older_copies_are_ignored_and_capacity_evicts_from_the_pipeline_too() -> None:
     catalog, dim = _catalog(capacity=2)
-    discovery = catalog._discovery
+    discovery = catalog.indexer.discovery if catalog.indexer else None
     assert discovery is not None
     catalog.apply_kv_events([_stored(1, 1, 2, 3)])
     assert catalog.add(_donor("a", [1], dim, registered_at=5.0))
     assert not catalog.add(_donor("a", [1], dim, registered_at=4.0))
     catalog.add(_donor("b", [2], dim))
     catalog.add(_donor("c", [3], dim))
-    assert "a" not in catalog and "a" not in discovery and {"b", "c"} <= set(catalog.resident("ns"))
-    assert catalog.forget("b") and not catalog.forget("b") and "b" not in discovery
+    assert (
+        catalog.drain(10) and "a" not in catalog and "a" not in discovery and {"b", "c"} <= set(catalog.resident("ns"))
+    )
+    assert catalog.forget("b") and not catalog.forget("b") and catalog.drain(10) and "b" not in discovery
 
 
 def test_pages_cover_every_donor_once_while_the_catalog_changes() -> None:
@@ -85,7 +89,7 @@ def test_pages_cover_every_donor_once_while_the_catalog_changes() -> None:
 
 def test_concurrent_writers_and_readers_keep_catalog_and_pipeline_equal() -> None:
     catalog, dim = _catalog(capacity=10_000)
-    discovery = catalog._discovery
+    discovery = catalog.indexer.discovery if catalog.indexer else None
     assert discovery is not None
     catalog.apply_kv_events([_stored(1, *range(1, 401))])
     errors: list[BaseException] = []
@@ -105,7 +109,7 @@ def test_concurrent_writers_and_readers_keep_catalog_and_pipeline_equal() -> Non
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
+    assert errors == [] and catalog.drain(10)
     known = {f"w{k}-{i}" for k in range(2) for i in range(200) if i % 3}
     assert {d for d in known if d in catalog} == known and len(catalog) == len(known) == len(discovery)
 
@@ -125,7 +129,8 @@ def test_add_many_ends_where_adding_one_by_one_ends() -> None:
     assert one.snapshot() == many.snapshot() and len(one) == 50
     assert one.resident("ns") == many.resident("ns") and "nan" in many.resident("ns")
     for catalog in (one, many):
-        discovery = catalog._discovery
+        assert catalog.drain(10)
+        discovery = catalog.indexer.discovery if catalog.indexer else None
         assert discovery is not None and discovery.index is not None
         assert set(catalog.resident("ns")) - {"nan"} == {d for d in catalog.resident("ns") if d in discovery.index}
         assert discovery.counters["donor_embedding_errors"] == 1
@@ -139,7 +144,8 @@ def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_fro
     catalog.add_many(sent)
     catalog.apply_kv_events([_stored(1, 1, 2)])
     indexed = catalog.resident_donor("indexed")
-    assert indexed is not None and indexed.own_embedding is None  # the index holds it
+    assert catalog.drain(10)
+    assert indexed is not None and indexed.own_embedding is None  # the index holds it (once the indexer applied it)
     page = {entry.donor_id: entry for _, entry in catalog.page(0, 10)[0]}
     assert page["waiting"].embedding == sent[1].embedding  # not resident, not indexed: its own copy
     back = page["indexed"].vector()

@@ -69,6 +69,10 @@ def test_router_runs_the_chain_steps_on_the_donors_worker_before_the_request(cha
         lambda: any(d["worker_id"] == donor.worker_id and d["resident"] for d in g.graph.router_get("/debug/donors")),
         what="donor resident from the mocker's KV events",
     )
+    wait_until(
+        lambda: g.graph.router_metric("semblend_router_indexer_backlog") == 0,
+        what="the router's indexer applied the donor",
+    )
     seen, hints_seen = g.evidence.count(), g.hints.count()
     response = g.frontend.complete("Translate the following memo for the board, keeping its figures.\n\n" + doc)
     recipient = g.evidence.next_after(seen)

@@ -124,6 +124,7 @@ def _make_resident_donor(router: SemanticRouter, tokens: list[int], worker: int)
     )
     stored = KvStored(block_hashes=list(range(1, len(hashes) + 1)), tokens_hashes=hashes)
     router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=worker, event_id=1, data=stored)]))
+    assert router.catalog.drain(10)  # the pipeline follows the catalog on the indexer thread
 
 
 async def _run(router: SemanticRouter, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -206,7 +207,7 @@ async def test_connector_reports_of_eviction_remove_the_donor() -> None:
         donor_id="donor",
     )
     router.on_outcome(report, None)  # type: ignore[arg-type]
-    assert "donor" not in router.catalog and "donor" not in router.discovery
+    assert "donor" not in router.catalog and router.catalog.drain(10) and "donor" not in router.discovery
     assert router.metrics.outcomes_reported.labels("backend_declined")._value.get() == 1
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
     lifecycle = DonorLifecycle(donor_id="donor", worker_id=W1, deployment="dep", namespace="n", event="evicted")

@@ -88,6 +88,10 @@ def test_the_routers_hint_reaches_the_connector_which_materializes(hint_graph: H
         ),
         what="the router sees the donor resident from the worker's KV events",
     )
+    wait_until(
+        lambda: hint_graph.graph.router_metric("semblend_router_indexer_backlog") == 0,
+        what="the router's indexer applied the donor",
+    )
 
     # The document moves to the front (a connector can only supply a prompt's prefix): every position shifts.
     reframed = hint_graph.send(doc + "\n\nTranslate the memo above for the board, keeping its figures.")

@@ -65,7 +65,8 @@ class Stock:
         """A resident donor of ``blocks`` blocks on ``worker_id`` (the request just served), once it exists."""
         for donor in self.donors():
             if donor["worker_id"] == worker_id and donor["blocks"] == blocks and donor["resident"]:
-                return donor
+                # the discovery pipeline follows the catalog on the router's indexer thread
+                return donor if self.graph.router_metric("semblend_router_indexer_backlog") == 0 else None
         return None
 
 

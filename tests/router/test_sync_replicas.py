@@ -78,6 +78,7 @@ async def test_late_replicas_end_with_the_peers_donors_and_resident_sets(nats_se
     a.router.catalog.apply_kv_events(events)
     for registration in registrations:
         a.router.catalog.add(registration)
+    assert a.router.catalog.drain(10)
     snapshot, resident, indexed = state(a)
     assert len(snapshot) == DONORS and sum(map(len, resident.values())) == DONORS - DONORS // 10
     assert indexed == set().union(*resident.values())
@@ -116,6 +117,7 @@ async def test_requests_refused_by_the_rate_limit_are_asked_again_until_the_repl
     registrations, events = fleet(a.deployment, a.discovery.index.dim, donors=250)
     a.router.catalog.apply_kv_events(events)
     a.router.catalog.add_many(registrations)
+    assert a.router.catalog.drain(10)
     b = InProcessRouter(cfg)
     b.router.catalog.merge_dump(events)
     await b.start()

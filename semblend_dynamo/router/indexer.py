@@ -1,0 +1,306 @@
+"""The discovery pipeline's feed: one background thread applies the catalog's donor changes, in order.
+
+Indexing a donor (hashing its tokens for spans, inserting its embedding in an index of 100K) takes milliseconds;
+done where the catalog decides it (the event loop, on a kv-event) it delayed every request that arrived meanwhile.
+:class:`PipelineIndexer` takes those changes instead: :class:`~semblend_dynamo.router.catalog.DonorCatalog` queues
+them under its own lock (so the queue holds them in the order the catalog decided them, and a removal is never
+overtaken by an older add), and the one ``semblend-indexer`` thread applies them to
+:class:`~semblend_dynamo.pipeline.DonorDiscovery`. Donors the pipeline evicts for capacity go back to the catalog
+(``on_evicted``, called with no pipeline lock held), and the owners of applied adds go back through ``on_indexed``
+(the catalog then drops its copy of a vector the search index holds).
+
+Bounds: at most ``max_pending`` queued adds, of which at most ``max_local`` carry a prompt's tokens; an add beyond
+them is dropped and counted (the donor stays in the catalog, out of the pipeline: it is not found, never wrong).
+Removals are never dropped: one is queued only for a donor an add was queued for, so they are bounded by the
+donors the pipeline can hold. :meth:`close` applies what is queued (within its timeout) and counts what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..namespace import NamespaceKey
+from ..pipeline import DonorDiscovery
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 65_536
+"""Queued adds at most (a peer's costs a reference to its catalog entry's vector)."""
+MAX_LOCAL = 4096
+"""Queued adds carrying a prompt's tokens at most (an 8K-token prompt's list holds ~300 KB)."""
+BATCH = 256
+"""Changes taken per turn; peers' embeddings of one namespace among them are inserted in one batch."""
+MAX_DEFER_S = 0.005
+"""Longest a background step waits for the loop to finish deciding requests (so it cannot starve under load)."""
+
+
+class RequestGate:
+    """Background donor work waits here, one step at a time, while the event loop decides a request.
+
+    A thread running Python code holds the GIL; every time the loop thread lets the GIL go (a numpy call, a lock)
+    it waits for it again, up to the switch interval each time. So the indexer and the donor thread start no new
+    step while a request is being decided, for at most ``max_wait_s`` (then they go on, so a saturated loop still
+    gets its donors indexed). ``deciding`` is entered and left on the loop thread only.
+    """
+
+    def __init__(self, max_wait_s: float = MAX_DEFER_S) -> None:
+        self.max_wait_s = max_wait_s
+        self._deciding = 0
+        self._idle = threading.Event()
+        self._idle.set()
+
+    @contextlib.contextmanager
+    def deciding(self) -> Iterator[None]:
+        self._deciding += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._deciding -= 1
+            if not self._deciding:
+                self._idle.set()
+
+    def wait(self) -> None:
+        """Called by a background thread before each step."""
+        self._idle.wait(self.max_wait_s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Local:
+    """A prompt registered here: spans from its tokens, its embedding (if any) indexed as is."""
+
+    donor_id: str
+    namespace: NamespaceKey
+    tokens: Sequence[int]
+    vector: np.ndarray | None
+    owner: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Peer:
+    """A peer's donor: its embedding only."""
+
+    donor_id: str
+    namespace: str
+    vector: np.ndarray
+    owner: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Remove:
+    donor_id: str
+
+
+_Change = _Local | _Peer | _Remove
+
+
+class PipelineIndexer:
+    """The one writer of a :class:`DonorDiscovery`'s donors once the router runs; see the module docstring.
+
+    ``add_local``/``add_peer``/``remove`` never block on the pipeline: callers hold the catalog's lock.
+    """
+
+    def __init__(
+        self,
+        discovery: DonorDiscovery,
+        on_evicted: Callable[[list[str]], None],
+        on_indexed: Callable[[list[object]], None] | None = None,
+        *,
+        max_pending: int = MAX_PENDING,
+        max_local: int = MAX_LOCAL,
+    ) -> None:
+        self.discovery = discovery
+        self._on_evicted = on_evicted
+        self._on_indexed = on_indexed
+        self.max_pending = max_pending
+        self.max_local = max_local
+        self.counters: Counter[str] = Counter()
+        """``dropped:<kind>:<reason>`` per change not applied, ``applied``, ``errors``, ``evicted``."""
+        self.on_dropped: Callable[[str, str], None] | None = None
+        """Told ``(kind, reason)`` of each change dropped (the router's metric)."""
+        self.gate: RequestGate | None = None
+        """Waited at before each change (the router's: no indexing while it decides a request)."""
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[_Change] = deque()
+        self._adds = 0
+        self._locals = 0
+        self._fed: set[str] = set()  # donors an add was queued for and no removal since
+        self._busy = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # --- called by the catalog (its lock held): never waits for the pipeline -----------------------
+    def add_local(
+        self,
+        donor_id: str,
+        namespace: NamespaceKey,
+        tokens: Sequence[int],
+        vector: np.ndarray | None,
+        owner: object = None,
+    ) -> None:
+        """``owner`` (if any) goes back through ``on_indexed`` once the add is applied."""
+        self._add(_Local(donor_id, namespace, tokens, vector, owner))
+
+    def add_peer(self, donor_id: str, namespace: str, vector: np.ndarray, owner: object = None) -> None:
+        self._add(_Peer(donor_id, namespace, vector, owner))
+
+    def remove(self, donor_id: str) -> None:
+        with self._cond:
+            if donor_id not in self._fed:
+                return  # never queued for the pipeline (or already removed): nothing there to remove
+            self._fed.discard(donor_id)
+            if self._closed:
+                self._dropped("remove", "closed")
+                return
+            self._put(_Remove(donor_id))
+
+    def _add(self, change: _Local | _Peer) -> None:
+        local = isinstance(change, _Local)
+        with self._cond:
+            reason = None
+            if self._closed:
+                reason = "closed"
+            elif self._adds >= self.max_pending or (local and self._locals >= self.max_local):
+                reason = "queue_full"
+            if reason is not None:
+                self._dropped("local" if local else "peer", reason)
+                if change.donor_id in self._fed and not self._closed:  # an older copy must not stay behind
+                    self._fed.discard(change.donor_id)
+                    self._put(_Remove(change.donor_id))
+                return
+            self._fed.add(change.donor_id)
+            self._adds += 1
+            self._locals += local
+            self._put(change)
+
+    def _dropped(self, kind: str, reason: str) -> None:
+        self.counters[f"dropped:{kind}:{reason}"] += 1
+        if self.on_dropped is not None:
+            self.on_dropped(kind, reason)
+
+    def _put(self, change: _Change) -> None:
+        self._queue.append(change)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="semblend-indexer", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    # --- waiting and stopping ------------------------------------------------------------------------
+    @property
+    def backlog(self) -> int:
+        """Changes queued or being applied."""
+        with self._cond:
+            return len(self._queue) + self._busy
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every change queued so far is applied; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Apply what is queued (for at most ``timeout`` s), then stop; changes left over are counted dropped."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        with self._cond:
+            for change in self._queue:
+                self._dropped(_kind(change), "closed")
+            if self._queue:
+                log.warning("pipeline indexer stopped with %d changes not applied", len(self._queue))
+            self._queue.clear()
+            self._cond.notify_all()
+
+    # --- the indexer thread ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
+                self._busy = True
+            evicted: list[str] = []
+            try:
+                self._apply(batch, evicted)
+            except Exception:  # a bug must not stop the feed: counted, logged, the next changes still applied
+                self.counters["errors"] += 1
+                log.exception("pipeline indexer: applying %d changes failed", len(batch))
+            if evicted:
+                self.counters["evicted"] += len(evicted)
+                try:
+                    self._on_evicted(evicted)
+                except Exception:
+                    self.counters["errors"] += 1
+                    log.exception("pipeline indexer: reporting %d evictions failed", len(evicted))
+            owners = [c.owner for c in batch if not isinstance(c, _Remove) and c.owner is not None]
+            if owners and self._on_indexed is not None:
+                try:
+                    self._on_indexed(owners)
+                except Exception:
+                    self.counters["errors"] += 1
+                    log.exception("pipeline indexer: reporting %d indexed donors failed", len(owners))
+            with self._cond:
+                for change in batch:
+                    if not isinstance(change, _Remove):
+                        self._adds -= 1
+                        self._locals -= isinstance(change, _Local)
+                self._busy = False
+                self._cond.notify_all()
+
+    def _apply(self, batch: list[_Change], evicted: list[str]) -> None:
+        """Apply in order; peers' donors with no other change between them go to the index in one batch each
+        namespace (they are distinct donors, so their order among themselves does not matter)."""
+        discovery = self.discovery
+        peers: dict[str, dict[str, np.ndarray]] = {}
+        waiting: set[str] = set()
+
+        def flush() -> None:
+            for namespace, vectors in peers.items():
+                self._defer()
+                ids = list(vectors)
+                evicted.extend(discovery.register_embeddings(ids, namespace, np.stack(list(vectors.values()))))
+            peers.clear()
+            waiting.clear()
+
+        for change in batch:
+            if change.donor_id in waiting or not isinstance(change, _Peer):
+                flush()
+            if isinstance(change, _Peer):
+                peers.setdefault(change.namespace, {})[change.donor_id] = change.vector
+                waiting.add(change.donor_id)
+                continue
+            self._defer()
+            if isinstance(change, _Local):
+                evicted.extend(
+                    discovery.register_donor(change.donor_id, change.namespace, change.tokens, embedding=change.vector)
+                )
+            else:
+                discovery.remove_donor(change.donor_id)
+        flush()
+        self.counters["applied"] += len(batch)
+
+    def _defer(self) -> None:
+        if self.gate is not None:
+            self.gate.wait()
+
+
+def _kind(change: _Change) -> str:
+    return "local" if isinstance(change, _Local) else "peer" if isinstance(change, _Peer) else "remove"

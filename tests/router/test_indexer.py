@@ -1,0 +1,231 @@
+"""PipelineIndexer: the catalog's donor changes reach the pipeline in order, bounded, drained, evictions reported."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
+from semblend_dynamo.namespace import NamespaceKey
+from semblend_dynamo.pipeline import DonorDiscovery
+from semblend_dynamo.router.__main__ import build_discovery
+from semblend_dynamo.router.catalog import DonorCatalog
+from semblend_dynamo.router.indexer import PipelineIndexer, RequestGate
+
+W1 = 11
+NS = NamespaceKey(model_id="m", tokens_per_block=16)
+
+
+class RecordingDiscovery:
+    """Stands in for DonorDiscovery: records each call; every call sets ``entered`` and waits for ``gate``; may report
+    evictions."""
+
+    def __init__(self, evict: Sequence[str] = ()) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.evict = list(evict)
+        self.index = None
+
+    def register_donor(self, donor_id: str, namespace: NamespaceKey, tokens: Sequence[int], **_: Any) -> list[str]:
+        self.entered.set()
+        self.gate.wait(10)
+        self.calls.append(("local", donor_id))
+        return []
+
+    def register_embeddings(self, donor_ids: Sequence[str], namespace: str, vectors: np.ndarray) -> list[str]:
+        self.entered.set()
+        self.gate.wait(10)
+        self.calls.append(("peers", tuple(donor_ids)))
+        evicted, self.evict = self.evict, []
+        return evicted
+
+    def remove_donor(self, donor_id: str) -> bool:
+        self.entered.set()
+        self.gate.wait(10)
+        self.calls.append(("remove", donor_id))
+        return True
+
+
+def _indexer(discovery: RecordingDiscovery, **bounds: int) -> tuple[PipelineIndexer, list[list[str]]]:
+    reported: list[list[str]] = []
+    return PipelineIndexer(discovery, reported.append, **bounds), reported  # type: ignore[arg-type]
+
+
+def _vector() -> np.ndarray:
+    return np.ones(4, dtype=np.float32)
+
+
+def test_changes_apply_in_the_order_queued_and_peers_batch_between_other_changes() -> None:
+    discovery = RecordingDiscovery()
+    discovery.gate.clear()
+    indexer, _ = _indexer(discovery)
+    indexer.add_peer("p0", "ns", _vector())  # taken alone while the gate is shut
+    assert discovery.entered.wait(10)
+    for change in (("peer", "p1"), ("peer", "p2"), ("local", "l1"), ("remove", "p1"), ("peer", "p1"), ("peer", "p3")):
+        if change[0] == "peer":
+            indexer.add_peer(change[1], "ns", _vector())
+        elif change[0] == "local":
+            indexer.add_local(change[1], NS, [1, 2, 3], None)
+        else:
+            indexer.remove(change[1])
+    discovery.gate.set()
+    assert indexer.drain(10)
+    assert discovery.calls[1:] == [
+        ("peers", ("p1", "p2")),
+        ("local", "l1"),
+        ("remove", "p1"),
+        ("peers", ("p1", "p3")),
+    ]
+    assert indexer.backlog == 0 and indexer.counters["applied"] == 7
+
+
+def test_a_removal_is_queued_only_for_a_donor_an_add_was_queued_for() -> None:
+    discovery = RecordingDiscovery()
+    indexer, _ = _indexer(discovery)
+    indexer.remove("never-added")
+    indexer.add_peer("p", "ns", _vector())
+    indexer.remove("p")
+    indexer.remove("p")
+    assert indexer.drain(10)
+    assert discovery.calls == [("peers", ("p",)), ("remove", "p")]
+
+
+def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_removed() -> None:
+    discovery = RecordingDiscovery()
+    discovery.gate.clear()
+    dropped: list[tuple[str, str]] = []
+    indexer, _ = _indexer(discovery, max_pending=3, max_local=1)
+    indexer.on_dropped = lambda kind, reason: dropped.append((kind, reason))
+    indexer.add_peer("p0", "ns", _vector())  # being applied (blocked at the gate): still counts
+    assert discovery.entered.wait(10)
+    indexer.add_local("l1", NS, [1], None)
+    indexer.add_local("l2", NS, [1], None)  # over max_local
+    indexer.add_peer("p1", "ns", _vector())
+    indexer.add_peer("p0", "ns", _vector())  # over max_pending, and p0 is fed: its older copy must go
+    assert dropped == [("local", "queue_full"), ("peer", "queue_full")]
+    assert indexer.counters["dropped:local:queue_full"] == 1 and indexer.counters["dropped:peer:queue_full"] == 1
+    discovery.gate.set()
+    assert indexer.drain(10)
+    assert discovery.calls == [("peers", ("p0",)), ("local", "l1"), ("peers", ("p1",)), ("remove", "p0")]
+    indexer.add_local("l3", NS, [1], None)  # room again once applied
+    assert indexer.drain(10) and discovery.calls[-1] == ("local", "l3")
+
+
+def test_close_applies_what_is_queued_or_counts_what_it_could_not() -> None:
+    discovery = RecordingDiscovery()
+    indexer, _ = _indexer(discovery)
+    indexer.add_peer("a", "ns", _vector())
+    indexer.close()
+    assert discovery.calls == [("peers", ("a",))] and indexer.backlog == 0
+    indexer.add_peer("b", "ns", _vector())
+    indexer.remove("a")
+    assert indexer.counters["dropped:peer:closed"] == 1 and indexer.counters["dropped:remove:closed"] == 1
+
+    stuck = RecordingDiscovery()
+    stuck.gate.clear()
+    indexer, _ = _indexer(stuck)
+    indexer.add_local("x", NS, [1], None)
+    assert stuck.entered.wait(10)
+    for donor_id in ("y", "z"):
+        indexer.add_local(donor_id, NS, [1], None)
+    assert not indexer.drain(0.05)
+    indexer.close(timeout=0.05)  # x is being applied, y and z wait behind the gate
+    assert indexer.counters["dropped:local:closed"] == 2 and indexer.backlog <= 1
+    stuck.gate.set()
+
+
+def test_evictions_the_pipeline_reports_go_to_the_callback_outside_any_pipeline_call() -> None:
+    discovery = RecordingDiscovery(evict=["old"])
+    indexer, reported = _indexer(discovery)
+    indexer.add_peer("new", "ns", _vector())
+    assert indexer.drain(10) and reported == [["old"]] and indexer.counters["evicted"] == 1
+
+
+def test_background_steps_wait_while_a_request_is_decided_but_never_for_ever() -> None:
+    gate = RequestGate(max_wait_s=30)
+    stepped = threading.Event()
+    with gate.deciding():
+        thread = threading.Thread(target=lambda: (gate.wait(), stepped.set()))
+        thread.start()
+        assert not stepped.wait(0.05)
+    assert stepped.wait(10)
+    saturated = RequestGate(max_wait_s=0.01)
+    with saturated.deciding():
+        saturated.wait()  # returns after max_wait_s though the loop is still deciding
+
+
+# --- with the catalog and the real pipeline ------------------------------------------------------------------------
+def _registration(donor_id: str, hashes: list[int], dim: int) -> DonorRegistration:
+    vector = np.random.default_rng(hashes[0]).standard_normal(dim).astype(np.float32)
+    embedding, edim = DonorRegistration.pack_embedding(vector / np.linalg.norm(vector))
+    return DonorRegistration(
+        donor_id=donor_id,
+        worker_id=W1,
+        deployment="d",
+        namespace="ns",
+        num_tokens=16 * len(hashes),
+        block_size=16,
+        block_hashes=hashes,
+        embedding=embedding,
+        embedding_dim=edim,
+    )
+
+
+def _stored(event_id: int, *hashes: int) -> KvEvent:
+    return KvEvent(W1, event_id, KvStored([1000 + h for h in hashes], list(hashes)))
+
+
+class GatedDiscovery(DonorDiscovery):
+    """The real pipeline whose mutations first wait for ``gate`` (so changes pile up before the indexer runs)."""
+
+    gate: threading.Event
+
+    def register_embeddings(self, donor_ids: Sequence[str], namespace_digest: str, vectors: np.ndarray) -> list[str]:
+        self.gate.wait(10)
+        return super().register_embeddings(donor_ids, namespace_digest, vectors)
+
+
+def _gated(capacity: int = 100) -> tuple[DonorCatalog, GatedDiscovery]:
+    plain = build_discovery(SemblendConfig(block_size=16, embedder="hash", index_capacity=capacity))
+    assert plain is not None and plain.embedder is not None and plain.index is not None
+    discovery = GatedDiscovery(
+        plain.cfg, embedder=plain.embedder, index=plain.index, aligner=plain.aligner, background=False
+    )
+    discovery.gate = threading.Event()
+    return DonorCatalog(1000, discovery), discovery
+
+
+def test_a_donor_added_then_removed_before_the_indexer_runs_never_stays_in_the_pipeline() -> None:
+    catalog, discovery = _gated()
+    assert discovery.index is not None
+    dim = discovery.index.dim
+    catalog.apply_kv_events([_stored(1, 1, 2, 3)])
+    catalog.add(_registration("first", [1], dim))  # the indexer takes it and waits at the gate
+    catalog.add(_registration("gone", [2], dim))
+    catalog.forget("gone")
+    catalog.add(_registration("kept", [3], dim))
+    assert "gone" not in catalog and "kept" in catalog  # the catalog is current at once
+    discovery.gate.set()
+    assert catalog.drain(10)
+    assert "gone" not in discovery and "gone" not in discovery.index
+    assert {"first", "kept"} == {d for d in ("first", "gone", "kept") if d in discovery and d in discovery.index}
+
+
+def test_donors_the_index_evicts_leave_the_catalog() -> None:
+    catalog, discovery = _gated(capacity=2)
+    discovery.gate.set()
+    assert discovery.index is not None
+    dim = discovery.index.dim
+    catalog.apply_kv_events([_stored(1, *range(1, 6))])
+    for i in range(1, 6):
+        catalog.add(_registration(f"d{i}", [i], dim))
+        assert catalog.drain(10)
+    resident = catalog.resident("ns")
+    assert len(resident) == 2 and resident == {d for d in resident if d in discovery.index}
+    assert all(f"d{i}" not in catalog for i in (1, 2, 3))
