@@ -31,8 +31,10 @@ import asyncio
 import json
 import os
 import platform
+import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -172,6 +174,65 @@ async def measure(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
     ]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FRONTEND = re.compile(r"^(\S+Z) .*metrics: request (received|completed) request_id=([0-9a-f-]+)")
+_ROUTED = re.compile(r"routed request=\S+ .* stages_us=(\S*)")
+
+
+def frontend_ms(log: Path) -> list[float]:
+    """Each request's time inside a Frontend (its own log: received -> completed, microsecond stamps), in order."""
+    started: dict[str, float] = {}
+    out: list[tuple[float, float]] = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _FRONTEND.match(_ANSI.sub("", line))
+        if m is None:
+            continue
+        stamp = datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+        if m.group(2) == "received":
+            started[m.group(3)] = stamp
+        elif m.group(3) in started:
+            begun = started.pop(m.group(3))
+            out.append((begun, (stamp - begun) * 1e3))
+    return [ms for _, ms in sorted(out)]
+
+
+def router_stages_ms(log: Path) -> list[dict[str, float]]:
+    """Each routed request's stage times from the router's log line (``stages_us=``), in order."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _ROUTED.search(line)
+        if m is not None:
+            out.append({k: float(v) / 1e3 for k, v in (kv.split(":") for kv in m.group(1).split(",") if kv)})
+    return out
+
+
+def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
+    """The sequential requests seen from inside each Frontend and each router (their own logs)."""
+    seq = slice(args.warmup, args.warmup + args.requests)
+    lines = [
+        "",
+        "sequential requests from the processes' own logs (ms): p50 / p99",
+        "",
+        "| measure | semantic | exact-only | added p50 | added p99 |",
+        "|---|---|---|---|---|",
+    ]
+    fe = {name: frontend_ms(graph.dir / f"frontend-{name}.log")[seq] for name in ("sem", "exact")}
+    stages = {name: router_stages_ms(graph.dir / f"router-{name}.log")[seq] for name in ("sem", "exact")}
+
+    def cells(sem: list[float], exact: list[float]) -> str:
+        if not sem or not exact:
+            return "- | - | - | -"
+        s50, s99, e50, e99 = pct(sem, 50), pct(sem, 99), pct(exact, 50), pct(exact, 99)
+        return f"{s50:.2f} / {s99:.2f} | {e50:.2f} / {e99:.2f} | {s50 - e50:.2f} | {s99 - e99:.2f}"
+
+    lines.append(f"| inside the Frontend (received -> completed) | {cells(fe['sem'], fe['exact'])} |")
+    for stage in ("total_added", "exact", "semantic", "load", "forward_first_response"):
+        sem = [s[stage] for s in stages["sem"] if stage in s]
+        exact = [s.get(stage, 0.0) for s in stages["exact"]]
+        lines.append(f"| router stage `{stage}` | {cells(sem, exact)} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", type=int, default=100_000)
@@ -196,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         graph.start()
         print(f"# graph up in {time.monotonic() - t0:.0f} s (logs {graph.dir})", flush=True)
         print("\n".join(asyncio.run(measure(graph, args))), flush=True)
+        print("\n".join(breakdown(graph, args)), flush=True)
     except UpError as exc:
         print(f"bench_frontend_path: {exc}", file=sys.stderr)
         return 2

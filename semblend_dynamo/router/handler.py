@@ -355,7 +355,7 @@ class SemanticRouter:
         outcome = Outcome.SEMANTIC_DISCOVERY_ONLY
         if self.cfg.discovery_only:
             decision.reason = DeclineReason.DISCOVERY_ONLY
-        elif await self._within_load(routed.tokens, worker_id):
+        elif await self._within_load(routed.tokens, worker_id, decision):
             outcome = Outcome.SEMANTIC_PLACEMENT
             decision.allowed_worker = worker_id
         else:
@@ -419,9 +419,12 @@ class SemanticRouter:
             trace_id=routed.trace_id,
         )
 
-    async def _within_load(self, tokens: list[int], worker_id: int) -> bool:
+    async def _within_load(self, tokens: list[int], worker_id: int, decision: Decision) -> bool:
         """False when the donor's worker is busier than the least loaded one by more than the slack."""
+        t0 = time.perf_counter()
         loads = await self.kv_router.get_potential_loads(tokens)
+        decision.latency_us["load"] = (time.perf_counter() - t0) * 1e6
+        self.metrics.stage_latency.labels("load").observe(decision.latency_us["load"] / 1e6)
         active = {int(w["worker_id"]): int(w.get("active_requests", 0)) for w in loads}
         if worker_id not in active:
             return False
@@ -498,6 +501,7 @@ class SemanticRouter:
             stream = await self.kv_router.generate_from_request(request)
             async for out in stream:
                 if first:
+                    decision.latency_us["forward_first_response"] = (time.perf_counter() - t0) * 1e6
                     self.metrics.stage_latency.labels("forward_first_response").observe(time.perf_counter() - t0)
                     first = False
                 yield out
@@ -544,7 +548,7 @@ class SemanticRouter:
         )
         self.publisher.offer(self.subjects.evidence, evidence)
         log.info(
-            "routed request=%s trace=%s outcome=%s reason=%s worker=%s exact_blocks=%d donor=%s",
+            "routed request=%s trace=%s outcome=%s reason=%s worker=%s exact_blocks=%d donor=%s stages_us=%s",
             routed.request_id,
             routed.trace_id,
             decision.outcome.value,
@@ -552,6 +556,7 @@ class SemanticRouter:
             f"{served[0]:x}" if served else None,
             decision.exact_blocks,
             decision.hint.donor_id if decision.hint else None,
+            ",".join(f"{stage}:{us:.0f}" for stage, us in decision.latency_us.items()),
         )
 
     # --- donors ---------------------------------------------------------------------------------
