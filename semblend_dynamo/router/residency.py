@@ -403,11 +403,14 @@ class Residency:
         if not len(entries) or not lengths.all():
             return False
         hashes = np.frombuffer(b"".join(entry.block_hashes for entry in entries), dtype=np.uint64)  # type: ignore[misc]
-        if len(np.unique(hashes)) != len(hashes) or blocks.postings.lookup(hashes)[0].any():
+        order = np.argsort(hashes)  # sorted probes: fewer cache misses in the maps' binary searches
+        ordered = hashes[order]
+        if (ordered[1:] == ordered[:-1]).any() or blocks.postings.lookup(ordered)[0].any():
             return False
         slots = np.fromiter((entry.slot for entry in entries), dtype=np.uint64, count=len(entries))
-        blocks.postings.add_absent(hashes, np.repeat(slots, lengths))
-        absent = ~blocks.counts.lookup(hashes)[0]
+        blocks.postings.add_absent(ordered, np.repeat(slots, lengths)[order])
+        absent = np.empty(len(hashes), dtype=bool)
+        absent[order] = ~blocks.counts.lookup(ordered)[0]
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         for entry, missing in zip(entries, np.add.reduceat(absent, starts).tolist(), strict=True):
             entry.missing = missing

@@ -45,6 +45,20 @@ def _hits(keys: np.ndarray, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys[at] == probe, at
 
 
+def _interleave(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Sorted columns ``old`` and ``new`` (keys first, distinct across both) as one sorted set of columns."""
+    at = old[0].searchsorted(new[0]) + np.arange(len(new[0]))
+    kept = np.ones(len(old[0]) + len(new[0]), dtype=bool)
+    kept[at] = False
+    out = []
+    for held, added in zip(old, new, strict=True):
+        column = np.empty(len(kept), dtype=held.dtype)
+        column[at] = added
+        column[kept] = held
+        out.append(column)
+    return tuple(out)
+
+
 class U64Map:
     """``dict[int, int]`` for keys and values in ``[0, 2**64)``, kept compact (see the module docstring)."""
 
@@ -144,7 +158,7 @@ class U64Map:
         self._len += len(keys)
         if len(keys) >= _BULK:
             self._merge_delta()
-            self._overlay(keys, values, np.ones(len(keys), dtype=bool))
+            self._overlay(keys, values, np.ones(len(keys), dtype=bool), absent=bool(self._live.all()))
             return
         self._delta.update(zip(keys.tolist(), values.tolist(), strict=True))
         if self._gone:
@@ -232,22 +246,21 @@ class U64Map:
         gone.clear()
         self._overlay(keys, values, live)
 
-    def _overlay(self, keys: np.ndarray, values: np.ndarray, live: np.ndarray) -> None:
-        """Merge distinct ``keys`` (any order; ``live`` False: deleted) into the overlay, replacing its entries of the
-        same keys; then the overlay into the base if it outgrew its bound."""
+    def _overlay(self, keys: np.ndarray, values: np.ndarray, live: np.ndarray, absent: bool = False) -> None:
+        """Merge distinct ``keys`` (any order; ``live`` False: deleted; ``absent``: none is in the overlay) into the
+        overlay, replacing its entries of the same keys; then the overlay into the base if it outgrew its bound."""
         order = np.argsort(keys)
         keys, values, live = keys[order], values[order], live[order]
         held_keys, held_values, held_live = self._over_keys, self._over_values, self._live
-        if len(held_keys):
+        if len(held_keys) and not absent:
             replaced, at = _hits(held_keys, keys)
             if replaced.any():
                 keep = np.ones(len(held_keys), dtype=bool)
                 keep[at[replaced]] = False
                 held_keys, held_values, held_live = held_keys[keep], held_values[keep], held_live[keep]
-        at = held_keys.searchsorted(keys)
-        self._over_keys = np.insert(held_keys, at, keys)
-        self._over_values = np.insert(held_values, at, values)
-        self._live = np.insert(held_live, at, live)
+        self._over_keys, self._over_values, self._live = _interleave(
+            (held_keys, held_values, held_live), (keys, values, live)
+        )
         if len(self._over_keys) > max(_MIN_OVERLAY, _OVERLAY_PER_ROOT * isqrt(len(self._keys))):
             self._merge_overlay()
 
@@ -263,8 +276,5 @@ class U64Map:
                 keep[at[replaced]] = False
                 keys, values = keys[keep], values[keep]
         live = self._live
-        added = over[live]
-        at = keys.searchsorted(added)
-        self._keys = np.insert(keys, at, added)
-        self._values = np.insert(values, at, self._over_values[live])
+        self._keys, self._values = _interleave((keys, values), (over[live], self._over_values[live]))
         self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)
