@@ -1,176 +1,280 @@
 """A compact map from u64 keys to u64 values for maps a router replica keeps per block (millions of entries).
 
 A dict of Python ints costs ~100 bytes an entry (the entry, its index slot, two int objects); this one keeps its
-entries in two sorted numpy arrays (16 bytes an entry) and recent changes in a small dict that is merged into them
-when it grows past an eighth of them, so a write stays O(1) amortized and a lookup is a dict probe plus a binary
-search.
+entries in sorted numpy arrays (16 bytes an entry) on two levels, newest first:
+
+* a small dict of recent single changes (and a set of recent deletions), merged into the level below once it holds
+  more than 1,024 changes (or an eighth of the map);
+* a sorted *overlay* level of up to ``32·√n`` entries (at least 4,096), each a value or a deletion, that overrides
+  the base; batches of 64 changes or more go straight into it as arrays;
+* the sorted *base* level, rewritten only when the overlay outgrows its bound.
+
+So a merge copies the overlay (``O(√n)``) per 1,024 changes and the base (``O(n)``) per ``√n`` changes: a change costs
+``O(√n)`` element copies amortized (a single base level would cost ``O(n/1024)``, quadratic in bulk inserts), and a
+lookup is a dict probe plus two binary searches.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from math import isqrt
 
 import numpy as np
 
 _U64 = np.uint64
-_GONE = None  # a delta value: the key was deleted from the sorted arrays
 _MIN_DELTA = 64
 _MAX_DELTA = 1024
-"""Changes held before a merge: at most an eighth of the sorted entries, within these bounds (a map per worker and
-kind, so the dicts' memory counts: 1024 entries cost ~100 KB)."""
+"""Changes held in the dict before a merge: at most an eighth of the sorted entries, within these bounds (a map per
+worker and kind, so the dicts' memory counts: 1024 entries cost ~100 KB)."""
+_MIN_OVERLAY = 4096
+_OVERLAY_PER_ROOT = 32
+"""The overlay is merged into the base past ``max(_MIN_OVERLAY, _OVERLAY_PER_ROOT·√base)`` entries (about
+``√(1024·n)``, which balances the two merges' copying)."""
+_BULK = 64
+"""A batch of at least this many keys is merged into the overlay at once (and a lookup of as many first merges the
+dict, to probe arrays only)."""
+
+
+def _empty() -> np.ndarray:
+    return np.empty(0, dtype=_U64)
+
+
+def _hits(keys: np.ndarray, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, at)``: whether each of ``probe`` is in the sorted non-empty ``keys``, and where."""
+    at = np.minimum(keys.searchsorted(probe), len(keys) - 1)
+    return keys[at] == probe, at
+
+
+def _interleave(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Sorted columns ``old`` and ``new`` (keys first, distinct across both) as one sorted set of columns."""
+    at = old[0].searchsorted(new[0]) + np.arange(len(new[0]))
+    kept = np.ones(len(old[0]) + len(new[0]), dtype=bool)
+    kept[at] = False
+    out = []
+    for held, added in zip(old, new, strict=True):
+        column = np.empty(len(kept), dtype=held.dtype)
+        column[at] = added
+        column[kept] = held
+        out.append(column)
+    return tuple(out)
 
 
 class U64Map:
     """``dict[int, int]`` for keys and values in ``[0, 2**64)``, kept compact (see the module docstring)."""
 
-    __slots__ = ("_delta", "_keys", "_len", "_values")
+    __slots__ = ("_delta", "_gone", "_keys", "_len", "_live", "_over_keys", "_over_values", "_values")
 
     def __init__(self) -> None:
-        self._keys = np.empty(0, dtype=_U64)
-        self._values = np.empty(0, dtype=_U64)
-        self._delta: dict[int, int | None] = {}
+        self._keys = _empty()  # the base level
+        self._values = _empty()
+        self._over_keys = _empty()  # the overlay level; _live False: the key was deleted
+        self._over_values = _empty()
+        self._live = np.empty(0, dtype=bool)
+        self._delta: dict[int, int] = {}
+        self._gone: set[int] = set()  # deleted since the last merge (never also in _delta)
         self._len = 0
 
     def __len__(self) -> int:
         return self._len
 
-    def _merge_due(self) -> bool:
-        return len(self._delta) > max(_MIN_DELTA, min(_MAX_DELTA, len(self._keys) >> 3))
-
-    def _base(self, key: int) -> int | None:
-        keys = self._keys
-        i = int(keys.searchsorted(key))
-        return int(self._values[i]) if i < len(keys) and int(keys[i]) == key else None
+    # --- reads -----------------------------------------------------------------------------------
+    def _levels(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, values)`` of the u64 array ``probe`` on the sorted levels (a value is 0 where not found)."""
+        found = np.zeros(len(probe), dtype=bool)
+        values = np.zeros(len(probe), dtype=_U64)
+        if not len(probe):
+            return found, values
+        if len(self._keys):
+            found, at = _hits(self._keys, probe)
+            values = self._values[at]
+        if len(self._over_keys):
+            over, at = _hits(self._over_keys, probe)
+            found = np.where(over, self._live[at], found)
+            values = np.where(over, self._over_values[at], values)
+        return found, np.where(found, values, _U64(0))
 
     def get(self, key: int) -> int | None:
-        delta = self._delta
-        if key in delta:
-            return delta[key]
-        return self._base(key) if len(self._keys) else None
+        held = self._delta.get(key)
+        if held is not None:
+            return held
+        if self._gone and key in self._gone:
+            return None
+        keys = self._over_keys
+        if len(keys):
+            i = int(keys.searchsorted(key))
+            if i < len(keys) and int(keys[i]) == key:
+                return int(self._over_values[i]) if self._live[i] else None
+        keys = self._keys
+        if len(keys):
+            i = int(keys.searchsorted(key))
+            if i < len(keys) and int(keys[i]) == key:
+                return int(self._values[i])
+        return None
 
-    def _base_many(self, keys: Sequence[int]) -> list[int | None]:
-        base = self._keys
-        if not len(base) or not keys:
+    def _levels_many(self, keys: Sequence[int]) -> list[int | None]:
+        if not keys or not (len(self._keys) or len(self._over_keys)):
             return [None] * len(keys)
-        probe = np.asarray(keys, dtype=_U64)
-        at = np.minimum(base.searchsorted(probe), len(base) - 1)
-        found = (base[at] == probe).tolist()
-        return [v if f else None for v, f in zip(self._values[at].tolist(), found, strict=True)]
+        found, values = self._levels(np.asarray(keys, dtype=_U64))
+        return [v if f else None for v, f in zip(values.tolist(), found.tolist(), strict=True)]
 
     def get_many(self, keys: Sequence[int]) -> list[int | None]:
-        """:meth:`get` for many keys (one binary search for all of them)."""
-        out = self._base_many(keys)
-        delta = self._delta
-        if delta:
+        """:meth:`get` for many keys (one binary search a level for all of them)."""
+        out = self._levels_many(keys)
+        delta, gone = self._delta, self._gone
+        if delta or gone:
             for i, key in enumerate(keys):
                 if key in delta:
                     out[i] = delta[key]
+                elif key in gone:
+                    out[i] = None
         return out
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`get_many` for a u64 array: ``(found, values)`` arrays (a value is 0 where not found)."""
-        found = np.zeros(len(keys), dtype=bool)
-        values = np.zeros(len(keys), dtype=_U64)
-        base = self._keys
-        if len(base) and len(keys):
-            at = np.minimum(base.searchsorted(keys), len(base) - 1)
-            found = base[at] == keys
-            values = np.where(found, self._values[at], _U64(0))
-        delta = self._delta
-        if delta:
+        if len(keys) >= _BULK:
+            self._merge_delta()
+        found, values = self._levels(keys)
+        delta, gone = self._delta, self._gone
+        if delta or gone:
             for i, key in enumerate(keys.tolist()):
                 if key in delta:
-                    held = delta[key]
-                    found[i] = held is not None
-                    values[i] = 0 if held is None else held
+                    found[i], values[i] = True, delta[key]
+                elif key in gone:
+                    found[i], values[i] = False, 0
         return found, values
 
+    def __contains__(self, key: int) -> bool:
+        return self.get(key) is not None
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        """Every ``(key, value)``, in key order (a snapshot: the map may change while it is walked)."""
+        self._merge_delta()
+        self._merge_overlay()
+        return zip(self._keys.tolist(), self._values.tolist(), strict=True)
+
+    # --- writes ----------------------------------------------------------------------------------
     def add_absent(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Set distinct keys known to be absent (from :meth:`lookup`), given as u64 arrays."""
         self._len += len(keys)
+        if len(keys) >= _BULK:
+            self._merge_delta()
+            self._overlay(keys, values, np.ones(len(keys), dtype=bool), absent=bool(self._live.all()))
+            return
         self._delta.update(zip(keys.tolist(), values.tolist(), strict=True))
-        if self._merge_due():
-            self._merge()
+        if self._gone:
+            self._gone.difference_update(keys.tolist())
+        self._changed()
 
     def set_many(self, keys: Sequence[int], values: Sequence[int], held: Sequence[int | None] | None = None) -> None:
         """Set distinct ``keys``; ``held`` (their values now, from :meth:`get_many`) spares looking them up again."""
         if held is None:
             held = self.get_many(keys)
         self._len += sum(1 for h in held if h is None)
+        if len(keys) >= _BULK:
+            self._merge_delta()
+            self._overlay(np.asarray(keys, dtype=_U64), np.asarray(values, dtype=_U64), np.ones(len(keys), dtype=bool))
+            return
         self._delta.update(zip(keys, values, strict=True))
-        if self._merge_due():
-            self._merge()
+        if self._gone:
+            self._gone.difference_update(keys)
+        self._changed()
+
+    def __setitem__(self, key: int, value: int) -> None:
+        if self.get(key) is None:
+            self._len += 1
+        self._delta[key] = value
+        self._gone.discard(key)
+        self._changed()
 
     def pop_many(self, keys: Sequence[int]) -> list[int | None]:
         """Remove ``keys`` in turn; the value each had (None: absent, or named twice)."""
-        delta = self._delta
+        delta, gone = self._delta, self._gone
         out: list[int | None] = []
-        for key, in_base in zip(keys, self._base_many(keys), strict=True):
+        for key, on_levels in zip(keys, self._levels_many(keys), strict=True):
             if key in delta:
-                held = delta[key]
-                if held is not None:
-                    if in_base is None:
-                        del delta[key]
-                    else:
-                        delta[key] = _GONE
+                held: int | None = delta.pop(key)
+                if on_levels is not None:
+                    gone.add(key)
+            elif key in gone:
+                held = None
             else:
-                held = in_base
+                held = on_levels
                 if held is not None:
-                    delta[key] = _GONE
+                    gone.add(key)
             if held is not None:
                 self._len -= 1
             out.append(held)
-        if self._merge_due():
-            self._merge()
+        self._changed()
         return out
-
-    def __contains__(self, key: int) -> bool:
-        return self.get(key) is not None
-
-    def __setitem__(self, key: int, value: int) -> None:
-        delta = self._delta
-        held = delta[key] if key in delta else (self._base(key) if len(self._keys) else None)
-        if held is None:
-            self._len += 1
-        delta[key] = value
-        if self._merge_due():
-            self._merge()
 
     def pop(self, key: int) -> int | None:
         """Remove ``key``; its value, or None if absent."""
         return self.pop_many((key,))[0]
 
     def clear(self) -> None:
-        self._keys = np.empty(0, dtype=_U64)
-        self._values = np.empty(0, dtype=_U64)
+        self._keys, self._values = _empty(), _empty()
+        self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)
         self._delta.clear()
+        self._gone.clear()
         self._len = 0
 
-    def items(self) -> Iterator[tuple[int, int]]:
-        """Every ``(key, value)``, in key order (a snapshot: the map may change while it is walked)."""
-        self._merge()
-        return zip(self._keys.tolist(), self._values.tolist(), strict=True)
+    # --- merges ----------------------------------------------------------------------------------
+    def _changed(self) -> None:
+        held = len(self._delta) + len(self._gone)
+        if held > max(_MIN_DELTA, min(_MAX_DELTA, (len(self._keys) + len(self._over_keys)) >> 3)):
+            self._merge_delta()
 
-    def _merge(self) -> None:
-        delta = self._delta
-        if not delta:
+    def _merge_delta(self) -> None:
+        """Move the dict's changes into the overlay (a deletion only of a key a level holds)."""
+        delta, gone = self._delta, self._gone
+        if not (delta or gone):
             return
-        changed = np.fromiter(delta.keys(), dtype=_U64, count=len(delta))
+        keys = np.fromiter(delta.keys(), dtype=_U64, count=len(delta))
+        values = np.fromiter(delta.values(), dtype=_U64, count=len(delta))
+        live = np.ones(len(keys), dtype=bool)
+        if gone:
+            deleted = np.fromiter(gone, dtype=_U64, count=len(gone))
+            held = np.zeros(len(deleted), dtype=bool)
+            for level in (self._keys, self._over_keys):
+                if len(level):
+                    held |= _hits(level, deleted)[0]
+            deleted = deleted[held]
+            keys = np.concatenate((keys, deleted))
+            values = np.concatenate((values, np.zeros(len(deleted), dtype=_U64)))
+            live = np.concatenate((live, np.zeros(len(deleted), dtype=bool)))
+        delta.clear()
+        gone.clear()
+        self._overlay(keys, values, live)
+
+    def _overlay(self, keys: np.ndarray, values: np.ndarray, live: np.ndarray, absent: bool = False) -> None:
+        """Merge distinct ``keys`` (any order; ``live`` False: deleted; ``absent``: none is in the overlay) into the
+        overlay, replacing its entries of the same keys; then the overlay into the base if it outgrew its bound."""
+        order = np.argsort(keys)
+        keys, values, live = keys[order], values[order], live[order]
+        held_keys, held_values, held_live = self._over_keys, self._over_values, self._live
+        if len(held_keys) and not absent:
+            replaced, at = _hits(held_keys, keys)
+            if replaced.any():
+                keep = np.ones(len(held_keys), dtype=bool)
+                keep[at[replaced]] = False
+                held_keys, held_values, held_live = held_keys[keep], held_values[keep], held_live[keep]
+        self._over_keys, self._over_values, self._live = _interleave(
+            (held_keys, held_values, held_live), (keys, values, live)
+        )
+        if len(self._over_keys) > max(_MIN_OVERLAY, _OVERLAY_PER_ROOT * isqrt(len(self._keys))):
+            self._merge_overlay()
+
+    def _merge_overlay(self) -> None:
+        over = self._over_keys
+        if not len(over):
+            return
         keys, values = self._keys, self._values
         if len(keys):
-            at = np.minimum(keys.searchsorted(changed), len(keys) - 1)
-            stale = at[keys[at] == changed]
-            if len(stale):
+            replaced, at = _hits(keys, over)
+            if replaced.any():
                 keep = np.ones(len(keys), dtype=bool)
-                keep[stale] = False
+                keep[at[replaced]] = False
                 keys, values = keys[keep], values[keep]
-        held = list(delta.values())
-        live = np.fromiter((v is not None for v in held), dtype=bool, count=len(held))
-        if live.any():
-            added = np.fromiter((v or 0 for v in held), dtype=_U64, count=len(held))[live]
-            changed = changed[live]
-            order = np.argsort(changed)
-            at = keys.searchsorted(changed[order])
-            keys, values = np.insert(keys, at, changed[order]), np.insert(values, at, added[order])
-        self._keys, self._values = keys, values
-        delta.clear()
+        live = self._live
+        self._keys, self._values = _interleave((keys, values), (over[live], self._over_values[live]))
+        self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from semblend_dynamo.events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
 from semblend_dynamo.router.residency import Residency
 
@@ -113,6 +115,28 @@ def test_a_dump_adds_missed_blocks_and_never_drops_live_ones() -> None:
     assert r.resident("ns") == {"a", "b"}
     assert r.take_changes() == [("b", True)]
     assert r.event_gaps == 0
+
+
+def test_a_dump_taken_in_one_batch_per_worker_ends_as_its_events_one_by_one() -> None:
+    rng = random.Random(5)
+    for _ in range(30):
+        batched, in_turn = Residency(capacity=100), Residency(capacity=100)
+        streams = {w: Events(w) for w in (W1, W2)}
+        for i in range(12):
+            donor = _donor(f"d{i}", rng.choice((W1, W2)), rng.sample(range(40), rng.randrange(1, 5)))
+            batched.add_donor(donor)
+            in_turn.add_donor(donor)
+        dump = []
+        for _ in range(rng.randrange(1, 30)):
+            stream = streams[rng.choice((W1, W2))]
+            engine_ids = [1000 + rng.randrange(40) for _ in range(rng.randrange(1, 6))]  # re-stores and repeats
+            dump.append(stream._event(KvStored(engine_ids, [rng.randrange(40) for _ in engine_ids])))
+        batched.merge_dump(dump)
+        for event in dump:
+            in_turn.apply(event)
+        assert batched.snapshot() == in_turn.snapshot()
+        assert sorted(batched.take_changes()) == sorted(in_turn.take_changes())
+        assert [batched.blocks_on((w, 0)) for w in (W1, W2)] == [in_turn.blocks_on((w, 0)) for w in (W1, W2)]
 
 
 def test_event_id_gaps_and_foreign_tiers_are_counted() -> None:

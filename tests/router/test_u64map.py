@@ -1,26 +1,51 @@
 import random
 
+import numpy as np
+import pytest
+
+from semblend_dynamo.router import u64map
 from semblend_dynamo.router.u64map import U64Map
 
 
+@pytest.fixture(params=["default", "tiny levels"])
+def level_bounds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The map's own bounds, or bounds so small that every level fills and merges many times over."""
+    if request.param == "tiny levels":
+        monkeypatch.setattr(u64map, "_MIN_DELTA", 2)
+        monkeypatch.setattr(u64map, "_MAX_DELTA", 4)
+        monkeypatch.setattr(u64map, "_MIN_OVERLAY", 8)
+        monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
+        monkeypatch.setattr(u64map, "_BULK", 6)
+
+
+@pytest.mark.usefixtures("level_bounds")
 def test_the_map_behaves_as_a_dict_through_merges() -> None:
     rng = random.Random(7)
     keys = [rng.randrange(1 << 64) for _ in range(300)] + [0, (1 << 64) - 1]
     m, d = U64Map(), dict[int, int]()
     for step in range(20_000):
         op = rng.random()
-        batch = rng.sample(keys, rng.randrange(1, 6))
-        if op < 0.35:
+        batch = rng.sample(keys, rng.randrange(1, 6) if rng.random() < 0.8 else rng.randrange(6, 90))
+        if op < 0.3:
             key, value = batch[0], rng.randrange(1 << 64)
             m[key] = value
             d[key] = value
-        elif op < 0.5:
+        elif op < 0.42:
             values = [rng.randrange(1 << 64) for _ in batch]
             m.set_many(batch, values)
             d.update(zip(batch, values, strict=True))
-        elif op < 0.65:
+        elif op < 0.5:
+            probe = np.array(batch, dtype=np.uint64)
+            found, held = m.lookup(probe)
+            assert found.tolist() == [k in d for k in batch]
+            assert held.tolist() == [d.get(k, 0) for k in batch]
+            absent = [k for k in batch if k not in d]
+            values = [rng.randrange(1 << 64) for _ in absent]
+            m.add_absent(np.array(absent, dtype=np.uint64), np.array(values, dtype=np.uint64))
+            d.update(zip(absent, values, strict=True))
+        elif op < 0.62:
             assert m.pop(batch[0]) == d.pop(batch[0], None)
-        elif op < 0.75:
+        elif op < 0.72:
             batch.append(batch[0])  # named twice: the second finds it gone
             assert m.pop_many(batch) == [d.pop(k, None) for k in batch]
         elif op < 0.98:
@@ -29,5 +54,19 @@ def test_the_map_behaves_as_a_dict_through_merges() -> None:
         else:
             assert dict(m.items()) == d
         assert len(m) == len(d), step
+    assert dict(m.items()) == d
     m.clear()
     assert len(m) == 0 and m.get(keys[0]) is None and list(m.items()) == []
+
+
+def test_bulk_inserts_keep_every_level_bounded() -> None:
+    """Many bulk inserts (a late replica's sync) end in the base level, the overlay within its bound."""
+    rng = np.random.default_rng(3)
+    m = U64Map()
+    keys = rng.choice(1 << 62, size=200_000, replace=False).astype(np.uint64)
+    for batch in np.array_split(keys, 200):
+        m.add_absent(batch, batch + np.uint64(1))
+    assert len(m) == len(keys)
+    found, values = m.lookup(keys)
+    assert found.all() and (values == keys + np.uint64(1)).all()
+    assert len(m._over_keys) <= max(u64map._MIN_OVERLAY, u64map._OVERLAY_PER_ROOT * int(len(m._keys) ** 0.5))
