@@ -33,7 +33,6 @@ decline and the request is forwarded unrestricted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -238,19 +237,12 @@ class SemanticRouter:
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
         """Dynamo endpoint handler: decide, forward through Dynamo's KvRouter, stream back, then publish."""
         t0 = time.perf_counter()
-        # Donors are indexed between requests: background steps wait while this request is decided and until its
-        # first response (at most the gate's bound each), so they do not take the GIL from its time to first token.
-        busy = contextlib.ExitStack()
-        busy.enter_context(self.gate.deciding())
-        try:
+        with self.gate.deciding():  # donors are indexed between requests' decisions
             routed = self.parse(request, context)
             decision = await self.decide(routed)
-            forwarded = self.forward_request(request, routed, decision)
-            if decision.salt is not None:  # a prefill chain (possibly of the request alone)
-                forwarded = await self._run_chain(forwarded, routed, decision)
-        except BaseException:
-            busy.close()
-            raise
+        forwarded = self.forward_request(request, routed, decision)
+        if decision.salt is not None:  # a prefill chain (possibly of the request alone)
+            forwarded = await self._run_chain(forwarded, routed, decision)
         if decision.hint is not None:  # queued before the request is forwarded
             self.publisher.offer(self.subjects.hints(decision.hint.worker_id), decision.hint)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
@@ -258,12 +250,10 @@ class SemanticRouter:
         finished = False
         try:
             async for out in self._forward(forwarded, decision):
-                busy.close()
                 served = served or served_worker(out)
                 yield out
             finished = True
         finally:
-            busy.close()
             self._record(routed, decision, served)
             if finished and served is not None:  # under the salt it ran with (chain steps are never donors)
                 self._register_donor(replace(routed, cache_salt=decision.salt) if decision.salt else routed, served)

@@ -43,11 +43,11 @@ MAX_DEFER_S = 0.005
 
 
 class RequestGate:
-    """Background donor work waits here, one step at a time, while a request is decided and awaits its first response.
+    """Background donor work waits here, one step at a time, while the event loop decides a request.
 
     A thread running Python code holds the GIL; every time the loop thread lets the GIL go (a numpy call, a lock)
     it waits for it again, up to the switch interval each time. So the indexer and the donor thread start no new
-    step while a request is decided or awaits its first response, for at most ``max_wait_s`` (then they go on, so a saturated loop still
+    step while a request is being decided, for at most ``max_wait_s`` (then they go on, so a saturated loop still
     gets its donors indexed). ``deciding`` is entered and left on the loop thread only.
     """
 
