@@ -36,7 +36,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -306,8 +306,11 @@ class SemanticRouter:
         if not self.link.connected:
             decision.reason = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
             return decision
+        # Dynamo's load query does not need the spans: it runs on Dynamo's runtime while the loop searches them.
+        loads = asyncio.ensure_future(self.kv_router.get_potential_loads(routed.tokens))
+        loads.add_done_callback(_retrieve)
         try:
-            await self._semantic(routed, decision, exact_tokens)
+            await self._semantic(routed, decision, exact_tokens, loads)
         except Exception:
             log.exception("semantic stage failed for %s; routing exact-only", routed.request_id)
             decision.reason = DeclineReason.INTERNAL_ERROR
@@ -315,7 +318,9 @@ class SemanticRouter:
             decision.allowed_worker = None
         return decision
 
-    async def _semantic(self, routed: RoutedRequest, decision: Decision, exact_tokens: int) -> None:
+    async def _semantic(
+        self, routed: RoutedRequest, decision: Decision, exact_tokens: int, loads: Awaitable[list[dict[str, int]]]
+    ) -> None:
         assert self.discovery is not None
         t0 = time.perf_counter()
         result = self.discovery.discover(
@@ -355,7 +360,7 @@ class SemanticRouter:
         outcome = Outcome.SEMANTIC_DISCOVERY_ONLY
         if self.cfg.discovery_only:
             decision.reason = DeclineReason.DISCOVERY_ONLY
-        elif await self._within_load(routed.tokens, worker_id, decision):
+        elif await self._within_load(loads, worker_id, decision):
             outcome = Outcome.SEMANTIC_PLACEMENT
             decision.allowed_worker = worker_id
         else:
@@ -419,13 +424,17 @@ class SemanticRouter:
             trace_id=routed.trace_id,
         )
 
-    async def _within_load(self, tokens: list[int], worker_id: int, decision: Decision) -> bool:
-        """False when the donor's worker is busier than the least loaded one by more than the slack."""
+    async def _within_load(self, loads: Awaitable[list[dict[str, int]]], worker_id: int, decision: Decision) -> bool:
+        """False when the donor's worker is busier than the least loaded one by more than the slack.
+
+        ``loads``: Dynamo's potential loads for the request, asked for before the spans were searched; the ``load``
+        stage is what the request still waited for them afterwards.
+        """
         t0 = time.perf_counter()
-        loads = await self.kv_router.get_potential_loads(tokens)
+        rows = await loads
         decision.latency_us["load"] = (time.perf_counter() - t0) * 1e6
         self.metrics.stage_latency.labels("load").observe(decision.latency_us["load"] / 1e6)
-        active = {int(w["worker_id"]): int(w.get("active_requests", 0)) for w in loads}
+        active = {int(w["worker_id"]): int(w.get("active_requests", 0)) for w in rows}
         if worker_id not in active:
             return False
         return active[worker_id] - min(active.values()) <= self.cfg.placement_load_slack
@@ -787,6 +796,12 @@ class SemanticRouter:
         removed = self.catalog.retain_workers(live_worker_ids)
         if removed:
             log.info("workers left: %d donors removed", len(removed))
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """A load query whose answer went unused still has its error read (no 'never retrieved' warning)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _context_id(context: Any) -> str | None:

@@ -171,6 +171,31 @@ async def test_overloaded_donor_worker_is_not_forced() -> None:
     assert decision.allowed_worker is None and decision.hint is not None
 
 
+async def test_the_load_query_is_asked_before_the_spans_are_searched_and_its_failure_routes_exact_only() -> None:
+    router, kv = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    assert router.discovery is not None
+    order: list[str] = []
+    search = router.discovery.discover
+    router.discovery.discover = lambda *a, **k: order.append("spans") or search(*a, **k)  # type: ignore[method-assign]
+    answer: asyncio.Future[list[dict[str, int]]] = asyncio.get_running_loop().create_future()
+
+    def loads(token_ids: list[int]) -> asyncio.Future[list[dict[str, int]]]:
+        order.append("loads")  # asked, as Dynamo's runtime starts the query when it is called
+        return answer
+
+    kv.get_potential_loads = loads  # type: ignore[method-assign]
+    answer.set_result([{"worker_id": W1, "dp_rank": 0, "active_requests": 0}])
+    decision = await router.decide(router.parse({"token_ids": _prompt((2, 1, 0))}))
+    assert order == ["loads", "spans"] and decision.outcome is Outcome.SEMANTIC_PLACEMENT
+
+    failed: asyncio.Future[list[dict[str, int]]] = asyncio.get_running_loop().create_future()
+    failed.set_exception(RuntimeError("load query failed"))
+    kv.get_potential_loads = lambda token_ids: failed  # type: ignore[method-assign]
+    decision = await router.decide(router.parse({"token_ids": _prompt((1, 0, 2))}))
+    assert decision.reason is DeclineReason.INTERNAL_ERROR and decision.allowed_worker is None
+
+
 async def test_exact_prefix_wins_and_another_tenant_sees_nothing() -> None:
     router, kv = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
