@@ -70,6 +70,16 @@ class NatsLink:
             raise ConnectionError("NATS is not connected")
         await self._nc.publish(subject, data, reply=reply)
 
+    async def flush(self, timeout: float) -> None:
+        """Wait until the server has everything published so far (one round trip); raises on no connection/timeout."""
+        if not self.connected or self._nc is None:
+            raise ConnectionError("NATS is not connected")
+        # nats-py's own flush is never cancelled here (a PONG that arrives for a cancelled PING upsets its reader):
+        # only this wait is bounded, and the flush goes on in the background (bounded by nats-py, 10 s).
+        ping = asyncio.ensure_future(self._nc.flush())
+        ping.add_done_callback(lambda done: done.cancelled() or done.exception())
+        await asyncio.wait_for(asyncio.shield(ping), timeout)
+
     @property
     def max_payload(self) -> int | None:
         """The largest message the server takes (its ``max_payload``), None while not connected."""

@@ -55,6 +55,27 @@ class EvidencePublisher:
             return False
         return True
 
+    async def send_first(self, subject: str, event: SemblendEvent, timeout: float) -> bool:
+        """Publish ``event`` ahead of the queue and wait (at most ``timeout`` s) until the server has it.
+
+        For a message that must arrive before something sent another way (a hint before its request). If it cannot
+        be sent now it is queued as :meth:`offer` would (False), so it is never lost for being urgent.
+        """
+        try:
+            await self._link.publish(subject, self.encode(event))
+        except Exception as exc:
+            log.debug("urgent publish failed (%s); queued", exc)
+            self.offer(subject, event)
+            return False
+        self.sent[event.KIND] += 1
+        if self._on_sent is not None:
+            self._on_sent(event.KIND)
+        try:
+            await self._link.flush(timeout)
+        except Exception as exc:  # sent into the client's buffer already: it follows as soon as it can
+            log.debug("flush after an urgent publish did not complete: %s", exc)
+        return True
+
     @property
     def backlog(self) -> int:
         return self._queue.qsize()

@@ -92,6 +92,9 @@ MAX_PENDING_REGISTRATIONS = 1024
 """Finished prompts waiting to become donors at most (embedding, hashing); one beyond is dropped and counted."""
 """Registrations of a sync page added per event-loop turn (the loop serves requests between chunks)."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
+HINT_FLUSH_S = 0.005
+"""The longest a request waits for the NATS server to confirm its hint (one local round trip is ~0.1 ms)."""
+
 CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_RATIO)
 """Plan declines a prefill chain can overcome: spans behind the recipient's own words, or too few of them at once."""
 
@@ -243,8 +246,8 @@ class SemanticRouter:
         forwarded = self.forward_request(request, routed, decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
-        if decision.hint is not None:  # queued before the request is forwarded
-            self.publisher.offer(self.subjects.hints(decision.hint.worker_id), decision.hint)
+        if decision.hint is not None:  # on the NATS server before the request is forwarded (it races the request)
+            await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
         served: tuple[int, int] | None = None
         finished = False
@@ -468,7 +471,7 @@ class SemanticRouter:
         forwarded = salted(forwarded, decision.salt)
         try:
             for done, (prompt_tokens, hint) in enumerate(decision.chain_steps):
-                self.publisher.offer(self.subjects.hints(hint.worker_id), hint)
+                await self.publisher.send_first(self.subjects.hints(hint.worker_id), hint, HINT_FLUSH_S)
                 step = step_request(forwarded, prompt_tokens)
                 try:
                     await run_step(

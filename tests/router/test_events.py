@@ -295,3 +295,41 @@ def test_envelope_requires_only_the_keys_used_and_ignores_extras() -> None:
     assert (batch.sequence, len(batch.events)) == (9, 1)
     bare = decode_kv_events(msgpack.packb({"topic": "kv-events", "payload": kv["payload"]}), max_bytes=MAX)
     assert (bare.publisher_id, bare.sequence, len(bare.events)) == (0, 0, 1)
+
+
+@pytest.mark.nats
+async def test_an_urgent_hint_is_on_the_server_before_send_first_returns_and_queued_when_it_cannot_be(
+    nats_server,
+) -> None:
+    import asyncio
+
+    import nats
+
+    from semblend_dynamo.events.link import NatsLink
+    from semblend_dynamo.events.publisher import EvidencePublisher
+
+    cfg = SemblendConfig(nats_url=nats_server.url)
+    subject = Subjects.for_config(cfg).hints(7)
+    got: list[bytes] = []
+    reader = await nats.connect(nats_server.url)
+
+    async def on_hint(msg) -> None:
+        got.append(msg.data)
+
+    await reader.subscribe(subject, cb=on_hint)
+    await reader.flush()
+    link = NatsLink(cfg, name="urgent")
+    link.start()
+    await asyncio.wait_for(link.wait_connected(), 10)
+    publisher = EvidencePublisher(link, queue_size=4)  # no drain task: only send_first can deliver
+    assert await publisher.send_first(subject, _hint(), timeout=2.0)
+    await reader.flush()  # the server had it when send_first returned: it reaches a reader within its own round trip
+    for _ in range(100):
+        if got:
+            break
+        await asyncio.sleep(0.01)
+    assert len(got) == 1 and isinstance(decode(got[0], DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
+    await link.close()
+    assert not await publisher.send_first(subject, _hint(), timeout=2.0)  # no connection: queued, not lost
+    assert publisher.backlog == 1
+    await reader.close()
