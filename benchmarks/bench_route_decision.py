@@ -170,16 +170,17 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     stages.clear()
     cpu = await run([span_target() for _ in range(args.requests)])
     timed = list(stages)
+    placed = router.metrics.decisions.labels("semantic_placement")._value.get()
     profile = ""
     if args.profile:
+        targets = [span_target() for _ in range(args.requests)]
         profiler = cProfile.Profile()
         profiler.enable()
-        await run([span_target() for _ in range(args.requests)])
+        await run(targets)
         profiler.disable()
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
         profile = out.getvalue()
-    placed = router.metrics.decisions.labels("semantic_placement")._value.get()
     return {
         "setup_s": setup_s,
         "placed": placed,
