@@ -7,6 +7,7 @@ Two requests may share KV only if every field of their :class:`NamespaceKey` is 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -39,12 +40,18 @@ class NamespaceKey(BaseModel):
 
     def digest(self) -> str:
         """A short stable identifier for this key (16 hex chars of BLAKE2b over the canonical JSON)."""
-        canonical = json.dumps(self.model_dump(), sort_keys=True, separators=(",", ":"))
-        return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+        return _digest(self)
 
     def with_salt(self, cache_salt: str | None) -> NamespaceKey:
         """The same key for another tenant / cache salt."""
         return self.model_copy(update={"cache_salt": cache_salt or ""})
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest(key: NamespaceKey) -> str:
+    """Memoized: a request asks for its key's digest several times (discovery, hint, evidence)."""
+    canonical = json.dumps(key.model_dump(), sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
 
 
 class ModelIdentity(BaseModel):

@@ -386,7 +386,7 @@ class DonorDiscovery:
         self,
         request_id: str,
         namespace: NamespaceKey,
-        tokens: Sequence[int],
+        tokens: Sequence[int] | np.ndarray,
         *,
         exact_prefix_tokens: int = 0,
         device_prefix_tokens: int = 0,
@@ -397,6 +397,9 @@ class DonorDiscovery:
         tenancy: Tenancy | None = None,
     ) -> DiscoveryResult:
         """Find donors for one request; never raises on the request's content.
+
+        ``tokens``: an int64 array is searched as is (the router converts a request's ids once), anything else is
+        converted.
 
         ``tenancy``: what the request's salt establishes (None: the caller built ``namespace`` from a known tenant);
         :meth:`DonorPolicy.may_seek` decides first whether the request may use semantic KV at all.

@@ -2,11 +2,11 @@
 
 Donors are indexed per namespace by *chunks*: the hash of ``anchor_tokens`` tokens at every block-aligned
 donor offset. :meth:`SpanAligner.align` hashes every target window at once (a polynomial rolling hash in
-numpy), keeps the windows whose hash passes the namespace's chunk filter, looks those up (one C-level dict
-probe each; a chunk of one donor is then read vectorized, only a chunk several donors share needs a Python loop
-over its postings), groups the hits by diagonal (donor, delta), and compares each diagonal token by token in one
-vectorized pass to get maximal exact spans. Spans are trimmed inward to
-target block boundaries, filtered by length and chosen greedily so they do not overlap on the target.
+numpy), keeps the windows whose hash passes the namespace's chunk filter, looks those up all at once in a
+bucketed numpy hash table (a chunk of one donor is then read vectorized, only a chunk several donors share needs a
+Python loop over its postings), groups the hits by diagonal (donor, delta), and compares each diagonal token by token
+in one vectorized pass to get maximal exact spans. Spans are trimmed inward to target block boundaries, filtered by
+length and chosen greedily so they do not overlap on the target.
 
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
 time, never correctness. Spans never cross namespaces: each namespace has its own chunk table.
@@ -22,7 +22,6 @@ import bisect
 import itertools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 
@@ -35,6 +34,9 @@ _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
 _FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
+_PROBE_MIX = np.uint64(0xBF58476D1CE4E5B9)  # the id table's slots: an unrelated odd constant, independent of the filter
+_EMPTY = -1
+_REMOVED = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +108,116 @@ class _Candidate:
     delta: int
 
 
+class _IdTable:
+    """Chunk hash -> key id in two numpy arrays of buckets (one cache line of hashes each), probed for many at once.
+
+    It mirrors ``_ChunkTable.ids`` for the request path: the few hundred windows that pass the filter are looked up
+    in one or two vectorized rounds whose memory reads overlap, where one dict probe each waits for its own cache
+    misses. A hash lives in the first bucket from its own (linear probing over buckets) with a free entry; a removed
+    one leaves a marker that later insertions reuse. The arrays are rebuilt, at half load or less, when used and
+    marked entries reach three quarters of them.
+    """
+
+    def __init__(self) -> None:
+        self._resize(8, np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
+
+    def find(self, hashes: np.ndarray) -> np.ndarray:
+        """The key id of each hash, -1 where it is not in the table."""
+        out = np.full(hashes.size, -1, dtype=np.int64)
+        rows = np.arange(hashes.size)
+        at = self._buckets(hashes)
+        while True:
+            ids, match = self._lookup(at, hashes)
+            hit = match.ravel().nonzero()[0]  # entry i of bucket row r: r * 8 + i (a hash is in one entry at most)
+            out[rows[hit >> 3]] = ids.ravel()[hit]
+            further = self._further(ids, match)
+            if not further.size:
+                return out
+            rows, hashes, at = rows[further], hashes[further], (at[further] + 1) & self._mask
+
+    def insert(self, hashes: np.ndarray, ids: np.ndarray, live: int) -> None:
+        """Add hashes not in the table; ``live``: how many the table then holds (to size a rebuild)."""
+        if 4 * (self._used + hashes.size) > 3 * self.ids.size:
+            held = self.ids >= 0
+            self._resize(2 * live, np.concatenate((self.keys[held], hashes)), np.concatenate((self.ids[held], ids)))
+            return
+        self._place(hashes, ids)
+
+    def remove(self, hashes: np.ndarray) -> None:
+        """Mark hashes in the table removed."""
+        at = self._buckets(hashes)
+        while True:
+            ids, match = self._lookup(at, hashes)
+            hit = match.ravel().nonzero()[0]
+            self.ids[at[hit >> 3], hit & 7] = _REMOVED
+            further = self._further(ids, match)
+            if not further.size:
+                return
+            hashes, at = hashes[further], (at[further] + 1) & self._mask
+
+    def _lookup(self, at: np.ndarray, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of buckets ``at`` and where each bucket holds its hash (rows of 8 booleans)."""
+        ids = self.ids.take(at, axis=0)
+        match = self.keys.take(at, axis=0)
+        match = match == hashes[:, None]
+        match &= ids >= 0
+        return ids, match
+
+    @staticmethod
+    def _further(ids: np.ndarray, match: np.ndarray) -> np.ndarray:
+        """Rows whose hash was not found in a full bucket (no empty entry): it may sit in a later bucket."""
+        empty = (ids == _EMPTY).view(np.uint64).ravel()  # a row of 8 booleans read as one integer: 0 when none
+        found = match.view(np.uint64).ravel()
+        return ((empty == 0) & (found == 0)).nonzero()[0]
+
+    def _place(self, hashes: np.ndarray, ids: np.ndarray) -> None:
+        at = self._buckets(hashes)
+        while hashes.size:
+            held = self.ids.take(at, axis=0)
+            free = held < 0
+            room = free.any(axis=1)
+            entry = free.argmax(axis=1)
+            claim_at, claim_entry = at[room], entry[room]
+            self.ids[claim_at, claim_entry] = ids[room]  # several hashes may claim one entry: one of them gets it
+            won = np.zeros(hashes.size, dtype=np.bool_)
+            won[room] = self.ids[claim_at, claim_entry] == ids[room]
+            self.keys[at[won], entry[won]] = hashes[won]
+            self._used += int(np.count_nonzero(held[won, entry[won]] == _EMPTY))
+            rest = ~won
+            at[~room] += 1  # losers of a claim try their bucket again, hashes meeting a full one the next
+            at &= self._mask
+            hashes, ids, at = hashes[rest], ids[rest], at[rest]
+
+    def _resize(self, entries: int, hashes: np.ndarray, ids: np.ndarray) -> None:
+        bits = max(3, int(max(entries, 1) - 1).bit_length() - 3)  # buckets of 8
+        self.keys = np.zeros((1 << bits, 8), dtype=np.uint64)
+        self.ids = np.full((1 << bits, 8), _EMPTY, dtype=np.int32)
+        self._shift = np.uint64(64 - bits)
+        self._mask = (1 << bits) - 1
+        # Into empty buckets: each hash takes the entry of its rank among its bucket's hashes; the few a full bucket
+        # turns away are placed by probing.
+        at = self._buckets(hashes)
+        order = np.argsort(at, kind="stable")
+        at = at[order]
+        starts = np.concatenate(([0], (at[1:] != at[:-1]).nonzero()[0] + 1))
+        rank = np.arange(at.size) - np.repeat(starts, np.diff(np.append(starts, at.size)))
+        fits = rank < 8
+        self.keys[at[fits], rank[fits]] = hashes[order[fits]]
+        self.ids[at[fits], rank[fits]] = ids[order[fits]]
+        self._used = int(np.count_nonzero(fits))
+        self._place(hashes[order[~fits]], ids[order[~fits]])
+
+    def _buckets(self, hashes: np.ndarray) -> np.ndarray:
+        out = hashes * _PROBE_MIX
+        out >>= self._shift
+        return out.view(np.intp)
+
+
 class _ChunkTable:
     """One namespace's chunk hash -> postings, plus the arrays that read them vectorized.
 
     A posting packs ``serial << 32 | donor_offset``; lists keep insertion order, so the newest donor is last. Every
-    chunk hash has a stable key id (``ids``; freed ids are reused); for a hash with exactly one posting,
+    chunk hash has a stable key id (``ids``, mirrored in ``id_table`` for the request path; freed ids are reused); for a hash with exactly one posting,
     ``single_serial[id]`` and ``single_offset[id]`` give it (serial -1: several postings, read ``postings``), so an
     admission or a release costs its own chunks, never the table's size. The filter is a bitset over slots
     (slot = top bits of the mixed hash): small enough to stay in cache on the hot path. ``_counts`` (distinct hashes
@@ -121,6 +228,7 @@ class _ChunkTable:
     def __init__(self) -> None:
         self.postings: dict[int, list[int]] = {}
         self.ids: dict[int, int] = {}
+        self.id_table = _IdTable()
         self.single_serial = np.full(64, -1, dtype=np.int64)
         self.single_offset = np.zeros(64, dtype=np.int64)
         self._free: list[int] = []
@@ -167,6 +275,7 @@ class _ChunkTable:
         if new:
             ids = self._take_ids(len(new))
             self.ids.update(zip(new, ids, strict=True))
+            self.id_table.insert(np.array(new, dtype=np.uint64), np.array(ids, dtype=np.int64), len(self.postings))
             packed = np.array(new_postings, dtype=np.int64)
             self.single_serial[ids] = packed >> _OFFSET_BITS
             self.single_offset[ids] = packed & _OFFSET_MASK
@@ -206,7 +315,9 @@ class _ChunkTable:
             self.single_offset[ids] = packed & _OFFSET_MASK
         if not gone:
             return
-        slots = self.slots(np.array(gone, dtype=np.uint64))
+        removed = np.array(gone, dtype=np.uint64)
+        self.id_table.remove(removed)
+        slots = self.slots(removed)
         np.subtract.at(self._counts, slots, 1)
         empty = slots[self._counts[slots] == 0]
         np.bitwise_and.at(self._bits, empty >> 3, (~(1 << (empty & 7))).astype(np.uint8))
@@ -418,8 +529,7 @@ class SpanAligner:
             return {}
         wanted = sums[positions]  # hashed only where the filter lets a window through
         wanted *= powers.inv[positions]
-        ids = table.ids
-        found = np.fromiter(map(ids.get, wanted.tolist(), repeat(-1)), dtype=np.int64, count=positions.size)
+        found = table.id_table.find(wanted)
         hit = found >= 0
         positions, at = positions[hit], found[hit]
         serials = table.single_serial[at]

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import numpy as np
 from dynamo.llm import compute_block_hash_for_seq
 from nats.aio.msg import Msg
 
@@ -61,6 +62,7 @@ from ..events.schemas import (
     RouteEvidence,
     SemblendEvent,
     request_key,
+    u32_tokens,
 )
 from ..events.subjects import Subjects
 from ..events.subscriber import EventSubscriber
@@ -131,6 +133,8 @@ class RoutedRequest:
     cache_salt: str
     namespace: NamespaceKey
     key: str
+    token_array: np.ndarray
+    """``tokens`` as a read-only int64 array, converted once for the span search."""
     tenancy: Tenancy = field(default_factory=lambda: Tenancy.from_salt(None))
     """Who the request belongs to (:func:`request_tenancy`); unknown: it is its own tenant."""
     trace_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
@@ -269,9 +273,11 @@ class SemanticRouter:
         if not isinstance(tokens, list) or not tokens:
             raise BadRequest("token_ids must be a non-empty list of token ids")
         try:
-            key = request_key(tokens)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
+            wire = u32_tokens(tokens)
+        except (OverflowError, TypeError) as exc:
+            raise BadRequest(f"token ids must be integers in [0, 2**32): {exc}") from None
+        token_array = np.frombuffer(wire, dtype=np.uint32).astype(np.int64)
+        token_array.flags.writeable = False
         lora, salt = routing_fields(request)
         request_id = _context_id(context) or uuid.uuid4().hex
         tenancy = request_tenancy(salt)
@@ -279,7 +285,9 @@ class SemanticRouter:
         tenant = tenancy.tenant if tenancy.tenant is not None else f"tenant_unknown:{uuid.uuid4().hex}"
         cache_salt = salt if isinstance(salt, str) else ""
         namespace = self.namespace_of(lora, cache_salt or tenant)
-        return RoutedRequest(request_id, tokens, lora, cache_salt, namespace, key, tenancy=tenancy)
+        return RoutedRequest(
+            request_id, tokens, lora, cache_salt, namespace, request_key(wire), token_array, tenancy=tenancy
+        )
 
     async def decide(self, routed: RoutedRequest) -> Decision:
         """Exact first, then (if needed and possible) the semantic stage; never raises."""
@@ -329,7 +337,7 @@ class SemanticRouter:
         result = self.discovery.discover(
             routed.request_id,
             routed.namespace,
-            routed.tokens,
+            routed.token_array,
             exact_prefix_tokens=exact_tokens,
             embed=False,
             tenancy=routed.tenancy,
@@ -346,7 +354,7 @@ class SemanticRouter:
                 result = self.discovery.discover(
                     routed.request_id,
                     routed.namespace,
-                    routed.tokens,
+                    routed.token_array,
                     exact_prefix_tokens=exact_tokens,
                     prompt_vector=vector,
                     known_spans=result.spans,

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semblend_dynamo.span_aligner import Span, SpanAligner
+from semblend_dynamo.span_aligner import Span, SpanAligner, _IdTable
 
 
 def run(start: int, n: int) -> list[int]:
@@ -211,3 +211,25 @@ def test_a_read_only_int64_donor_array_is_shared_anything_else_copied() -> None:
     assert not np.shares_memory(al.donor_tokens("writable"), writable)  # type: ignore[arg-type]
     writable[:] = 0  # the caller's array changes; the indexed copy does not
     assert [s.length for s in al.align("ns", np.arange(64, dtype=np.int64))] == [64]
+
+
+def test_id_table_agrees_with_a_dict_through_growth_removals_and_reuse() -> None:
+    """The vectorized chunk-id table the request path probes answers as the dict it mirrors does."""
+    rng = np.random.default_rng(5)
+    table, mirror = _IdTable(), {}
+    pool = rng.integers(0, 1 << 63, 20_000, dtype=np.int64).view(np.uint64)
+    pool[:64] = pool[0] ^ np.arange(64, dtype=np.uint64)  # hashes that share a bucket's neighbourhood
+    next_id = 0
+    for _ in range(60):
+        absent = np.array([h for h in rng.choice(pool, 600).tolist() if h not in mirror], dtype=np.uint64)
+        absent = np.unique(absent)
+        ids = np.arange(next_id, next_id + absent.size)
+        next_id += absent.size
+        mirror.update(zip(absent.tolist(), ids.tolist(), strict=True))
+        table.insert(absent, ids, len(mirror))
+        present = list(mirror)
+        gone = np.array(rng.choice(present, min(len(present), 250), replace=False), dtype=np.uint64)
+        for h in gone.tolist():
+            del mirror[h]
+        table.remove(gone)
+        assert table.find(pool).tolist() == [mirror.get(h, -1) for h in pool.tolist()]

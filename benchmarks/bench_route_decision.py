@@ -1,0 +1,259 @@
+"""The semantic router's own time per span-path decision, stage by stage, without donor churn.
+
+A ``SemanticRouter`` with ``--donors`` resident donors of 512 tokens (index capacity 100K or more: usearch HNSW, as in
+production) serves ``--requests`` sequential 8,192-token span-path prompts (each reorders 8 donors among random
+tokens); finished prompts do not become donors (``min_donor_tokens`` above the prompt), so what is timed is the
+decision alone. Dynamo's KvRouter is a stand-in answering after one loop turn (no exact overlap, one idle worker).
+
+Per run: the router's own stage times of each request (``Decision.latency_us``, what its ``routed`` log line
+carries: ``exact``, ``semantic``, ``load``, ``total_added`` = arrival -> forwarded) at p50/p99, and the CPU time of
+the loop's thread per request. ``--profile``: the functions taking the most time in one extra pass (cProfile).
+
+``--compare REF`` runs the code of git ``REF`` (exported to a temporary directory) and of this tree in turns,
+``--repeat`` times each (before, after, before, after, ...), each in its own process.
+
+Usage: ``.venv/bin/python benchmarks/bench_route_decision.py [--donors 20000] [--requests 300] [--compare main]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import io
+import json
+import os
+import platform
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = 32
+DONOR_TOKENS = 512
+TARGET_TOKENS = 8192
+WORKER = 0x1234
+SEED_CHUNK = 1024
+STAGES = ("exact", "semantic", "load", "total_added")
+
+
+async def child(args: argparse.Namespace) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(args.code).resolve()))
+    sys.setswitchinterval(0.0005)  # what the router's main sets
+    from dynamo.llm import compute_block_hash_for_seq
+
+    import semblend_dynamo
+    from semblend_dynamo.config import SemblendConfig
+    from semblend_dynamo.events.link import NatsLink
+    from semblend_dynamo.events.publisher import EvidencePublisher
+    from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
+    from semblend_dynamo.namespace import NamespaceKey
+    from semblend_dynamo.router.__main__ import build_discovery
+    from semblend_dynamo.router.catalog import DonorCatalog
+    from semblend_dynamo.router.handler import SemanticRouter
+    from semblend_dynamo.router.metrics import RouterMetrics
+
+    assert Path(semblend_dynamo.__file__).resolve().is_relative_to(Path(args.code).resolve())
+
+    class KvRouterStandIn:
+        """Dynamo's KvRouter as the router sees it: no exact overlap, one idle worker."""
+
+        async def get_overlap_scores(self, token_ids: list[int], **_: Any) -> dict[str, Any]:
+            await asyncio.sleep(0)  # one loop turn, as an awaited call into Dynamo's runtime takes
+            return {"workers": [{"worker_id": WORKER, "dp_rank": 0, "device_blocks": 0}]}
+
+        async def get_potential_loads(self, token_ids: list[int]) -> list[dict[str, int]]:
+            return [{"worker_id": WORKER, "dp_rank": 0, "active_requests": 0}]
+
+        async def generate_from_request(self, request: dict[str, Any]) -> Any:
+            async def stream() -> Any:
+                yield {"token_ids": [1], "routing_data": {"worker_id": {"decode_worker_id": WORKER}}}
+
+            return stream()
+
+        async def dump_events(self) -> str:
+            return "[]"
+
+    class LinkStandIn(NatsLink):
+        """Connected, publishing nowhere."""
+
+        @property
+        def connected(self) -> bool:
+            return True
+
+        async def publish(self, subject: str, data: bytes, *, reply: str = "") -> None:
+            return None
+
+    cfg = SemblendConfig(
+        block_size=BLOCK,
+        embedder="hash",
+        min_span_tokens=64,
+        min_donor_tokens=TARGET_TOKENS + 1,
+        index_capacity=max(2 * args.donors, 100_000),
+    )
+    link = LinkStandIn(cfg, name="bench")
+    discovery = build_discovery(cfg)
+    publisher = EvidencePublisher(link, queue_size=1 << 16)
+    publisher.start()
+    router = SemanticRouter(
+        cfg,
+        kv_router=KvRouterStandIn(),
+        discovery=discovery,
+        catalog=DonorCatalog(cfg.index_capacity, discovery),
+        link=link,
+        publisher=publisher,
+        metrics=RouterMetrics(),
+        namespace_of=lambda lora, salt: NamespaceKey(model_id=cfg.model_id, tokens_per_block=BLOCK, cache_salt=salt),
+        deployment="bench",
+    )
+    assert discovery is not None and discovery.embedder is not None
+    rng = np.random.default_rng(7)
+    donors = rng.integers(100, 7000, size=(args.donors, DONOR_TOKENS), dtype=np.int64)
+    vectors = rng.standard_normal((args.donors, discovery.embedder.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    namespace = router.parse({"token_ids": [1]}).namespace
+    t0 = time.perf_counter()
+    for i, tokens in enumerate(donors.tolist()):
+        hashes = compute_block_hash_for_seq(tokens, BLOCK)
+        embedding, dim = DonorRegistration.pack_embedding(vectors[i])
+        registration = DonorRegistration(
+            donor_id=f"d{i}",
+            worker_id=WORKER,
+            deployment="bench",
+            namespace=namespace.digest(),
+            num_tokens=DONOR_TOKENS,
+            block_size=BLOCK,
+            block_hashes=hashes,
+            embedding=embedding,
+            embedding_dim=dim,
+        )
+        router.catalog.add(registration, local=(namespace, tokens))
+        stored = KvStored([(i << 8) + j for j in range(len(hashes))], hashes)
+        router.catalog.apply_kv_events([KvEvent(WORKER, i + 1, stored)])
+        if i % SEED_CHUNK == SEED_CHUNK - 1:  # the indexer queues a bounded number of prompts: let it catch up
+            await router.drain_registrations(timeout=3600)
+    await router.drain_registrations(timeout=3600)
+    setup_s = time.perf_counter() - t0
+    assert len(router.catalog) == args.donors == len(discovery)
+    gc.collect()
+    gc.freeze()
+
+    def span_target() -> list[int]:
+        picks = rng.choice(args.donors, size=8, replace=False)
+        filler = rng.integers(7000, 9000, size=TARGET_TOKENS - 8 * DONOR_TOKENS).tolist()
+        return filler[:2048] + [t for i in picks[::-1] for t in donors[i].tolist()] + filler[2048:]
+
+    stages: list[dict[str, float]] = []
+    record = router._record
+
+    def keep_stages(routed: Any, decision: Any, served: Any) -> None:
+        stages.append(dict(decision.latency_us))
+        record(routed, decision, served)
+
+    router._record = keep_stages  # type: ignore[method-assign]
+
+    async def run(targets: list[list[int]]) -> float:
+        cpu = time.thread_time()
+        for tokens in targets:
+            async for _ in router.generate({"token_ids": tokens}):
+                pass
+        return time.thread_time() - cpu
+
+    await run([span_target() for _ in range(10)])  # warm-up
+    stages.clear()
+    cpu = await run([span_target() for _ in range(args.requests)])
+    timed = list(stages)
+    placed = router.metrics.decisions.labels("semantic_placement")._value.get()
+    profile = ""
+    if args.profile:
+        targets = [span_target() for _ in range(args.requests)]
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await run(targets)
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
+        profile = out.getvalue()
+    return {
+        "setup_s": setup_s,
+        "placed": placed,
+        "requests": args.requests,
+        "stages_us": {stage: [s.get(stage, 0.0) for s in timed] for stage in STAGES},
+        "loop_cpu_ms_per_request": cpu * 1e3 / args.requests,
+        "profile": profile,
+    }
+
+
+def row(label: str, result: dict[str, Any]) -> str:
+    cells = []
+    for stage in STAGES:
+        values = np.asarray(result["stages_us"][stage]) / 1e3
+        cells.append(f"{np.percentile(values, 50):.3f} / {np.percentile(values, 99):.3f}")
+    return (
+        f"| {label} | {' | '.join(cells)} | {result['loop_cpu_ms_per_request']:.3f} | "
+        f"{result['placed']:.0f}/{result['requests'] + 10} | {result['setup_s']:.0f} |"
+    )
+
+
+def parent(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.compare:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.compare], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        codes = [(f"{args.compare} (before)", tmp, "before"), ("this tree (after)", str(ROOT), "after")]
+        if not args.compare:
+            codes = codes[1:]
+        rows = []
+        for turn in range(1, args.repeat + 1):
+            for label, code, name in codes:
+                cmd = [sys.executable, __file__, "--child", "--code", code]
+                cmd += ["--donors", str(args.donors), "--requests", str(args.requests)]
+                cmd += ["--profile"] if args.profile else []
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                result = json.loads(out.splitlines()[-1])
+                rows.append(row(f"{label}, run {turn}", result))
+                if args.raw:
+                    Path(args.raw).mkdir(parents=True, exist_ok=True)
+                    (Path(args.raw) / f"{name}-{turn}.json").write_text(out.splitlines()[-1])
+                if result["profile"]:
+                    print(f"## {label}, run {turn}: cProfile, {args.requests} decisions\n```\n{result['profile']}```")
+    print(
+        f"# host: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    print(f"# {args.donors:,} resident donors of 512 tokens; {args.requests} sequential 8K span-path requests per run")
+    print()
+    print(
+        "| code | exact ms p50 / p99 | semantic ms p50 / p99 | load ms p50 / p99 | total_added ms p50 / p99 | "
+        "loop CPU ms per request | placed | setup s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--donors", type=int, default=20_000)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each code, in turns")
+    parser.add_argument("--compare", default="", help="a git ref whose code runs as the baseline")
+    parser.add_argument("--profile", action="store_true", help="add a cProfile pass to each run")
+    parser.add_argument("--raw", default="", help="directory for each run's raw JSON")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(asyncio.run(child(args))))
+    else:
+        parent(args)
+
+
+if __name__ == "__main__":
+    main()
