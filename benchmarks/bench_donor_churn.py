@@ -36,15 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from router_under_test import BLOCK, DONOR_TOKENS, ROOT, TARGET_TOKENS, WORKER, export_ref, make_router, seed, use_code
+from router_under_test import span_target as make_target
 
-ROOT = Path(__file__).resolve().parents[1]
-BLOCK = 32
-DONOR_TOKENS = 512
-TARGET_TOKENS = 8192
-WORKER = 0x1234
 PROBE_S = 0.0005
 BLOCK_REQUESTS = 10
-SEED_CHUNK = 1024
 GAP_S = 0.0005
 """Between one response and the next request (the client's and the Frontend's hops)."""
 
@@ -54,113 +50,26 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def child(args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(args.code).resolve()))
+    use_code(args.code)
     sys.setswitchinterval(args.switch_interval)
     from dynamo.llm import compute_block_hash_for_seq
 
-    import semblend_dynamo
     from semblend_dynamo.config import SemblendConfig
-    from semblend_dynamo.events.link import NatsLink
-    from semblend_dynamo.events.publisher import EvidencePublisher
-    from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvEventBatch, KvStored
-    from semblend_dynamo.namespace import NamespaceKey
-    from semblend_dynamo.router.__main__ import build_discovery
-    from semblend_dynamo.router.catalog import DonorCatalog
-    from semblend_dynamo.router.handler import SemanticRouter
-    from semblend_dynamo.router.metrics import RouterMetrics
-
-    assert Path(semblend_dynamo.__file__).resolve().is_relative_to(Path(args.code).resolve())
-
-    class KvRouterStandIn:
-        """Dynamo's KvRouter as the router sees it, answering after one loop turn: no exact overlap, one idle worker."""
-
-        async def get_overlap_scores(self, token_ids: list[int], **_: Any) -> dict[str, Any]:
-            await asyncio.sleep(0)  # one loop turn, as an awaited call into Dynamo's runtime takes
-            return {"workers": [{"worker_id": WORKER, "dp_rank": 0, "device_blocks": 0}]}
-
-        async def get_potential_loads(self, token_ids: list[int]) -> list[dict[str, int]]:
-            return [{"worker_id": WORKER, "dp_rank": 0, "active_requests": 0}]
-
-        async def generate_from_request(self, request: dict[str, Any]) -> Any:
-            async def stream() -> Any:
-                await asyncio.sleep(0)
-                yield {"token_ids": [1], "routing_data": {"worker_id": {"decode_worker_id": WORKER}}}
-
-            return stream()
-
-        async def dump_events(self) -> str:
-            return "[]"
-
-    class LinkStandIn(NatsLink):
-        """Connected, publishing nowhere."""
-
-        @property
-        def connected(self) -> bool:
-            return True
-
-        async def publish(self, subject: str, data: bytes, *, reply: str = "") -> None:
-            return None
-
-    def make_router(cfg: SemblendConfig) -> SemanticRouter:
-        link = LinkStandIn(cfg, name="bench")
-        discovery = build_discovery(cfg)
-        publisher = EvidencePublisher(link, queue_size=1 << 16)
-        publisher.start()
-        return SemanticRouter(
-            cfg,
-            kv_router=KvRouterStandIn(),
-            discovery=discovery,
-            catalog=DonorCatalog(cfg.index_capacity, discovery),
-            link=link,
-            publisher=publisher,
-            metrics=RouterMetrics(),
-            namespace_of=lambda lora, salt: NamespaceKey(
-                model_id=cfg.model_id, tokens_per_block=BLOCK, cache_salt=salt
-            ),
-            deployment="bench",
-        )
+    from semblend_dynamo.events.schemas import KvEvent, KvEventBatch, KvStored
 
     rng = np.random.default_rng(7)
     settings = {"block_size": BLOCK, "embedder": "hash", "min_span_tokens": 64, "min_donor_tokens": TARGET_TOKENS}
-    semantic = make_router(SemblendConfig(**settings, index_capacity=max(2 * args.donors, 100_000)))
-    exact = make_router(SemblendConfig(**settings, enabled=False))
-    assert semantic.discovery is not None and semantic.discovery.embedder is not None
-    dim = semantic.discovery.embedder.dim
+    semantic = make_router(SemblendConfig(**settings, index_capacity=max(2 * args.donors, 100_000)), loop_turns=True)
+    exact = make_router(SemblendConfig(**settings, enabled=False), loop_turns=True)
     donors = rng.integers(100, 7000, size=(args.donors, DONOR_TOKENS), dtype=np.int64)
-
     t0 = time.perf_counter()
-    namespace = semantic.parse({"token_ids": [1]}).namespace
-    vectors = rng.standard_normal((args.donors, dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    for i, tokens in enumerate(donors.tolist()):
-        hashes = compute_block_hash_for_seq(tokens, BLOCK)
-        embedding, edim = DonorRegistration.pack_embedding(vectors[i])
-        registration = DonorRegistration(
-            donor_id=f"d{i}",
-            worker_id=WORKER,
-            deployment="bench",
-            namespace=namespace.digest(),
-            num_tokens=DONOR_TOKENS,
-            block_size=BLOCK,
-            block_hashes=hashes,
-            embedding=embedding,
-            embedding_dim=edim,
-        )
-        semantic.catalog.add(registration, local=(namespace, tokens))
-        stored = KvStored([(i << 8) + j for j in range(len(hashes))], hashes)
-        semantic.catalog.apply_kv_events([KvEvent(WORKER, i + 1, stored)])
-        if i % SEED_CHUNK == SEED_CHUNK - 1:  # the indexer queues a bounded number of prompts: let it catch up
-            await semantic.drain_registrations(timeout=3600)
-    await semantic.drain_registrations(timeout=3600)
+    await seed(semantic, donors, rng)
     setup_s = time.perf_counter() - t0
-    assert len(semantic.catalog) == args.donors == len(semantic.discovery)
     gc.collect()
     gc.freeze()
 
     def span_target() -> list[int]:
-        picks = rng.choice(args.donors, size=8, replace=False)
-        filler = rng.integers(7000, 9000, size=TARGET_TOKENS - 8 * DONOR_TOKENS).tolist()
-        return filler[:2048] + [t for i in picks[::-1] for t in donors[i].tolist()] + filler[2048:]
+        return make_target(rng, donors)
 
     targets = [span_target() for _ in range(args.requests)]
     stored_of = [compute_block_hash_for_seq(t, BLOCK) for t in targets]
@@ -175,7 +84,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         stored = KvStored([first + j for j in range(len(hashes))], hashes)
         semantic.on_kv_events(KvEventBatch(event_id, 0, int(time.time() * 1000), [KvEvent(WORKER, event_id, stored)]))
 
-    async def first_response_ms(router: SemanticRouter, tokens: list[int]) -> float:
+    async def first_response_ms(router: Any, tokens: list[int]) -> float:
         t0 = time.perf_counter()
         elapsed = None
         async for _ in router.generate({"token_ids": tokens}):
@@ -250,8 +159,7 @@ def parent(args: argparse.Namespace) -> None:
         if Path(args.compare).is_dir():  # a copy of the baseline's tree (where there is no git)
             tmp = str(Path(args.compare).resolve())
         elif args.compare:
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.compare], capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+            export_ref(args.compare, tmp)
         if args.compare:
             runs += [(f"{args.compare} (before)", tmp, 0.005), (f"{args.compare} (before)", tmp, 0.0005)]
         runs += [("this tree (after)", str(ROOT), 0.005), ("this tree (after)", str(ROOT), 0.0005)]

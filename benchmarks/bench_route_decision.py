@@ -34,62 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from router_under_test import BLOCK, DONOR_TOKENS, ROOT, TARGET_TOKENS, export_ref, make_router, seed, use_code
+from router_under_test import span_target as make_target
 
-ROOT = Path(__file__).resolve().parents[1]
-BLOCK = 32
-DONOR_TOKENS = 512
-TARGET_TOKENS = 8192
-WORKER = 0x1234
-SEED_CHUNK = 1024
 STAGES = ("exact", "semantic", "load", "total_added")
 
 
 async def child(args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(args.code).resolve()))
+    use_code(args.code)
     sys.setswitchinterval(0.0005)  # what the router's main sets
-    from dynamo.llm import compute_block_hash_for_seq
-
-    import semblend_dynamo
     from semblend_dynamo.config import SemblendConfig
-    from semblend_dynamo.events.link import NatsLink
-    from semblend_dynamo.events.publisher import EvidencePublisher
-    from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
-    from semblend_dynamo.namespace import NamespaceKey
-    from semblend_dynamo.router.__main__ import build_discovery
-    from semblend_dynamo.router.catalog import DonorCatalog
-    from semblend_dynamo.router.handler import SemanticRouter
-    from semblend_dynamo.router.metrics import RouterMetrics
-
-    assert Path(semblend_dynamo.__file__).resolve().is_relative_to(Path(args.code).resolve())
-
-    class KvRouterStandIn:
-        """Dynamo's KvRouter as the router sees it: no exact overlap, one idle worker."""
-
-        async def get_overlap_scores(self, token_ids: list[int], **_: Any) -> dict[str, Any]:
-            await asyncio.sleep(0)  # one loop turn, as an awaited call into Dynamo's runtime takes
-            return {"workers": [{"worker_id": WORKER, "dp_rank": 0, "device_blocks": 0}]}
-
-        async def get_potential_loads(self, token_ids: list[int]) -> list[dict[str, int]]:
-            return [{"worker_id": WORKER, "dp_rank": 0, "active_requests": 0}]
-
-        async def generate_from_request(self, request: dict[str, Any]) -> Any:
-            async def stream() -> Any:
-                yield {"token_ids": [1], "routing_data": {"worker_id": {"decode_worker_id": WORKER}}}
-
-            return stream()
-
-        async def dump_events(self) -> str:
-            return "[]"
-
-    class LinkStandIn(NatsLink):
-        """Connected, publishing nowhere."""
-
-        @property
-        def connected(self) -> bool:
-            return True
-
-        async def publish(self, subject: str, data: bytes, *, reply: str = "") -> None:
-            return None
 
     cfg = SemblendConfig(
         block_size=BLOCK,
@@ -98,57 +52,17 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         min_donor_tokens=TARGET_TOKENS + 1,
         index_capacity=max(2 * args.donors, 100_000),
     )
-    link = LinkStandIn(cfg, name="bench")
-    discovery = build_discovery(cfg)
-    publisher = EvidencePublisher(link, queue_size=1 << 16)
-    publisher.start()
-    router = SemanticRouter(
-        cfg,
-        kv_router=KvRouterStandIn(),
-        discovery=discovery,
-        catalog=DonorCatalog(cfg.index_capacity, discovery),
-        link=link,
-        publisher=publisher,
-        metrics=RouterMetrics(),
-        namespace_of=lambda lora, salt: NamespaceKey(model_id=cfg.model_id, tokens_per_block=BLOCK, cache_salt=salt),
-        deployment="bench",
-    )
-    assert discovery is not None and discovery.embedder is not None
+    router = make_router(cfg, loop_turns=False)
     rng = np.random.default_rng(7)
     donors = rng.integers(100, 7000, size=(args.donors, DONOR_TOKENS), dtype=np.int64)
-    vectors = rng.standard_normal((args.donors, discovery.embedder.dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    namespace = router.parse({"token_ids": [1]}).namespace
     t0 = time.perf_counter()
-    for i, tokens in enumerate(donors.tolist()):
-        hashes = compute_block_hash_for_seq(tokens, BLOCK)
-        embedding, dim = DonorRegistration.pack_embedding(vectors[i])
-        registration = DonorRegistration(
-            donor_id=f"d{i}",
-            worker_id=WORKER,
-            deployment="bench",
-            namespace=namespace.digest(),
-            num_tokens=DONOR_TOKENS,
-            block_size=BLOCK,
-            block_hashes=hashes,
-            embedding=embedding,
-            embedding_dim=dim,
-        )
-        router.catalog.add(registration, local=(namespace, tokens))
-        stored = KvStored([(i << 8) + j for j in range(len(hashes))], hashes)
-        router.catalog.apply_kv_events([KvEvent(WORKER, i + 1, stored)])
-        if i % SEED_CHUNK == SEED_CHUNK - 1:  # the indexer queues a bounded number of prompts: let it catch up
-            await router.drain_registrations(timeout=3600)
-    await router.drain_registrations(timeout=3600)
+    await seed(router, donors, rng)
     setup_s = time.perf_counter() - t0
-    assert len(router.catalog) == args.donors == len(discovery)
     gc.collect()
     gc.freeze()
 
     def span_target() -> list[int]:
-        picks = rng.choice(args.donors, size=8, replace=False)
-        filler = rng.integers(7000, 9000, size=TARGET_TOKENS - 8 * DONOR_TOKENS).tolist()
-        return filler[:2048] + [t for i in picks[::-1] for t in donors[i].tolist()] + filler[2048:]
+        return make_target(rng, donors)
 
     stages: list[dict[str, float]] = []
     record = router._record
@@ -205,8 +119,7 @@ def row(label: str, result: dict[str, Any]) -> str:
 def parent(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.compare:
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.compare], capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+            export_ref(args.compare, tmp)
         codes = [(f"{args.compare} (before)", tmp, "before"), ("this tree (after)", str(ROOT), "after")]
         if not args.compare:
             codes = codes[1:]

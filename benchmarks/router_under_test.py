@@ -1,0 +1,142 @@
+"""A ``SemanticRouter`` with resident donors and Dynamo stand-ins, for the in-process router benchmarks.
+
+Shared by ``bench_donor_churn.py`` and ``bench_route_decision.py``. Both run a child process on the code of a git ref
+or of this tree: :func:`use_code` puts that code first on the path, and everything here imports ``semblend_dynamo``
+only when called, so it is that code's router that is built and timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = 32
+DONOR_TOKENS = 512
+TARGET_TOKENS = 8192
+WORKER = 0x1234
+SEED_CHUNK = 1024
+"""Donors registered between waits for the router's indexer (it queues a bounded number of prompts)."""
+
+
+def use_code(code: str) -> None:
+    """Import ``semblend_dynamo`` from the tree at ``code`` (checked)."""
+    sys.path.insert(0, str(Path(code).resolve()))
+    import semblend_dynamo
+
+    assert Path(semblend_dynamo.__file__).resolve().is_relative_to(Path(code).resolve())
+
+
+def export_ref(ref: str, into: str) -> None:
+    """The tree of git ``ref`` of this repository, extracted into ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+
+
+def make_router(cfg: Any, *, loop_turns: bool) -> Any:
+    """A router whose Dynamo KvRouter is a stand-in (no exact overlap, one idle worker) and whose NATS link is
+    connected and publishes nowhere; ``loop_turns``: the stand-in's queries and stream each take one loop turn, as an
+    awaited call into Dynamo's runtime does."""
+    from semblend_dynamo.events.link import NatsLink
+    from semblend_dynamo.events.publisher import EvidencePublisher
+    from semblend_dynamo.namespace import NamespaceKey
+    from semblend_dynamo.router.__main__ import build_discovery
+    from semblend_dynamo.router.catalog import DonorCatalog
+    from semblend_dynamo.router.handler import SemanticRouter
+    from semblend_dynamo.router.metrics import RouterMetrics
+
+    async def turn() -> None:
+        if loop_turns:
+            await asyncio.sleep(0)
+
+    class KvRouterStandIn:
+        """Dynamo's KvRouter as the router sees it."""
+
+        async def get_overlap_scores(self, token_ids: list[int], **_: Any) -> dict[str, Any]:
+            await turn()
+            return {"workers": [{"worker_id": WORKER, "dp_rank": 0, "device_blocks": 0}]}
+
+        async def get_potential_loads(self, token_ids: list[int]) -> list[dict[str, int]]:
+            return [{"worker_id": WORKER, "dp_rank": 0, "active_requests": 0}]
+
+        async def generate_from_request(self, request: dict[str, Any]) -> Any:
+            async def stream() -> Any:
+                await turn()
+                yield {"token_ids": [1], "routing_data": {"worker_id": {"decode_worker_id": WORKER}}}
+
+            return stream()
+
+        async def dump_events(self) -> str:
+            return "[]"
+
+    class LinkStandIn(NatsLink):
+        """Connected, publishing nowhere."""
+
+        @property
+        def connected(self) -> bool:
+            return True
+
+        async def publish(self, subject: str, data: bytes, *, reply: str = "") -> None:
+            return None
+
+    link = LinkStandIn(cfg, name="bench")
+    discovery = build_discovery(cfg)
+    publisher = EvidencePublisher(link, queue_size=1 << 16)
+    publisher.start()
+    return SemanticRouter(
+        cfg,
+        kv_router=KvRouterStandIn(),
+        discovery=discovery,
+        catalog=DonorCatalog(cfg.index_capacity, discovery),
+        link=link,
+        publisher=publisher,
+        metrics=RouterMetrics(),
+        namespace_of=lambda lora, salt: NamespaceKey(model_id=cfg.model_id, tokens_per_block=BLOCK, cache_salt=salt),
+        deployment="bench",
+    )
+
+
+async def seed(router: Any, donors: np.ndarray, rng: np.random.Generator) -> None:
+    """Register ``donors`` (rows of token ids) as served on the stand-in worker and make them resident through
+    kv-events, as the router does for finished requests; returns once the router's pipeline holds all of them."""
+    from dynamo.llm import compute_block_hash_for_seq
+
+    from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
+
+    assert router.discovery is not None and router.discovery.embedder is not None
+    vectors = rng.standard_normal((len(donors), router.discovery.embedder.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    namespace = router.parse({"token_ids": [1]}).namespace
+    for i, tokens in enumerate(donors.tolist()):
+        hashes = compute_block_hash_for_seq(tokens, BLOCK)
+        embedding, dim = DonorRegistration.pack_embedding(vectors[i])
+        registration = DonorRegistration(
+            donor_id=f"d{i}",
+            worker_id=WORKER,
+            deployment="bench",
+            namespace=namespace.digest(),
+            num_tokens=DONOR_TOKENS,
+            block_size=BLOCK,
+            block_hashes=hashes,
+            embedding=embedding,
+            embedding_dim=dim,
+        )
+        router.catalog.add(registration, local=(namespace, tokens))
+        stored = KvStored([(i << 8) + j for j in range(len(hashes))], hashes)
+        router.catalog.apply_kv_events([KvEvent(WORKER, i + 1, stored)])
+        if i % SEED_CHUNK == SEED_CHUNK - 1:
+            await router.drain_registrations(timeout=3600)
+    await router.drain_registrations(timeout=3600)
+    assert len(router.catalog) == len(donors) == len(router.discovery)
+
+
+def span_target(rng: np.random.Generator, donors: np.ndarray) -> list[int]:
+    """An 8,192-token prompt holding 8 donors in reverse order among random tokens (no exact prefix)."""
+    picks = rng.choice(len(donors), size=8, replace=False)
+    filler = rng.integers(7000, 9000, size=TARGET_TOKENS - 8 * DONOR_TOKENS).tolist()
+    return filler[:2048] + [t for i in picks[::-1] for t in donors[i].tolist()] + filler[2048:]
