@@ -2,11 +2,11 @@
 # Issue 16.2 (sched2), one device call: bench_connector at 8K, main (the repo root as carried) against branch sched2
 # (its changed files in .stage/sched2/overlay/), 3 runs of each mode, alternating main / sched2.
 # Stage from a checkout of branch sched2 (here), then run on the device with carry [".stage/sched2"]:
-#   mkdir -p /work/main/.stage/sched2/wheels && cp benchmarks/results/issue16-sched2/run_device.sh /work/main/.stage/sched2/
-#   cp /work/main/.stage/wheelsB/*.whl /work/main/.stage/dynwheels/prometheus_client-*.whl /work/main/.stage/sched2/wheels/
-#   cp benchmarks/results/issue16-sched2/lockstep_ab.py /work/main/.stage/sched2/
+#   mkdir -p .stage/sched2/wheels && cp benchmarks/results/issue16-sched2/run_device.sh .stage/sched2/
+#   cp .stage/wheelsB/*.whl .stage/dynwheels/prometheus_client-*.whl .stage/sched2/wheels/
+#   cp benchmarks/results/issue16-sched2/lockstep_ab.py .stage/sched2/
 #   git diff --name-only main...sched2 -- semblend_dynamo trtllm_connector benchmarks/bench_connector.py \
-#     | xargs -I{} cp --parents {} /work/main/.stage/sched2/overlay/
+#     | xargs -I{} cp --parents {} .stage/sched2/overlay/
 # Then the paired A/B (lockstep_ab.py: both trees' schedulers in two processes, decisions alternating one by one).
 #   command: bash .stage/sched2/run_device.sh
 set -u
