@@ -7,32 +7,12 @@ import threading
 import numpy as np
 
 from semblend_dynamo.config import SemblendConfig
-from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvRemoved, KvStored
+from semblend_dynamo.events.schemas import KvEvent, KvRemoved
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
-
-W1 = 11
-
-
-def _donor(donor_id: str, hashes: list[int], dim: int, registered_at: float = 1.0) -> DonorRegistration:
-    vector = np.random.default_rng(len(donor_id) + hashes[0]).standard_normal(dim).astype(np.float32)
-    embedding, edim = DonorRegistration.pack_embedding(vector / np.linalg.norm(vector))
-    return DonorRegistration(
-        donor_id=donor_id,
-        worker_id=W1,
-        deployment="d",
-        namespace="ns",
-        num_tokens=16 * len(hashes),
-        block_size=16,
-        block_hashes=hashes,
-        embedding=embedding,
-        embedding_dim=edim,
-        registered_at=registered_at,
-    )
-
-
-def _stored(event_id: int, *hashes: int) -> KvEvent:
-    return KvEvent(W1, event_id, KvStored([1000 + h for h in hashes], list(hashes)))
+from tests.support.catalog_donors import W1
+from tests.support.catalog_donors import registration as _donor
+from tests.support.catalog_donors import stored as _stored
 
 
 def _catalog(capacity: int = 100) -> tuple[DonorCatalog, int]:

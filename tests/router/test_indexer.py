@@ -9,14 +9,13 @@ from typing import Any
 import numpy as np
 
 from semblend_dynamo.config import SemblendConfig
-from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.pipeline import DonorDiscovery
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.indexer import PipelineIndexer, RequestGate
+from tests.support.catalog_donors import registration, stored
 
-W1 = 11
 NS = NamespaceKey(model_id="m", tokens_per_block=16)
 
 
@@ -161,26 +160,6 @@ def test_background_steps_wait_while_a_request_is_decided_but_never_for_ever() -
 
 
 # --- with the catalog and the real pipeline ------------------------------------------------------------------------
-def _registration(donor_id: str, hashes: list[int], dim: int) -> DonorRegistration:
-    vector = np.random.default_rng(hashes[0]).standard_normal(dim).astype(np.float32)
-    embedding, edim = DonorRegistration.pack_embedding(vector / np.linalg.norm(vector))
-    return DonorRegistration(
-        donor_id=donor_id,
-        worker_id=W1,
-        deployment="d",
-        namespace="ns",
-        num_tokens=16 * len(hashes),
-        block_size=16,
-        block_hashes=hashes,
-        embedding=embedding,
-        embedding_dim=edim,
-    )
-
-
-def _stored(event_id: int, *hashes: int) -> KvEvent:
-    return KvEvent(W1, event_id, KvStored([1000 + h for h in hashes], list(hashes)))
-
-
 class GatedDiscovery(DonorDiscovery):
     """The real pipeline whose mutations first wait for ``gate`` (so changes pile up before the indexer runs)."""
 
@@ -205,11 +184,11 @@ def test_a_donor_added_then_removed_before_the_indexer_runs_never_stays_in_the_p
     catalog, discovery = _gated()
     assert discovery.index is not None
     dim = discovery.index.dim
-    catalog.apply_kv_events([_stored(1, 1, 2, 3)])
-    catalog.add(_registration("first", [1], dim))  # the indexer takes it and waits at the gate
-    catalog.add(_registration("gone", [2], dim))
+    catalog.apply_kv_events([stored(1, 1, 2, 3)])
+    catalog.add(registration("first", [1], dim))  # the indexer takes it and waits at the gate
+    catalog.add(registration("gone", [2], dim))
     catalog.forget("gone")
-    catalog.add(_registration("kept", [3], dim))
+    catalog.add(registration("kept", [3], dim))
     assert "gone" not in catalog and "kept" in catalog  # the catalog is current at once
     discovery.gate.set()
     assert catalog.drain(10)
@@ -222,9 +201,9 @@ def test_donors_the_index_evicts_leave_the_catalog() -> None:
     discovery.gate.set()
     assert discovery.index is not None
     dim = discovery.index.dim
-    catalog.apply_kv_events([_stored(1, *range(1, 6))])
+    catalog.apply_kv_events([stored(1, *range(1, 6))])
     for i in range(1, 6):
-        catalog.add(_registration(f"d{i}", [i], dim))
+        catalog.add(registration(f"d{i}", [i], dim))
         assert catalog.drain(10)
     resident = catalog.resident("ns")
     assert len(resident) == 2 and resident == {d for d in resident if d in discovery.index}
