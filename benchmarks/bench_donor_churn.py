@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import platform
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from router_under_test import BLOCK, DONOR_TOKENS, ROOT, TARGET_TOKENS, WORKER, export_ref, make_router, seed, use_code
+from router_under_test import BLOCK, ROOT, TARGET_TOKENS, WORKER, export_ref, make_router, seed, use_code
 from router_under_test import span_target as make_target
 
 PROBE_S = 0.0005
@@ -61,12 +60,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     settings = {"block_size": BLOCK, "embedder": "hash", "min_span_tokens": 64, "min_donor_tokens": TARGET_TOKENS}
     semantic = make_router(SemblendConfig(**settings, index_capacity=max(2 * args.donors, 100_000)), loop_turns=True)
     exact = make_router(SemblendConfig(**settings, enabled=False), loop_turns=True)
-    donors = rng.integers(100, 7000, size=(args.donors, DONOR_TOKENS), dtype=np.int64)
-    t0 = time.perf_counter()
-    await seed(semantic, donors, rng)
-    setup_s = time.perf_counter() - t0
-    gc.collect()
-    gc.freeze()
+    donors, setup_s = await seed(semantic, args.donors, rng)
 
     def span_target() -> list[int]:
         return make_target(rng, donors)

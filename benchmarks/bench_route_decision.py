@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import gc
 import io
 import json
 import os
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from router_under_test import BLOCK, DONOR_TOKENS, ROOT, TARGET_TOKENS, export_ref, make_router, seed, use_code
+from router_under_test import BLOCK, ROOT, TARGET_TOKENS, export_ref, make_router, seed, use_code
 from router_under_test import span_target as make_target
 
 STAGES = ("exact", "semantic", "load", "total_added")
@@ -54,12 +53,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     )
     router = make_router(cfg, loop_turns=False)
     rng = np.random.default_rng(7)
-    donors = rng.integers(100, 7000, size=(args.donors, DONOR_TOKENS), dtype=np.int64)
-    t0 = time.perf_counter()
-    await seed(router, donors, rng)
-    setup_s = time.perf_counter() - t0
-    gc.collect()
-    gc.freeze()
+    donors, setup_s = await seed(router, args.donors, rng)
 
     def span_target() -> list[int]:
         return make_target(rng, donors)

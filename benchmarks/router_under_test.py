@@ -8,8 +8,10 @@ only when called, so it is that code's router that is built and timed.
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +103,16 @@ def make_router(cfg: Any, *, loop_turns: bool) -> Any:
     )
 
 
-async def seed(router: Any, donors: np.ndarray, rng: np.random.Generator) -> None:
-    """Register ``donors`` (rows of token ids) as served on the stand-in worker and make them resident through
-    kv-events, as the router does for finished requests; returns once the router's pipeline holds all of them."""
+async def seed(router: Any, n: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """``n`` random donors of ``DONOR_TOKENS`` registered as served on the stand-in worker and made resident through
+    kv-events, as the router does for finished requests, once its pipeline holds all of them (then collected and
+    frozen, as a long-running router's old objects are). Returns the donors' tokens and the seconds it took."""
     from dynamo.llm import compute_block_hash_for_seq
 
     from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
 
+    donors = rng.integers(100, 7000, size=(n, DONOR_TOKENS), dtype=np.int64)
+    t0 = time.perf_counter()
     assert router.discovery is not None and router.discovery.embedder is not None
     vectors = rng.standard_normal((len(donors), router.discovery.embedder.dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -133,6 +138,10 @@ async def seed(router: Any, donors: np.ndarray, rng: np.random.Generator) -> Non
             await router.drain_registrations(timeout=3600)
     await router.drain_registrations(timeout=3600)
     assert len(router.catalog) == len(donors) == len(router.discovery)
+    seconds = time.perf_counter() - t0
+    gc.collect()
+    gc.freeze()
+    return donors, seconds
 
 
 def span_target(rng: np.random.Generator, donors: np.ndarray) -> list[int]:
