@@ -246,12 +246,18 @@ class SemanticRouter:
         t0 = time.perf_counter()
         with self.gate.deciding():  # donors are indexed between requests' decisions
             routed = self.parse(request, context)
+            parsed_us = (time.perf_counter() - t0) * 1e6
             decision = await self.decide(routed)
+        decision.latency_us["parse"] = parsed_us
+        self.metrics.stage_latency.labels("parse").observe(parsed_us / 1e6)
         forwarded = self.forward_request(request, routed, decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
         if decision.hint is not None:  # on the NATS server before the request is forwarded (it races the request)
+            t_hint = time.perf_counter()
             await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
+            decision.latency_us["hint"] = (time.perf_counter() - t_hint) * 1e6
+            self.metrics.stage_latency.labels("hint").observe(decision.latency_us["hint"] / 1e6)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
         served: tuple[int, int] | None = None
         finished = False

@@ -29,7 +29,7 @@ class RouterMetrics:
         )
         self.stage_latency = Histogram(
             "semblend_router_stage_seconds",
-            "router stage latency (exact, semantic, forward_first_response, total_added)",
+            "router stage latency (parse, exact, semantic, load, chain_steps, hint, forward_first_response, total_added)",
             ["stage"],
             buckets=_LATENCY_BUCKETS_S,
             registry=r,

@@ -348,6 +348,10 @@ async def test_chain_runs_its_steps_on_the_donor_worker_under_one_salt_then_the_
     assert evidence.outcome == Outcome.SEMANTIC_PLACEMENT and evidence.decline_reason is None
     assert evidence.hint == hints[-1][1] and evidence.worker_id == W1
     assert router.metrics.chain_steps.labels("ok")._value.get() == 2
+    stages = evidence.stage_latency_us  # every stage before forwarding is timed and inside the total
+    timed = ("parse", "exact", "semantic", "chain_steps", "hint")
+    assert set(timed) <= stages.keys()
+    assert sum(stages[s] for s in timed) <= stages["total_added"]
 
 
 async def test_only_the_chained_request_becomes_a_donor_under_the_salt_it_ran_with() -> None:
