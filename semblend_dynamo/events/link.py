@@ -70,6 +70,22 @@ class NatsLink:
             raise ConnectionError("NATS is not connected")
         await self._nc.publish(subject, data, reply=reply)
 
+    async def write_out(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until everything published so far is written to the server's connection, with
+        no server round trip; raises on no connection/timeout.
+
+        nats-py buffers a publish for its flusher task; this waits for that task to write and drain the buffer
+        (its ``_flush_pending(force_flush=True)``, pinned by ``tests/router/test_events.py``), and falls back to
+        :meth:`flush` on a nats-py without it.
+        """
+        if not self.connected or self._nc is None:
+            raise ConnectionError("NATS is not connected")
+        write = getattr(self._nc, "_flush_pending", None)
+        if write is None:
+            await self.flush(timeout)
+            return
+        await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(write(force_flush=True))), timeout)
+
     async def flush(self, timeout: float) -> None:
         """Wait until the server has everything published so far (one round trip); raises on no connection/timeout."""
         if not self.connected or self._nc is None:

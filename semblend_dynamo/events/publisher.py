@@ -56,9 +56,10 @@ class EvidencePublisher:
         return True
 
     async def send_first(self, subject: str, event: SemblendEvent, timeout: float) -> bool:
-        """Publish ``event`` ahead of the queue and wait (at most ``timeout`` s) until the server has it.
+        """Publish ``event`` ahead of the queue and wait (at most ``timeout`` s) until it is written to the NATS
+        server's connection, without waiting for a server round trip.
 
-        For a message that must arrive before something sent another way (a hint before its request). If it cannot
+        For a message that must leave before something sent another way (a hint before its request). If it cannot
         be sent now it is queued as :meth:`offer` would (False), so it is never lost for being urgent.
         """
         try:
@@ -71,9 +72,9 @@ class EvidencePublisher:
         if self._on_sent is not None:
             self._on_sent(event.KIND)
         try:
-            await self._link.flush(timeout)
-        except Exception as exc:  # sent into the client's buffer already: it follows as soon as it can
-            log.debug("flush after an urgent publish did not complete: %s", exc)
+            await self._link.write_out(timeout)
+        except Exception as exc:  # in the client's buffer already: it follows as soon as it can
+            log.debug("writing an urgent publish out did not complete: %s", exc)
         return True
 
     @property

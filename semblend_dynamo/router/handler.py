@@ -253,7 +253,7 @@ class SemanticRouter:
         forwarded = self.forward_request(request, routed, decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
-        if decision.hint is not None:  # on the NATS server before the request is forwarded (it races the request)
+        if decision.hint is not None:  # written to NATS before the request is forwarded (it races the request)
             t_hint = time.perf_counter()
             await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
             decision.latency_us["hint"] = (time.perf_counter() - t_hint) * 1e6

@@ -298,10 +298,12 @@ def test_envelope_requires_only_the_keys_used_and_ignores_extras() -> None:
 
 
 @pytest.mark.nats
-async def test_an_urgent_hint_is_on_the_server_before_send_first_returns_and_queued_when_it_cannot_be(
+async def test_an_urgent_hint_has_left_the_process_when_send_first_returns_and_is_queued_when_it_cannot(
     nats_server,
 ) -> None:
     import asyncio
+    import threading
+    import time
 
     import nats
 
@@ -311,25 +313,37 @@ async def test_an_urgent_hint_is_on_the_server_before_send_first_returns_and_que
     cfg = SemblendConfig(nats_url=nats_server.url)
     subject = Subjects.for_config(cfg).hints(7)
     got: list[bytes] = []
-    reader = await nats.connect(nats_server.url)
+    listening, received = threading.Event(), threading.Event()
 
-    async def on_hint(msg) -> None:
-        got.append(msg.data)
+    def reader() -> None:  # on its own loop: it reads while this test's loop is blocked
+        async def run() -> None:
+            nc = await nats.connect(nats_server.url)
 
-    await reader.subscribe(subject, cb=on_hint)
-    await reader.flush()
+            async def on_hint(msg) -> None:
+                got.append(msg.data)
+                received.set()
+
+            await nc.subscribe(subject, cb=on_hint)
+            await nc.flush()
+            listening.set()
+            await asyncio.get_running_loop().run_in_executor(None, received.wait, 10)
+            await nc.close()
+
+        asyncio.run(run())
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert listening.wait(10)
     link = NatsLink(cfg, name="urgent")
     link.start()
     await asyncio.wait_for(link.wait_connected(), 10)
     publisher = EvidencePublisher(link, queue_size=4)  # no drain task: only send_first can deliver
     assert await publisher.send_first(subject, _hint(), timeout=2.0)
-    await reader.flush()  # the server had it when send_first returned: it reaches a reader within its own round trip
-    for _ in range(100):
-        if got:
-            break
-        await asyncio.sleep(0.01)
+    deadline = time.monotonic() + 5  # this loop runs nothing more: the hint must already be on its way
+    while not received.is_set() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    thread.join(10)
     assert len(got) == 1 and isinstance(decode(got[0], DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
     await link.close()
     assert not await publisher.send_first(subject, _hint(), timeout=2.0)  # no connection: queued, not lost
     assert publisher.backlog == 1
-    await reader.close()
