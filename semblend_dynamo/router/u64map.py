@@ -99,14 +99,15 @@ class U64Map:
             return held
         if self._gone and key in self._gone:
             return None
+        probe = _U64(key)  # a Python int would make searchsorted compare every key as a float64 (O(n), inexact)
         keys = self._over_keys
         if len(keys):
-            i = int(keys.searchsorted(key))
+            i = int(keys.searchsorted(probe))
             if i < len(keys) and int(keys[i]) == key:
                 return int(self._over_values[i]) if self._live[i] else None
         keys = self._keys
         if len(keys):
-            i = int(keys.searchsorted(key))
+            i = int(keys.searchsorted(probe))
             if i < len(keys) and int(keys[i]) == key:
                 return int(self._values[i])
         return None

@@ -70,3 +70,14 @@ def test_bulk_inserts_keep_every_level_bounded() -> None:
     found, values = m.lookup(keys)
     assert found.all() and (values == keys + np.uint64(1)).all()
     assert len(m._over_keys) <= max(u64map._MIN_OVERLAY, u64map._OVERLAY_PER_ROOT * int(len(m._keys) ** 0.5))
+
+
+def test_single_lookups_compare_keys_as_u64_not_as_floats() -> None:
+    """Keys a float64 cannot tell apart (2**62 and 2**62 + 1) are distinct keys, in every level and in a single get."""
+    m = U64Map()
+    keys = np.array([1 << 62, (1 << 62) + 1, (1 << 64) - 2, (1 << 64) - 1], dtype=np.uint64)
+    m.set_many(keys.tolist(), keys.tolist())
+    list(m.items())  # everything merged into the base level
+    for key in keys.tolist():
+        assert m.get(key) == key and key in m
+    assert m.get((1 << 62) + 2) is None and ((1 << 62) + 2) not in m
