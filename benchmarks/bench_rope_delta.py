@@ -48,6 +48,7 @@ MODELS = {"Llama-3-8B": (32, 8, 128), "Qwen2.5-7B": (28, 4, 128)}
 SMOKE_MODELS = {"tiny": (2, 2, 32)}
 TOKENS_PER_BLOCK = 32
 DELTA = 1234
+UNALIGNED_SRC_START, UNALIGNED_DST_START = 5, 19
 SWEEP = [
     KernelTuning(1, 16, 2, 1, 40),
     KernelTuning(1, 16, 4, 1, 40),
@@ -131,7 +132,7 @@ def make_case(
         kv_scale = torch.full((layers,), FP8_LAYER_SCALE, device=device)
     ids = torch.randperm(total, generator=torch.Generator().manual_seed(0))[: 2 * n_blocks].tolist()
     src_ids, dst_ids = ids[:n_blocks], ids[n_blocks:]
-    src0, dst0 = (5, 19) if unaligned else (0, 0)
+    src0, dst0 = (UNALIGNED_SRC_START, UNALIGNED_DST_START) if unaligned else (0, 0)
     copy_plan = split_spans_to_plan([CopySpan(src0, dst0, tokens, delta=DELTA)], src_ids, dst_ids, TOKENS_PER_BLOCK)
     inplace_plan = split_inplace_spans_to_plan([InplaceSpan(dst0, tokens, DELTA)], dst_ids, TOKENS_PER_BLOCK)
     inv_freq = RopeConfig(head_dim, head_dim, 500_000.0).inv_freq(device)
@@ -192,10 +193,11 @@ def check_matches_reference(case: Case) -> float:
 
 
 def _sweep_text(times: dict[KernelTuning, float]) -> str:
-    return " ".join(f"{_short(t)}={ms:.4f}" for t, ms in times.items())
+    return " ".join(f"{short_name(t)}={ms:.4f}" for t, ms in times.items())
 
 
-def _short(t: KernelTuning) -> str:
+def short_name(t: KernelTuning) -> str:
+    """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
     return f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}{heads}"
 
@@ -257,10 +259,11 @@ def main() -> int:
             tuning = best[dname, name, op]
             default = case_default(case, op)
             default_ms = time_ms(kernel_fn(case, op, default), cuda, graph=True)
+            times = {}
             if args.sweep_every_size and cuda:
                 times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in SIZE_SWEEP}
                 tuning = min(times, key=lambda t: times[t])
-                print(f"  sweep {dname} {name} {tokens} {op}: best {_short(tuning)}; {_sweep_text(times)}")
+                print(f"  sweep {dname} {name} {tokens} {op}: best {short_name(tuning)}; {_sweep_text(times)}")
             kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda, graph=True)
             call_ms = time_ms(public_fn(case, op, tuning), cuda)
             ref_ms = time_ms(public_fn(case, op, tuning, reference=True), cuda)
@@ -288,6 +291,7 @@ def main() -> int:
                 "speedup_kernel_vs_reference": ref_ms / kernel_ms,
                 "speedup_call_vs_reference": ref_ms / call_ms,
                 "max_abs_diff_vs_reference": max_err,
+                "size_sweep": {short_name(t): ms for t, ms in times.items()},
             }
             rows.append(row)
             print(

@@ -105,14 +105,32 @@ class KernelTuning:
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     # (fp8, op, up to this many K head-blocks, tuning); the first match wins
-    (False, "inplace", 1 << 62, KernelTuning(1, 8, 4, 1, None)),
-    (False, "copy", 1 << 62, KernelTuning(1, 8, 4, 1, 64)),
-    (True, "inplace", 1 << 14, KernelTuning(1, 8, 4, 1, None)),
-    (True, "inplace", 1 << 62, KernelTuning(1, 4, 8, 1, None, heads_per_program=2)),
-    (True, "copy", 1 << 62, KernelTuning(1, 4, 2, 1, None)),
+    (False, "copy", 21673, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "copy", 43347, KernelTuning(layers_per_program=8)),
+    (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "copy", 173391, KernelTuning(layers_per_program=8)),
+    (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
+    (False, "inplace", 21673, KernelTuning(num_warps=8, layers_per_program=4, max_registers=None)),
+    (False, "inplace", 43347, KernelTuning(layers_per_program=8)),
+    (False, "inplace", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
+    (False, "inplace", 1 << 62, KernelTuning(layers_per_program=4)),
+    (True, "copy", 10836, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
+    (True, "copy", 21673, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
+    (True, "copy", 43347, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
+    (True, "copy", 86695, KernelTuning(num_warps=4, max_registers=None)),
+    (True, "copy", 173391, KernelTuning(num_warps=4, layers_per_program=8, max_registers=None, heads_per_program=4)),
+    (True, "copy", 1 << 62, KernelTuning(num_warps=4, max_registers=None)),
+    (True, "inplace", 10836, KernelTuning(num_warps=4, max_registers=64)),
+    (True, "inplace", 21673, KernelTuning(num_warps=8, layers_per_program=8, max_registers=None, heads_per_program=4)),
+    (True, "inplace", 43347, KernelTuning(num_warps=4, max_registers=64)),
+    (True, "inplace", 86695, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
+    (True, "inplace", 1 << 62, KernelTuning(num_warps=4, max_registers=64)),
 ]
-"""Picked by benchmarks/bench_rope_delta.py's per-size sweeps on an H200 (docs/benchmarks.md, issue 16.4 final).
-``1 << 14`` K head-blocks is Llama-3-8B's 2K tokens (64 blocks x 32 layers x 8 heads)."""
+"""Written by benchmarks/pick_rope_defaults.py from the H200 per-size sweep of the final issue 16.4 code
+(benchmarks/results/rope_delta_h200_issue16_final_code.txt; docs/benchmarks.md): each benchmarked size gets its best
+setting, up to the geometric midpoint of its K head-blocks and the next size's. The sizes: 2K / 8K / 32K tokens of
+Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
 def default_tuning(dtype: torch.dtype, op: Literal["copy", "inplace"], head_blocks: int) -> KernelTuning:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
+    _DEFAULT_TUNINGS,
     COPY_PLAN_COLUMNS,
     GROUP_COLUMNS,
     CopySpan,
@@ -394,3 +395,34 @@ def test_race_check_agrees_with_slot_sets(rows: list[tuple[int, int, int, int, i
 def test_default_tuning_covers_every_dtype_op_and_size(dtype: torch.dtype, op: str) -> None:
     for head_blocks in (1, 1 << 14, (1 << 14) + 1, 1 << 40):
         assert isinstance(default_tuning(dtype, op, head_blocks), KernelTuning)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "op", "head_blocks", "expected"),
+    [
+        # 32K tokens in place: the H200 per-size sweep's best (the old table gave 2K-8K settings here)
+        (torch.bfloat16, "inplace", 262_144, KernelTuning(1, 16, 4, 1, 40)),
+        (torch.bfloat16, "inplace", 114_688, KernelTuning(1, 16, 8, 1, 40)),
+        (torch.float8_e4m3fn, "inplace", 262_144, KernelTuning(1, 4, 2, 1, 64)),
+        (torch.float8_e4m3fn, "inplace", 114_688, KernelTuning(1, 4, 2, 1, 64)),
+        # 2K tokens: Qwen2.5-7B (7168 head-blocks) and Llama-3-8B (16384), and the odd-offset Llama 2K (65 groups)
+        (torch.float8_e4m3fn, "inplace", 7_168, KernelTuning(1, 4, 2, 1, 64)),
+        (torch.float8_e4m3fn, "inplace", 16_384, KernelTuning(1, 8, 8, 1, None, 4)),
+        (torch.float8_e4m3fn, "inplace", 16_640, KernelTuning(1, 8, 8, 1, None, 4)),
+        (torch.float8_e4m3fn, "copy", 7_168, KernelTuning(1, 4, 4, 1, None)),
+        (torch.bfloat16, "copy", 16_384, KernelTuning(1, 8, 4, 1, 64)),
+    ],
+)
+def test_default_tuning_is_the_sweeps_best_at_each_benchmarked_size(
+    dtype: torch.dtype, op: str, head_blocks: int, expected: KernelTuning
+) -> None:
+    assert default_tuning(dtype, op, head_blocks) == expected  # type: ignore[arg-type]
+
+
+def test_default_table_bounds_rise_and_end_open() -> None:
+    bounds: dict[tuple[bool, str], list[int]] = {}
+    for fp8, op, most, _ in _DEFAULT_TUNINGS:
+        bounds.setdefault((fp8, op), []).append(most)
+    assert set(bounds) == {(f, o) for f in (False, True) for o in ("copy", "inplace")}
+    for most in bounds.values():
+        assert most == sorted(set(most)) and most[-1] == 1 << 62
