@@ -25,6 +25,8 @@ The Triton kernels run when the pool is on CUDA, or on any device when Triton's 
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -81,12 +83,15 @@ class InplaceSpan:
 @dataclass(frozen=True)
 class KernelTuning:
     """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, a
-    register cap, and heads per program.
+    register cap, heads per program, and persistent programs per multiprocessor.
 
-    A program handles ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
+    A unit of work is ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
     times ``layers_per_program`` layers times ``heads_per_program`` KV heads (None: all; times K or V for copies).
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; None leaves it to the compiler), which sets how
-    many programs share a multiprocessor.
+    many programs share a multiprocessor. ``programs_per_sm`` None launches one program per unit; a number launches
+    that many programs per multiprocessor (at most one per unit), each looping over every so-many-th unit and loading
+    the next unit's row-group descriptor (rows, target block, delta) while the current one moves its data; its units
+    are one row group each (``blocks_per_program`` must be 1).
     """
 
     heads_per_iter: int = 1
@@ -95,12 +100,15 @@ class KernelTuning:
     blocks_per_program: int = 1
     max_registers: int | None = 40
     heads_per_program: int | None = None
+    programs_per_sm: int | None = None
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
-        optional = (self.max_registers, self.heads_per_program)
+        optional = (self.max_registers, self.heads_per_program, self.programs_per_sm)
         if min(counts) < 1 or any(v is not None and v < 1 for v in optional):
             raise ValueError(f"tuning values must be positive: {self}")
+        if self.programs_per_sm is not None and self.blocks_per_program != 1:
+            raise ValueError(f"persistent programs (programs_per_sm) take one row group per unit: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
@@ -391,8 +399,154 @@ if triton is not None:
         first = tl.program_id(axis) * per_program
         return first, tl.minimum(first + per_program, count)
 
+    @triton.jit
+    def _load_group(desc, valid):
+        """A row group's rows, target block and delta (the rest of its descriptor is read where needed); zeros where
+        not ``valid``."""
+        return (
+            tl.load(desc + 1, mask=valid, other=0),
+            tl.load(desc + 2, mask=valid, other=0),
+            tl.load(desc + 3, mask=valid, other=0),
+        )
+
+    @triton.jit
+    def _copy_group(
+        pool,
+        plan,
+        desc,
+        count,
+        block,
+        delta,
+        cos,
+        sin,
+        layer_first,
+        layer_stop,
+        kv,
+        head_first,
+        head_stop,
+        stride_b,
+        stride_l,
+        stride_kv,
+        stride_h,
+        stride_t,
+        HEAD_DIM: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """Copy K (rotated by ``cos``/``sin``) or V (``kv``) of the row group at ``desc``, layers
+        ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
+        lane = tl.arange(0, BLOCK_T)
+        dst_lane = block * stride_b + lane.to(tl.int64) * stride_t
+        if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
+            dst_off = tl.load(desc + 4)
+            live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+            src_lane = tl.load(desc + 6) * stride_b + (lane + tl.load(desc + 7)) * stride_t
+        else:
+            first = tl.load(desc)
+            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
+            live = which >= 0
+            row = plan + (first + which) * 6
+            src_block = tl.load(row, mask=live, other=0)
+            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            src_lane = src_block * stride_b + (lane + shift) * stride_t
+        for layer in range(layer_first, layer_stop):
+            inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
+            src = pool + inner + src_lane
+            dst = pool + inner + dst_lane
+            if (kv == 1) | (delta == 0):
+                _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, HEADS_PER_ITER, BLOCK_HALF)
+            else:
+                _rotate_heads(
+                    src,
+                    dst,
+                    live,
+                    cos,
+                    sin,
+                    stride_h,
+                    head_first,
+                    head_stop,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                )
+                if ROTARY_DIM < HEAD_DIM:
+                    _copy_heads(
+                        src,
+                        dst,
+                        live,
+                        ROTARY_DIM,
+                        HEAD_DIM,
+                        stride_h,
+                        head_first,
+                        head_stop,
+                        HEADS_PER_ITER,
+                        BLOCK_HALF,
+                    )
+
+    @triton.jit
+    def _inplace_group(
+        pool,
+        plan,
+        desc,
+        count,
+        block,
+        delta,
+        cos,
+        sin,
+        layer_first,
+        layer_stop,
+        head_first,
+        head_stop,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """Rotate K of the row group at ``desc`` in place by ``cos``/``sin`` (delta 0: nothing), layers
+        ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
+        if delta != 0:
+            lane = tl.arange(0, BLOCK_T)
+            k_lane = block * stride_b + lane.to(tl.int64) * stride_t
+            if count == 1:  # one row: its slots come with the group (no trip to the plan)
+                dst_off = tl.load(desc + 4)
+                live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+            else:
+                live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
+            for layer in range(layer_first, layer_stop):
+                k = pool + layer * stride_l + k_lane
+                _rotate_heads(
+                    k,
+                    k,
+                    live,
+                    cos,
+                    sin,
+                    stride_h,
+                    head_first,
+                    head_stop,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                )
+
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
     _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
+    _PERSISTENT_RUNTIME_SIZES = ["num_groups", "layer_start", "layer_stop", "layers_per_prog"]
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_copy_kernel(
@@ -428,67 +582,112 @@ if triton is not None:
         kv = tl.program_id(2) // head_runs
         head_first = (tl.program_id(2) % head_runs) * heads_per_prog
         head_stop = tl.minimum(head_first + heads_per_prog, num_heads)
-        lane = tl.arange(0, BLOCK_T)
         current = tl.load(groups + group_first * _GROUP_COLS + 3)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
         for g in range(group_first, group_stop):
             desc = groups + g * _GROUP_COLS
-            count = tl.load(desc + 1)
-            delta = tl.load(desc + 3)
-            dst_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
-            if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
-                dst_off = tl.load(desc + 4)
-                live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
-                src_lane = tl.load(desc + 6) * stride_b + (lane + tl.load(desc + 7)) * stride_t
-            else:
-                first = tl.load(desc)
-                which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
-                live = which >= 0
-                row = plan + (first + which) * 6
-                src_block = tl.load(row, mask=live, other=0)
-                shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
-                src_lane = src_block * stride_b + (lane + shift) * stride_t
+            count, block, delta = _load_group(desc, True)
             if delta != current:  # cos/sin are recomputed only where the delta changes
                 cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
                 current = delta
-            for layer in range(layer_start + layer_first, layer_start + layer_end):
-                inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
-                src = pool + inner + src_lane
-                dst = pool + inner + dst_lane
-                if (kv == 1) | (delta == 0):
-                    _copy_heads(
-                        src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, HEADS_PER_ITER, BLOCK_HALF
-                    )
-                else:
-                    _rotate_heads(
-                        src,
-                        dst,
-                        live,
-                        cos,
-                        sin,
-                        stride_h,
-                        head_first,
-                        head_stop,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        HEADS_PER_ITER,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                    )
-                    if ROTARY_DIM < HEAD_DIM:
-                        _copy_heads(
-                            src,
-                            dst,
-                            live,
-                            ROTARY_DIM,
-                            HEAD_DIM,
-                            stride_h,
-                            head_first,
-                            head_stop,
-                            HEADS_PER_ITER,
-                            BLOCK_HALF,
-                        )
+            _copy_group(
+                pool,
+                plan,
+                desc,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_start + layer_first,
+                layer_start + layer_end,
+                kv,
+                head_first,
+                head_stop,
+                stride_b,
+                stride_l,
+                stride_kv,
+                stride_h,
+                stride_t,
+                HEAD_DIM,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+            )
+
+    @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
+    def _rope_delta_copy_persistent_kernel(
+        pool,
+        plan,
+        groups,
+        inv_freq,
+        num_groups,
+        layer_start,
+        layer_stop,
+        layers_per_prog,
+        stride_b,
+        stride_l,
+        stride_kv,
+        stride_h,
+        stride_t,
+        num_heads,
+        heads_per_prog,
+        HEAD_DIM: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """A fixed grid looping over units (row group, run of layers, K|V x run of heads; groups counted fastest):
+        program p takes units p, p + P, ..., and reads the next unit's descriptor before moving the current unit's
+        data. cos/sin are computed per unit (carrying them across units cost registers in the sm_90a compile)."""
+        layer_runs = tl.cdiv(layer_stop - layer_start, layers_per_prog)
+        head_runs = tl.cdiv(num_heads, heads_per_prog)
+        units = num_groups * layer_runs * 2 * head_runs
+        step = tl.num_programs(0)
+        unit = tl.program_id(0)
+        count, block, delta = _load_group(groups + unit % num_groups * _GROUP_COLS, True)
+        for u in range(unit, units, step):
+            following = groups + (u + step) % num_groups * _GROUP_COLS
+            next_count, next_block, next_delta = _load_group(following, u + step < units)
+            rest = u // num_groups
+            layer_first = layer_start + rest % layer_runs * layers_per_prog
+            run = rest // layer_runs
+            head_first = run % head_runs * heads_per_prog
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+            _copy_group(
+                pool,
+                plan,
+                groups + u % num_groups * _GROUP_COLS,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_first,
+                tl.minimum(layer_first + layers_per_prog, layer_stop),
+                run // head_runs,
+                head_first,
+                tl.minimum(head_first + heads_per_prog, num_heads),
+                stride_b,
+                stride_l,
+                stride_kv,
+                stride_h,
+                stride_t,
+                HEAD_DIM,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+            )
+            count, block, delta = next_count, next_block, next_delta
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_inplace_kernel(
@@ -519,41 +718,102 @@ if triton is not None:
         group_first, group_stop = _program_range(num_groups, groups_per_prog, 0)
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
         head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
-        lane = tl.arange(0, BLOCK_T)
         current = tl.load(groups + group_first * _GROUP_COLS + 3)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
         for g in range(group_first, group_stop):
             desc = groups + g * _GROUP_COLS
-            delta = tl.load(desc + 3)
+            count, block, delta = _load_group(desc, True)
             if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
                 cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
                 current = delta
-            if delta != 0:
-                count = tl.load(desc + 1)
-                k_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
-                if count == 1:  # one row: its slots come with the group (no trip to the plan)
-                    dst_off = tl.load(desc + 4)
-                    live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
-                else:
-                    live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
-                for layer in range(layer_start + layer_first, layer_start + layer_end):
-                    k = pool + layer * stride_l + k_lane
-                    _rotate_heads(
-                        k,
-                        k,
-                        live,
-                        cos,
-                        sin,
-                        stride_h,
-                        head_first,
-                        head_stop,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        HEADS_PER_ITER,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                    )
+            _inplace_group(
+                pool,
+                plan,
+                desc,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_start + layer_first,
+                layer_start + layer_end,
+                head_first,
+                head_stop,
+                stride_b,
+                stride_l,
+                stride_h,
+                stride_t,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+            )
+
+    @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
+    def _rope_delta_inplace_persistent_kernel(
+        pool,
+        plan,
+        groups,
+        inv_freq,
+        num_groups,
+        layer_start,
+        layer_stop,
+        layers_per_prog,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        num_heads,
+        heads_per_prog,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """A fixed grid looping over units (row group, run of layers, run of heads; groups counted fastest), as the
+        persistent copy kernel does."""
+        layer_runs = tl.cdiv(layer_stop - layer_start, layers_per_prog)
+        head_runs = tl.cdiv(num_heads, heads_per_prog)
+        units = num_groups * layer_runs * head_runs
+        step = tl.num_programs(0)
+        unit = tl.program_id(0)
+        count, block, delta = _load_group(groups + unit % num_groups * _GROUP_COLS, True)
+        for u in range(unit, units, step):
+            following = groups + (u + step) % num_groups * _GROUP_COLS
+            next_count, next_block, next_delta = _load_group(following, u + step < units)
+            rest = u // num_groups
+            layer_first = layer_start + rest % layer_runs * layers_per_prog
+            head_first = rest // layer_runs * heads_per_prog
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+            _inplace_group(
+                pool,
+                plan,
+                groups + u % num_groups * _GROUP_COLS,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_first,
+                tl.minimum(layer_first + layers_per_prog, layer_stop),
+                head_first,
+                tl.minimum(head_first + heads_per_prog, num_heads),
+                stride_b,
+                stride_l,
+                stride_h,
+                stride_t,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+            )
+            count, block, delta = next_count, next_block, next_delta
 
     _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
 else:
@@ -633,13 +893,13 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    _rope_delta_copy_kernel[_grid(c, layout, tune, 2)](
+    kernel = _rope_delta_copy_kernel if tune.programs_per_sm is None else _rope_delta_copy_persistent_kernel
+    kernel[_grid(c, layout, tune, 2, pool.device)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        c.groups.shape[0],
-        tune.blocks_per_program,
+        *_group_sizes(c, tune),
         c.layer_start,
         c.layer_stop,
         tune.layers_per_program,
@@ -663,13 +923,13 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    _rope_delta_inplace_kernel[_grid(c, layout, tune, 1)](
+    kernel = _rope_delta_inplace_kernel if tune.programs_per_sm is None else _rope_delta_inplace_persistent_kernel
+    kernel[_grid(c, layout, tune, 1, pool.device)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        c.groups.shape[0],
-        tune.blocks_per_program,
+        *_group_sizes(c, tune),
         c.layer_start,
         c.layer_stop,
         tune.layers_per_program,
@@ -684,6 +944,13 @@ def _launch_inplace(
     )
 
 
+def _group_sizes(c: _Checked, tune: KernelTuning) -> tuple[int, ...]:
+    """Row groups, and groups per program (not for the persistent kernels: one group per unit)."""
+    if tune.programs_per_sm is None:
+        return c.groups.shape[0], tune.blocks_per_program
+    return (c.groups.shape[0],)
+
+
 def _head_blocks(c: _Checked, layout: PagedKVLayout) -> int:
     return c.groups.shape[0] * (c.layer_stop - c.layer_start) * layout.num_kv_heads
 
@@ -692,11 +959,26 @@ def _heads_per_program(layout: PagedKVLayout, tune: KernelTuning) -> int:
     return min(tune.heads_per_program or layout.num_kv_heads, layout.num_kv_heads)
 
 
-def _grid(c: _Checked, layout: PagedKVLayout, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
+def _grid(c: _Checked, layout: PagedKVLayout, tune: KernelTuning, kv: int, device: torch.device) -> tuple[int, ...]:
+    """One program per unit (3-D), or the persistent kernels' fixed count (1-D)."""
     groups = c.groups.shape[0]
     layers = c.layer_stop - c.layer_start
     head_runs = triton.cdiv(layout.num_kv_heads, _heads_per_program(layout, tune))
-    return triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv * head_runs
+    grid = triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv * head_runs
+    if tune.programs_per_sm is None:
+        return grid
+    return (min(math.prod(grid), tune.programs_per_sm * _multiprocessors(device)),)
+
+
+_INTERPRETER_MULTIPROCESSORS = 2
+"""What the persistent kernels size their grid by off CUDA (Triton's interpreter): few, so that programs loop."""
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _INTERPRETER_MULTIPROCESSORS
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning) -> dict[str, Any]:

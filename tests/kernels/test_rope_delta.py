@@ -14,10 +14,14 @@ from semblend_kernels.rope_delta import (
     _DEFAULT_TUNINGS,
     COPY_PLAN_COLUMNS,
     GROUP_COLUMNS,
+    INPLACE_PLAN_COLUMNS,
     CopySpan,
     InplaceSpan,
     InvalidPlan,
     KernelTuning,
+    _check,
+    _grid,
+    _multiprocessors,
     _row_groups,
     default_tuning,
     rope_delta_copy,
@@ -130,9 +134,11 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
     pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
     style = data.draw(st.sampled_from(["neox", "gptj"]))
+    programs_per_sm = data.draw(st.sampled_from([None, 1, 3]))
     tuning = KernelTuning(
-        blocks_per_program=data.draw(st.sampled_from([1, 2, 5])),
+        blocks_per_program=1 if programs_per_sm else data.draw(st.sampled_from([1, 2, 5])),
         heads_per_program=data.draw(st.sampled_from([None, 1])),
+        programs_per_sm=programs_per_sm,
     )
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
@@ -152,11 +158,16 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 8, 1, 64, 64),
         KernelTuning(1, 4, 2, 2, None, heads_per_program=2),
         KernelTuning(2, 4, 1, 1, None, heads_per_program=3),
+        KernelTuning(1, 4, 2, 1, 64, programs_per_sm=1),
+        KernelTuning(2, 4, 1, 1, None, heads_per_program=3, programs_per_sm=2),
+        KernelTuning(1, 8, 4, 1, None, heads_per_program=2, programs_per_sm=3),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     """5 heads and layers [1, 4): the last head group, layer group and head run of a program are partial; with
-    several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them."""
+    several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them.
+    Persistent programs loop over several units each (the interpreter counts 2 multiprocessors), every unit with the
+    descriptor its program read during the previous one, and the last read past the end masked off."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -426,3 +437,30 @@ def test_default_table_bounds_rise_and_end_open() -> None:
     assert set(bounds) == {(f, o) for f in (False, True) for o in ("copy", "inplace")}
     for most in bounds.values():
         assert most == sorted(set(most)) and most[-1] == 1 << 62
+
+
+def test_persistent_grid_is_programs_per_sm_times_multiprocessors_and_at_most_one_per_unit() -> None:
+    layout = PagedKVLayout(5, 5, 32, T)
+    pool = make_pool(layout, 12, torch.bfloat16, "cpu")
+    inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
+    plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
+    c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
+    groups = c.groups.shape[0]
+    cpu = torch.device("cpu")
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2), 1, cpu) == (groups, 2, 3)
+    sms = _multiprocessors(cpu)
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1), 1, cpu) == (sms,)
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1), 2, cpu) == (sms,)
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1000), 2, cpu) == (groups * 2 * 2 * 3,)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"programs_per_sm": 0}, "must be positive"),
+        ({"programs_per_sm": 2, "blocks_per_program": 2}, "one row group per unit"),
+    ],
+)
+def test_bad_persistent_tunings_are_refused(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KernelTuning(**kwargs)
