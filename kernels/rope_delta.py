@@ -83,7 +83,7 @@ class InplaceSpan:
 @dataclass(frozen=True)
 class KernelTuning:
     """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, a
-    register cap, heads per program, and persistent programs per multiprocessor.
+    register cap, heads per program, persistent programs per multiprocessor, and pipelined head loads.
 
     A unit of work is ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
     times ``layers_per_program`` layers times ``heads_per_program`` KV heads (None: all; times K or V for copies).
@@ -91,7 +91,8 @@ class KernelTuning:
     many programs share a multiprocessor. ``programs_per_sm`` None launches one program per unit; a number launches
     that many programs per multiprocessor (at most one per unit), each looping over every so-many-th unit and loading
     the next unit's row-group descriptor (rows, target block, delta) while the current one moves its data; its units
-    are one row group each (``blocks_per_program`` must be 1).
+    are one row group each (``blocks_per_program`` must be 1). ``pipeline_heads`` loads K of the next heads before
+    storing the current ones (two tiles in flight per program instead of one).
     """
 
     heads_per_iter: int = 1
@@ -101,6 +102,7 @@ class KernelTuning:
     max_registers: int | None = 40
     heads_per_program: int | None = None
     programs_per_sm: int | None = None
+    pipeline_heads: bool = False
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
@@ -291,6 +293,72 @@ if triton is not None:
         return code.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
 
     @triton.jit
+    def _load_rotary(
+        src3,
+        head,
+        live3,
+        stride_h,
+        head_stop,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+    ):
+        """The rotary channels of K of heads ``head`` (``[HEADS_PER_ITER, 1, 1]``) as stored: neox its two halves,
+        gptj the interleaved pairs (twice)."""
+        rows = live3 & (head < head_stop)
+        if IS_NEOX:
+            j = tl.arange(0, BLOCK_HALF)[None, None, :]
+            mask = rows & (j < ROTARY_DIM // 2)
+            off1 = head * stride_h + j
+            return tl.load(src3 + off1, mask=mask), tl.load(src3 + off1 + ROTARY_DIM // 2, mask=mask)
+        else:
+            cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
+            x = tl.load(src3 + head * stride_h + cols, mask=rows & (cols < ROTARY_DIM))
+            return x, x
+
+    @triton.jit
+    def _store_rotated(
+        dst3,
+        head,
+        live3,
+        stride_h,
+        head_stop,
+        a,
+        b,
+        c,
+        s,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """Rotate what `_load_rotary` loaded for heads ``head`` in fp32 and store it, rounded, at ``dst3``."""
+        rows = live3 & (head < head_stop)
+        if IS_NEOX:
+            j = tl.arange(0, BLOCK_HALF)[None, None, :]
+            mask = rows & (j < ROTARY_DIM // 2)
+            off1 = head * stride_h + j
+            x1 = a.to(tl.float32)
+            x2 = b.to(tl.float32)
+            tl.store(dst3 + off1, _to_storage(x1 * c - x2 * s, dst3.dtype.element_ty, INTERPRETED), mask=mask)
+            tl.store(
+                dst3 + off1 + ROTARY_DIM // 2,
+                _to_storage(x2 * c + x1 * s, dst3.dtype.element_ty, INTERPRETED),
+                mask=mask,
+            )
+        else:
+            cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
+            x1, x2 = tl.split(tl.reshape(a.to(tl.float32), (HEADS_PER_ITER, BLOCK_T, BLOCK_HALF, 2)))
+            out = tl.reshape(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), (HEADS_PER_ITER, BLOCK_T, 2 * BLOCK_HALF))
+            tl.store(
+                dst3 + head * stride_h + cols,
+                _to_storage(out, dst3.dtype.element_ty, INTERPRETED),
+                mask=rows & (cols < ROTARY_DIM),
+            )
+
+    @triton.jit
     def _rotate_heads(
         src,
         dst,
@@ -306,12 +374,15 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """Rotate the first ROTARY_DIM channels of K of heads ``[head_first, head_stop)`` for the ``live`` lanes.
 
         ``src`` / ``dst`` point at head 0, channel 0 of each lane's token (``[BLOCK_T]`` pointers). fp8 codes are
         rotated as they are stored: the rotation is linear, so the layer's dequantization and requantization scales
         cancel (up to fp32 rounding, which the one-step bound covers) and need no multiply per element.
+        ``PIPELINE``: each step loads the next heads before storing the current ones (two tiles in flight; the
+        compiler cannot reorder them itself, as it cannot tell that the stores do not alias the loads).
         """
         hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
         src3 = src[None, :, None]
@@ -319,29 +390,51 @@ if triton is not None:
         live3 = live[None, :, None]
         c = cos[None, None, :]
         s = sin[None, None, :]
-        for h0 in range(head_first, head_stop, HEADS_PER_ITER):
-            head = h0 + hh
-            rows = live3 & (head < head_stop)
-            if IS_NEOX:
-                j = tl.arange(0, BLOCK_HALF)[None, None, :]
-                mask = rows & (j < ROTARY_DIM // 2)
-                off1 = head * stride_h + j
-                off2 = off1 + ROTARY_DIM // 2
-                x1 = tl.load(src3 + off1, mask=mask).to(tl.float32)
-                x2 = tl.load(src3 + off2, mask=mask).to(tl.float32)
-                y1 = x1 * c - x2 * s
-                y2 = x2 * c + x1 * s
-                tl.store(dst3 + off1, _to_storage(y1, dst.dtype.element_ty, INTERPRETED), mask=mask)
-                tl.store(dst3 + off2, _to_storage(y2, dst.dtype.element_ty, INTERPRETED), mask=mask)
-            else:
-                cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
-                mask = rows & (cols < ROTARY_DIM)
-                off = head * stride_h + cols
-                x = tl.load(src3 + off, mask=mask).to(tl.float32)
-                x1, x2 = tl.split(tl.reshape(x, (HEADS_PER_ITER, BLOCK_T, BLOCK_HALF, 2)))
-                out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)
-                out = tl.reshape(out, (HEADS_PER_ITER, BLOCK_T, 2 * BLOCK_HALF))
-                tl.store(dst3 + off, _to_storage(out, dst.dtype.element_ty, INTERPRETED), mask=mask)
+        if PIPELINE:
+            a, b = _load_rotary(src3, head_first + hh, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            for h0 in range(head_first, head_stop, HEADS_PER_ITER):
+                following = h0 + HEADS_PER_ITER + hh
+                next_a, next_b = _load_rotary(
+                    src3, following, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX
+                )
+                _store_rotated(
+                    dst3,
+                    h0 + hh,
+                    live3,
+                    stride_h,
+                    head_stop,
+                    a,
+                    b,
+                    c,
+                    s,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                )
+                a, b = next_a, next_b
+        else:
+            for h0 in range(head_first, head_stop, HEADS_PER_ITER):
+                a, b = _load_rotary(src3, h0 + hh, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+                _store_rotated(
+                    dst3,
+                    h0 + hh,
+                    live3,
+                    stride_h,
+                    head_stop,
+                    a,
+                    b,
+                    c,
+                    s,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                )
 
     @triton.jit
     def _copy_heads(
@@ -436,6 +529,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """Copy K (rotated by ``cos``/``sin``) or V (``kv``) of the row group at ``desc``, layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
@@ -475,6 +569,7 @@ if triton is not None:
                     BLOCK_HALF,
                     IS_NEOX,
                     INTERPRETED,
+                    PIPELINE,
                 )
                 if ROTARY_DIM < HEAD_DIM:
                     _copy_heads(
@@ -514,6 +609,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """Rotate K of the row group at ``desc`` in place by ``cos``/``sin`` (delta 0: nothing), layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
@@ -542,6 +638,7 @@ if triton is not None:
                     BLOCK_HALF,
                     IS_NEOX,
                     INTERPRETED,
+                    PIPELINE,
                 )
 
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
@@ -573,6 +670,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """One program per (run of row groups, run of layers, K|V x run of heads): gather each group's tokens, rotate
         K, write. Axis 2 counts head runs of K, then of V."""
@@ -616,6 +714,7 @@ if triton is not None:
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
+                PIPELINE,
             )
 
     @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
@@ -642,6 +741,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """A fixed grid looping over units (row group, run of layers, K|V x run of heads; groups counted fastest):
         program p takes units p, p + P, ..., and reads the next unit's descriptor before moving the current unit's
@@ -686,6 +786,7 @@ if triton is not None:
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
+                PIPELINE,
             )
             count, block, delta = next_count, next_block, next_delta
 
@@ -712,6 +813,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
         does nothing."""
@@ -749,6 +851,7 @@ if triton is not None:
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
+                PIPELINE,
             )
 
     @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
@@ -773,6 +876,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """A fixed grid looping over units (row group, run of layers, run of heads; groups counted fastest), as the
         persistent copy kernel does."""
@@ -812,6 +916,7 @@ if triton is not None:
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
+                PIPELINE,
             )
             count, block, delta = next_count, next_block, next_delta
 
@@ -990,6 +1095,7 @@ def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
         "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
         "IS_NEOX": style == "neox",
         "INTERPRETED": _INTERPRETED,
+        "PIPELINE": tune.pipeline_heads,
     }
 
 

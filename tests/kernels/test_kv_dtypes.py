@@ -39,8 +39,8 @@ COPY_SPANS = [
 ]
 INPLACE_SPANS = [InplaceSpan(1, 5, 2_024), InplaceSpan(6, 3, 0), InplaceSpan(10, 6, -5)]
 LAYER_SCALES = [0.0173, 0.61]
-PERSISTENT = KernelTuning(1, 4, 1, 1, 64, programs_per_sm=1)
-"""Persistent programs (2 in the interpreter) over 2 layers x row groups: each program loops."""
+LOOPED = KernelTuning(1, 4, 1, 1, 64, programs_per_sm=1, pipeline_heads=True)
+"""Persistent programs (2 in the interpreter) over 2 layers x row groups, each looping, with pipelined head loads."""
 
 
 def make_pool(layout: PagedKVLayout, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -99,7 +99,7 @@ def fp32_oracle(
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("style", ["neox", "gptj"])
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
-@pytest.mark.parametrize("tuning", [None, PERSISTENT], ids=["default", "persistent"])
+@pytest.mark.parametrize("tuning", [None, LOOPED], ids=["default", "persistent-pipelined"])
 def test_every_dtype_within_one_step_of_fp32(
     device: str, dtype: torch.dtype, head_dim: int, style: str, partial: bool, tuning: KernelTuning | None
 ) -> None:

@@ -139,6 +139,7 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         blocks_per_program=1 if programs_per_sm else data.draw(st.sampled_from([1, 2, 5])),
         heads_per_program=data.draw(st.sampled_from([None, 1])),
         programs_per_sm=programs_per_sm,
+        pipeline_heads=data.draw(st.booleans()),
     )
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
@@ -161,13 +162,17 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 4, 2, 1, 64, programs_per_sm=1),
         KernelTuning(2, 4, 1, 1, None, heads_per_program=3, programs_per_sm=2),
         KernelTuning(1, 8, 4, 1, None, heads_per_program=2, programs_per_sm=3),
+        KernelTuning(1, 8, 4, 1, 64, pipeline_heads=True),
+        KernelTuning(2, 4, 2, 2, 80, heads_per_program=3, pipeline_heads=True),
+        KernelTuning(1, 4, 1, 1, 64, heads_per_program=2, programs_per_sm=2, pipeline_heads=True),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     """5 heads and layers [1, 4): the last head group, layer group and head run of a program are partial; with
     several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them.
     Persistent programs loop over several units each (the interpreter counts 2 multiprocessors), every unit with the
-    descriptor its program read during the previous one, and the last read past the end masked off."""
+    descriptor its program read during the previous one, and the last read past the end masked off. Pipelined head
+    loads read one head group ahead, masked off past the program's last head."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
