@@ -2,6 +2,8 @@
 
     python benchmarks/bench_rope_delta.py [--out results.json]   # on a CUDA GPU (TRITON_INTERPRET unset or 0)
     TRITON_INTERPRET=1 python benchmarks/bench_rope_delta.py --smoke   # tiny shapes on CPU: checks the script runs
+    python benchmarks/bench_rope_delta.py --sweep-every-size --out bench.json  # + every case's own sweep (SIZE_SWEEP)
+    python benchmarks/pick_rope_defaults.py bench.json   # then: the library's default table from that sweep
 
 Prints the measured device copy bandwidth (torch copy of a 4 GiB buffer, read + write bytes), a small tuning sweep,
 then for Llama-3-8B and Qwen2.5-7B KV shapes (bf16 and fp8 e4m3 with per-layer scales, 32-token blocks) at 2K / 8K /
@@ -60,15 +62,32 @@ SWEEP = [
     KernelTuning(1, 4, 2, 2, None),
 ]
 """heads per iteration / warps / layers per program / target blocks per program / register cap."""
+NEW_SIZE_SWEEP = [
+    # persistent programs (k per multiprocessor: as many as fit, from the sm_90a register counts)
+    KernelTuning(1, 4, 2, 1, 64, programs_per_sm=8),
+    KernelTuning(1, 4, 1, 1, 64, 2, programs_per_sm=8),
+    KernelTuning(1, 8, 4, 1, None, programs_per_sm=4),
+    KernelTuning(1, 16, 4, 1, 40, programs_per_sm=3),
+    KernelTuning(1, 8, 4, 1, 64, programs_per_sm=4, pipeline_heads=True),
+    # pipelined head loads; two heads per iteration under caps that fit them without spills
+    KernelTuning(1, 8, 4, 1, 64, pipeline_heads=True),
+    KernelTuning(1, 4, 2, 1, 96, pipeline_heads=True),
+    KernelTuning(2, 4, 2, 1, 80),
+    KernelTuning(2, 8, 4, 1, 72),
+    KernelTuning(2, 4, 2, 1, 80, programs_per_sm=6),
+]
+"""Settings first swept in issue 16.4's follow-up: more bytes in flight per program, or no per-program start-up."""
 SIZE_SWEEP = [
     *(KernelTuning(1, 16, lpp, 1, 40) for lpp in (2, 4, 8)),
-    *(KernelTuning(1, 16, lpp, 1, 32) for lpp in (2, 4)),
-    *(KernelTuning(1, 8, lpp, 1, regs) for lpp, regs in ((4, 64), (4, None), (2, 32), (4, 32))),
+    KernelTuning(1, 16, 4, 1, 32),
+    *(KernelTuning(1, 8, 4, 1, regs) for regs in (64, None)),
     *(KernelTuning(1, 4, lpp, 1, regs) for lpp, regs in ((2, None), (4, None), (2, 64), (4, 64))),
     *(KernelTuning(1, w, 8, 1, regs, hpp) for w, regs, hpp in ((4, None, 2), (4, None, 4), (4, 64, 2), (8, None, 4))),
+    *NEW_SIZE_SWEEP,
 ]
 """``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
-heads per program)."""
+heads per program). 24 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there, and
+`NEW_SIZE_SWEEP`."""
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_LAYER_SCALE = 0.05
 
@@ -199,7 +218,12 @@ def _sweep_text(times: dict[KernelTuning, float]) -> str:
 def short_name(t: KernelTuning) -> str:
     """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
-    return f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}{heads}"
+    persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
+    pipelined = "q" if t.pipeline_heads else ""
+    return (
+        f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
+        f"{heads}{persistent}{pipelined}"
+    )
 
 
 def main() -> int:
@@ -260,8 +284,9 @@ def main() -> int:
             default = case_default(case, op)
             default_ms = time_ms(kernel_fn(case, op, default), cuda, graph=True)
             times = {}
-            if args.sweep_every_size and cuda:
-                times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in SIZE_SWEEP}
+            if args.sweep_every_size:
+                settings = SIZE_SWEEP if cuda else NEW_SIZE_SWEEP[::4]
+                times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in settings}
                 tuning = min(times, key=lambda t: times[t])
                 print(f"  sweep {dname} {name} {tokens} {op}: best {short_name(tuning)}; {_sweep_text(times)}")
             kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda, graph=True)

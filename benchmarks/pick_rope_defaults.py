@@ -19,14 +19,22 @@ import sys
 from collections import defaultdict
 from dataclasses import fields
 
-from bench_rope_delta import MODELS, SIZE_SWEEP, SWEEP, TOKENS_PER_BLOCK, UNALIGNED_DST_START, short_name
+from bench_rope_delta import (
+    MODELS,
+    SIZE_SWEEP,
+    SMOKE_MODELS,
+    SWEEP,
+    TOKENS_PER_BLOCK,
+    UNALIGNED_DST_START,
+    short_name,
+)
 from semblend_kernels.rope_delta import KernelTuning
 
 _SWEEP_LINE = re.compile(r"\s+sweep (\S+) (\S+) (\d+) (\S+): best \S+; (.*)")
 
 
 def head_blocks(model: str, tokens: int, unaligned: bool) -> int:
-    layers, heads, _ = MODELS[model]
+    layers, heads, _ = (MODELS | SMOKE_MODELS)[model]
     start = UNALIGNED_DST_START if unaligned else 0
     return -(-(start + tokens) // TOKENS_PER_BLOCK) * layers * heads
 
@@ -99,7 +107,10 @@ def main() -> int:
     try:
         sweeps = sweeps_from_json(args.results) if args.results.endswith(".json") else sweeps_from_text(args.results)
         table = pick(sweeps, {short_name(t): t for t in (*SIZE_SWEEP, *SWEEP)})
-    except (OSError, ValueError, KeyError) as e:
+    except KeyError as e:
+        print(f"pick_rope_defaults: {args.results} names a model this script does not know: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
         print(f"pick_rope_defaults: {e}", file=sys.stderr)
         return 1
     if not table:
