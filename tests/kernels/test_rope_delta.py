@@ -212,8 +212,18 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("order", ["head_major", "token_major"])
-def test_llama_shape_on_gpu(order: str) -> None:
-    """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans."""
+@pytest.mark.parametrize(
+    "tuning",
+    [
+        None,
+        KernelTuning(1, 4, 1, 1, 64, 2, programs_per_sm=1, pipeline_heads=True),
+        KernelTuning(2, 4, 2, 1, 80, programs_per_sm=2),
+    ],
+    ids=["default", "persistent-pipelined", "persistent-two-heads"],
+)
+def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
+    """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans. The
+    persistent tunings have thousands of units for one or two programs per multiprocessor: every program loops."""
     if not uses_triton(torch.empty(0, device="cuda")):
         pytest.skip("Triton unavailable")
     layout = PagedKVLayout(32, 8, 128, 32, order)  # type: ignore[arg-type]
@@ -224,12 +234,12 @@ def test_llama_shape_on_gpu(order: str) -> None:
         [CopySpan(5, 100, 900), CopySpan(905, 1000, 24, delta=0)], list(range(32)), list(range(32, 64)), 32
     )
     kernel, reference = pool.clone(), pool.clone()
-    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=128)
+    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=128, tuning=tuning)
     rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=128)
     assert_within_one_ulp(kernel, reference)
     inplace_plan = split_inplace_spans_to_plan([InplaceSpan(3, 1000, -40_000)], list(range(32, 64)), 32)
     kernel = reference.clone()  # both start from the same state (the copy results may differ by one ulp)
-    rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=128)
+    rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=128, tuning=tuning)
     rope_delta_inplace_reference(reference, inplace_plan, inv_freq, layout, rotary_dim=128)
     assert_within_one_ulp(kernel, reference)
 
