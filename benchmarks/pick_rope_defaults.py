@@ -42,7 +42,7 @@ def head_blocks(model: str, tokens: int, unaligned: bool) -> int:
 def sweeps_from_json(path: str) -> list[tuple[str, str, str, int, bool, dict[str, float]]]:
     with open(path) as f:
         rows = json.load(f)["rows"]
-    missing = [r for r in rows if "size_sweep" not in r]
+    missing = [r for r in rows if not r.get("size_sweep")]
     if missing:
         raise ValueError(f"{path}: {len(missing)} rows carry no size_sweep (run with --sweep-every-size on a GPU)")
     return [(r["dtype"], r["op"], r["model"], r["tokens"], r["unaligned"], r["size_sweep"]) for r in rows]
