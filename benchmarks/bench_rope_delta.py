@@ -2,6 +2,8 @@
 
     python benchmarks/bench_rope_delta.py [--out results.json]   # on a CUDA GPU (TRITON_INTERPRET unset or 0)
     TRITON_INTERPRET=1 python benchmarks/bench_rope_delta.py --smoke   # tiny shapes on CPU: checks the script runs
+    python benchmarks/bench_rope_delta.py --sweep-every-size --out bench.json  # + every case's own sweep (SIZE_SWEEP)
+    python benchmarks/pick_rope_defaults.py bench.json   # then: the library's default table from that sweep
 
 Prints the measured device copy bandwidth (torch copy of a 4 GiB buffer, read + write bytes), a small tuning sweep,
 then for Llama-3-8B and Qwen2.5-7B KV shapes (bf16 and fp8 e4m3 with per-layer scales, 32-token blocks) at 2K / 8K /
@@ -22,7 +24,7 @@ import json
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from semblend_kernels.layout import PagedKVLayout
@@ -48,6 +50,7 @@ MODELS = {"Llama-3-8B": (32, 8, 128), "Qwen2.5-7B": (28, 4, 128)}
 SMOKE_MODELS = {"tiny": (2, 2, 32)}
 TOKENS_PER_BLOCK = 32
 DELTA = 1234
+UNALIGNED_SRC_START, UNALIGNED_DST_START = 5, 19
 SWEEP = [
     KernelTuning(1, 16, 2, 1, 40),
     KernelTuning(1, 16, 4, 1, 40),
@@ -59,15 +62,32 @@ SWEEP = [
     KernelTuning(1, 4, 2, 2, None),
 ]
 """heads per iteration / warps / layers per program / target blocks per program / register cap."""
+NEW_SIZE_SWEEP = [
+    # persistent programs (k per multiprocessor: as many as fit, from the sm_90a register counts)
+    KernelTuning(1, 4, 2, 1, 64, programs_per_sm=8),
+    KernelTuning(1, 4, 1, 1, 64, 2, programs_per_sm=8),
+    KernelTuning(1, 8, 4, 1, None, programs_per_sm=4),
+    KernelTuning(1, 16, 4, 1, 40, programs_per_sm=3),
+    KernelTuning(1, 8, 4, 1, 64, programs_per_sm=4, pipeline_heads=True),
+    # pipelined head loads; two heads per iteration under caps that fit them without spills
+    KernelTuning(1, 8, 4, 1, 64, pipeline_heads=True),
+    KernelTuning(1, 4, 2, 1, 96, pipeline_heads=True),
+    KernelTuning(2, 4, 2, 1, 80),
+    KernelTuning(2, 8, 4, 1, 72),
+    KernelTuning(2, 4, 2, 1, 80, programs_per_sm=6),
+]
+"""Settings first swept in issue 16.4's follow-up: more bytes in flight per program, or no per-program start-up."""
 SIZE_SWEEP = [
     *(KernelTuning(1, 16, lpp, 1, 40) for lpp in (2, 4, 8)),
-    *(KernelTuning(1, 16, lpp, 1, 32) for lpp in (2, 4)),
-    *(KernelTuning(1, 8, lpp, 1, regs) for lpp, regs in ((4, 64), (4, None), (2, 32), (4, 32))),
+    KernelTuning(1, 16, 4, 1, 32),
+    *(KernelTuning(1, 8, 4, 1, regs) for regs in (64, None)),
     *(KernelTuning(1, 4, lpp, 1, regs) for lpp, regs in ((2, None), (4, None), (2, 64), (4, 64))),
     *(KernelTuning(1, w, 8, 1, regs, hpp) for w, regs, hpp in ((4, None, 2), (4, None, 4), (4, 64, 2), (8, None, 4))),
+    *NEW_SIZE_SWEEP,
 ]
 """``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
-heads per program)."""
+heads per program). 24 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there, and
+`NEW_SIZE_SWEEP`."""
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_LAYER_SCALE = 0.05
 
@@ -131,7 +151,7 @@ def make_case(
         kv_scale = torch.full((layers,), FP8_LAYER_SCALE, device=device)
     ids = torch.randperm(total, generator=torch.Generator().manual_seed(0))[: 2 * n_blocks].tolist()
     src_ids, dst_ids = ids[:n_blocks], ids[n_blocks:]
-    src0, dst0 = (5, 19) if unaligned else (0, 0)
+    src0, dst0 = (UNALIGNED_SRC_START, UNALIGNED_DST_START) if unaligned else (0, 0)
     copy_plan = split_spans_to_plan([CopySpan(src0, dst0, tokens, delta=DELTA)], src_ids, dst_ids, TOKENS_PER_BLOCK)
     inplace_plan = split_inplace_spans_to_plan([InplaceSpan(dst0, tokens, DELTA)], dst_ids, TOKENS_PER_BLOCK)
     inv_freq = RopeConfig(head_dim, head_dim, 500_000.0).inv_freq(device)
@@ -181,23 +201,30 @@ def public_fn(case: Case, op: str, tuning: KernelTuning, reference: bool = False
     return lambda: rope_delta_copy(case.pool, plan, case.inv_freq, case.layout, **kw, tuning=tuning)
 
 
-def check_matches_reference(case: Case) -> float:
-    """Largest |kernel - reference| (storage units) after one copy+rotate (a guard that the timed kernel is right)."""
-    pool = case.pool.clone()
-    kw = {"rotary_dim": case.layout.head_dim, "kv_scale": case.kv_scale}
-    rope_delta_copy(pool, case.copy_plan, case.inv_freq, case.layout, **kw)  # type: ignore[arg-type]
-    expected = case.pool.clone()
-    rope_delta_copy_reference(expected, case.copy_plan, case.inv_freq, case.layout, **kw)  # type: ignore[arg-type]
-    return float((pool.float() - expected.float()).abs().max())
+def check_matches_reference(case: Case, op: str, tuning: KernelTuning) -> float:
+    """Largest |kernel - reference| (storage units) after one call of ``op`` with ``tuning`` and one of the reference,
+    from the same pool (a guard that the timed setting is right)."""
+    kernel, expected = replace(case, pool=case.pool.clone()), replace(case, pool=case.pool.clone())
+    public_fn(kernel, op, tuning)()
+    public_fn(expected, op, tuning, reference=True)()
+    # fp32 copies of a whole 32K pool would take tens of GB: a slice of blocks at a time
+    chunks = zip(kernel.pool.split(64), expected.pool.split(64), strict=True)
+    return max(float((a.float() - b.float()).abs().max()) for a, b in chunks)
 
 
 def _sweep_text(times: dict[KernelTuning, float]) -> str:
-    return " ".join(f"{_short(t)}={ms:.4f}" for t, ms in times.items())
+    return " ".join(f"{short_name(t)}={ms:.4f}" for t, ms in times.items())
 
 
-def _short(t: KernelTuning) -> str:
+def short_name(t: KernelTuning) -> str:
+    """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
-    return f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}{heads}"
+    persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
+    pipelined = "q" if t.pipeline_heads else ""
+    return (
+        f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
+        f"{heads}{persistent}{pipelined}"
+    )
 
 
 def main() -> int:
@@ -252,15 +279,18 @@ def main() -> int:
     ]
     for dname, name, tokens, unaligned in cases:
         case = make_case(models[name], tokens, device, DTYPES[dname], unaligned)
-        max_err = check_matches_reference(case)
         for op in ("inplace", "copy"):
             tuning = best[dname, name, op]
             default = case_default(case, op)
             default_ms = time_ms(kernel_fn(case, op, default), cuda, graph=True)
-            if args.sweep_every_size and cuda:
-                times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in SIZE_SWEEP}
+            times = {}
+            if args.sweep_every_size:
+                settings = SIZE_SWEEP if cuda else NEW_SIZE_SWEEP[::4]
+                times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in settings}
                 tuning = min(times, key=lambda t: times[t])
-                print(f"  sweep {dname} {name} {tokens} {op}: best {_short(tuning)}; {_sweep_text(times)}")
+                print(f"  sweep {dname} {name} {tokens} {op}: best {short_name(tuning)}; {_sweep_text(times)}")
+            max_err = check_matches_reference(case, op, tuning)
+            print(f"  check {dname} {name} {tokens} {op} {short_name(tuning)}: max |kernel - reference| {max_err:g}")
             kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda, graph=True)
             call_ms = time_ms(public_fn(case, op, tuning), cuda)
             ref_ms = time_ms(public_fn(case, op, tuning, reference=True), cuda)
@@ -288,6 +318,7 @@ def main() -> int:
                 "speedup_kernel_vs_reference": ref_ms / kernel_ms,
                 "speedup_call_vs_reference": ref_ms / call_ms,
                 "max_abs_diff_vs_reference": max_err,
+                "size_sweep": {short_name(t): ms for t, ms in times.items()},
             }
             rows.append(row)
             print(

@@ -25,6 +25,8 @@ The Triton kernels run when the pool is on CUDA, or on any device when Triton's 
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -81,12 +83,16 @@ class InplaceSpan:
 @dataclass(frozen=True)
 class KernelTuning:
     """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, a
-    register cap, and heads per program.
+    register cap, heads per program, persistent programs per multiprocessor, and pipelined head loads.
 
-    A program handles ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
+    A unit of work is ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
     times ``layers_per_program`` layers times ``heads_per_program`` KV heads (None: all; times K or V for copies).
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; None leaves it to the compiler), which sets how
-    many programs share a multiprocessor.
+    many programs share a multiprocessor. ``programs_per_sm`` None launches one program per unit; a number launches
+    that many programs per multiprocessor (at most one per unit), each looping over every so-many-th unit and loading
+    the next unit's row-group descriptor (rows, target block, delta) while the current one moves its data; its units
+    are one row group each (``blocks_per_program`` must be 1). ``pipeline_heads`` loads K of the next heads before
+    storing the current ones (two tiles in flight per program instead of one).
     """
 
     heads_per_iter: int = 1
@@ -95,24 +101,46 @@ class KernelTuning:
     blocks_per_program: int = 1
     max_registers: int | None = 40
     heads_per_program: int | None = None
+    programs_per_sm: int | None = None
+    pipeline_heads: bool = False
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
-        optional = (self.max_registers, self.heads_per_program)
+        optional = (self.max_registers, self.heads_per_program, self.programs_per_sm)
         if min(counts) < 1 or any(v is not None and v < 1 for v in optional):
             raise ValueError(f"tuning values must be positive: {self}")
+        if self.programs_per_sm is not None and self.blocks_per_program != 1:
+            raise ValueError(f"persistent programs (programs_per_sm) take one row group per unit: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     # (fp8, op, up to this many K head-blocks, tuning); the first match wins
-    (False, "inplace", 1 << 62, KernelTuning(1, 8, 4, 1, None)),
-    (False, "copy", 1 << 62, KernelTuning(1, 8, 4, 1, 64)),
-    (True, "inplace", 1 << 14, KernelTuning(1, 8, 4, 1, None)),
-    (True, "inplace", 1 << 62, KernelTuning(1, 4, 8, 1, None, heads_per_program=2)),
-    (True, "copy", 1 << 62, KernelTuning(1, 4, 2, 1, None)),
+    (False, "copy", 21673, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "copy", 43347, KernelTuning(layers_per_program=8)),
+    (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "copy", 173391, KernelTuning(layers_per_program=8)),
+    (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
+    (False, "inplace", 21673, KernelTuning(num_warps=8, layers_per_program=4, max_registers=None)),
+    (False, "inplace", 43347, KernelTuning(layers_per_program=8)),
+    (False, "inplace", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
+    (False, "inplace", 1 << 62, KernelTuning(layers_per_program=4)),
+    (True, "copy", 10836, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
+    (True, "copy", 21673, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
+    (True, "copy", 43347, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
+    (True, "copy", 86695, KernelTuning(num_warps=4, max_registers=None)),
+    (True, "copy", 173391, KernelTuning(num_warps=4, layers_per_program=8, max_registers=None, heads_per_program=4)),
+    (True, "copy", 1 << 62, KernelTuning(num_warps=4, max_registers=None)),
+    (True, "inplace", 10836, KernelTuning(num_warps=4, max_registers=64)),
+    (True, "inplace", 21673, KernelTuning(num_warps=8, layers_per_program=8, max_registers=None, heads_per_program=4)),
+    (True, "inplace", 43347, KernelTuning(num_warps=4, max_registers=64)),
+    (True, "inplace", 86695, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
+    (True, "inplace", 1 << 62, KernelTuning(num_warps=4, max_registers=64)),
 ]
-"""Picked by benchmarks/bench_rope_delta.py's per-size sweeps on an H200 (docs/benchmarks.md, issue 16.4 final).
-``1 << 14`` K head-blocks is Llama-3-8B's 2K tokens (64 blocks x 32 layers x 8 heads)."""
+"""Written by benchmarks/pick_rope_defaults.py from the H200 per-size sweep of the final issue 16.4 code
+(benchmarks/results/rope_delta_h200_issue16_final_code.txt; docs/benchmarks.md): each benchmarked size gets its best
+setting, up to the geometric midpoint of its K head-blocks and the next size's. The sizes: 2K / 8K / 32K tokens of
+Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
 def default_tuning(dtype: torch.dtype, op: Literal["copy", "inplace"], head_blocks: int) -> KernelTuning:
@@ -265,6 +293,72 @@ if triton is not None:
         return code.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
 
     @triton.jit
+    def _load_rotary(
+        src3,
+        head,
+        live3,
+        stride_h,
+        head_stop,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+    ):
+        """The rotary channels of K of heads ``head`` (``[HEADS_PER_ITER, 1, 1]``) as stored: neox its two halves,
+        gptj the interleaved pairs (twice)."""
+        rows = live3 & (head < head_stop)
+        if IS_NEOX:
+            j = tl.arange(0, BLOCK_HALF)[None, None, :]
+            mask = rows & (j < ROTARY_DIM // 2)
+            off1 = head * stride_h + j
+            return tl.load(src3 + off1, mask=mask), tl.load(src3 + off1 + ROTARY_DIM // 2, mask=mask)
+        else:
+            cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
+            x = tl.load(src3 + head * stride_h + cols, mask=rows & (cols < ROTARY_DIM))
+            return x, x
+
+    @triton.jit
+    def _store_rotated(
+        dst3,
+        head,
+        live3,
+        stride_h,
+        head_stop,
+        a,
+        b,
+        c,
+        s,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """Rotate what `_load_rotary` loaded for heads ``head`` in fp32 and store it, rounded, at ``dst3``."""
+        rows = live3 & (head < head_stop)
+        if IS_NEOX:
+            j = tl.arange(0, BLOCK_HALF)[None, None, :]
+            mask = rows & (j < ROTARY_DIM // 2)
+            off1 = head * stride_h + j
+            x1 = a.to(tl.float32)
+            x2 = b.to(tl.float32)
+            tl.store(dst3 + off1, _to_storage(x1 * c - x2 * s, dst3.dtype.element_ty, INTERPRETED), mask=mask)
+            tl.store(
+                dst3 + off1 + ROTARY_DIM // 2,
+                _to_storage(x2 * c + x1 * s, dst3.dtype.element_ty, INTERPRETED),
+                mask=mask,
+            )
+        else:
+            cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
+            x1, x2 = tl.split(tl.reshape(a.to(tl.float32), (HEADS_PER_ITER, BLOCK_T, BLOCK_HALF, 2)))
+            out = tl.reshape(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), (HEADS_PER_ITER, BLOCK_T, 2 * BLOCK_HALF))
+            tl.store(
+                dst3 + head * stride_h + cols,
+                _to_storage(out, dst3.dtype.element_ty, INTERPRETED),
+                mask=rows & (cols < ROTARY_DIM),
+            )
+
+    @triton.jit
     def _rotate_heads(
         src,
         dst,
@@ -280,12 +374,15 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """Rotate the first ROTARY_DIM channels of K of heads ``[head_first, head_stop)`` for the ``live`` lanes.
 
         ``src`` / ``dst`` point at head 0, channel 0 of each lane's token (``[BLOCK_T]`` pointers). fp8 codes are
         rotated as they are stored: the rotation is linear, so the layer's dequantization and requantization scales
         cancel (up to fp32 rounding, which the one-step bound covers) and need no multiply per element.
+        ``PIPELINE``: each step loads the next heads before storing the current ones (two tiles in flight; the
+        compiler cannot reorder them itself, as it cannot tell that the stores do not alias the loads).
         """
         hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
         src3 = src[None, :, None]
@@ -293,29 +390,51 @@ if triton is not None:
         live3 = live[None, :, None]
         c = cos[None, None, :]
         s = sin[None, None, :]
-        for h0 in range(head_first, head_stop, HEADS_PER_ITER):
-            head = h0 + hh
-            rows = live3 & (head < head_stop)
-            if IS_NEOX:
-                j = tl.arange(0, BLOCK_HALF)[None, None, :]
-                mask = rows & (j < ROTARY_DIM // 2)
-                off1 = head * stride_h + j
-                off2 = off1 + ROTARY_DIM // 2
-                x1 = tl.load(src3 + off1, mask=mask).to(tl.float32)
-                x2 = tl.load(src3 + off2, mask=mask).to(tl.float32)
-                y1 = x1 * c - x2 * s
-                y2 = x2 * c + x1 * s
-                tl.store(dst3 + off1, _to_storage(y1, dst.dtype.element_ty, INTERPRETED), mask=mask)
-                tl.store(dst3 + off2, _to_storage(y2, dst.dtype.element_ty, INTERPRETED), mask=mask)
-            else:
-                cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
-                mask = rows & (cols < ROTARY_DIM)
-                off = head * stride_h + cols
-                x = tl.load(src3 + off, mask=mask).to(tl.float32)
-                x1, x2 = tl.split(tl.reshape(x, (HEADS_PER_ITER, BLOCK_T, BLOCK_HALF, 2)))
-                out = tl.join(x1 * c - x2 * s, x2 * c + x1 * s)
-                out = tl.reshape(out, (HEADS_PER_ITER, BLOCK_T, 2 * BLOCK_HALF))
-                tl.store(dst3 + off, _to_storage(out, dst.dtype.element_ty, INTERPRETED), mask=mask)
+        if PIPELINE:
+            a, b = _load_rotary(src3, head_first + hh, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            for h0 in range(head_first, head_stop, HEADS_PER_ITER):
+                following = h0 + HEADS_PER_ITER + hh
+                next_a, next_b = _load_rotary(
+                    src3, following, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX
+                )
+                _store_rotated(
+                    dst3,
+                    h0 + hh,
+                    live3,
+                    stride_h,
+                    head_stop,
+                    a,
+                    b,
+                    c,
+                    s,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                )
+                a, b = next_a, next_b
+        else:
+            for h0 in range(head_first, head_stop, HEADS_PER_ITER):
+                a, b = _load_rotary(src3, h0 + hh, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+                _store_rotated(
+                    dst3,
+                    h0 + hh,
+                    live3,
+                    stride_h,
+                    head_stop,
+                    a,
+                    b,
+                    c,
+                    s,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                )
 
     @triton.jit
     def _copy_heads(
@@ -373,8 +492,158 @@ if triton is not None:
         first = tl.program_id(axis) * per_program
         return first, tl.minimum(first + per_program, count)
 
+    @triton.jit
+    def _load_group(desc, valid):
+        """A row group's rows, target block and delta (the rest of its descriptor is read where needed); zeros where
+        not ``valid``."""
+        return (
+            tl.load(desc + 1, mask=valid, other=0),
+            tl.load(desc + 2, mask=valid, other=0),
+            tl.load(desc + 3, mask=valid, other=0),
+        )
+
+    @triton.jit
+    def _copy_group(
+        pool,
+        plan,
+        desc,
+        count,
+        block,
+        delta,
+        cos,
+        sin,
+        layer_first,
+        layer_stop,
+        kv,
+        head_first,
+        head_stop,
+        stride_b,
+        stride_l,
+        stride_kv,
+        stride_h,
+        stride_t,
+        HEAD_DIM: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
+    ):
+        """Copy K (rotated by ``cos``/``sin``) or V (``kv``) of the row group at ``desc``, layers
+        ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
+        lane = tl.arange(0, BLOCK_T)
+        dst_lane = block * stride_b + lane.to(tl.int64) * stride_t
+        if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
+            dst_off = tl.load(desc + 4)
+            live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+            src_lane = tl.load(desc + 6) * stride_b + (lane + tl.load(desc + 7)) * stride_t
+        else:
+            first = tl.load(desc)
+            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
+            live = which >= 0
+            row = plan + (first + which) * 6
+            src_block = tl.load(row, mask=live, other=0)
+            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            src_lane = src_block * stride_b + (lane + shift) * stride_t
+        for layer in range(layer_first, layer_stop):
+            inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
+            src = pool + inner + src_lane
+            dst = pool + inner + dst_lane
+            if (kv == 1) | (delta == 0):
+                _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, HEADS_PER_ITER, BLOCK_HALF)
+            else:
+                _rotate_heads(
+                    src,
+                    dst,
+                    live,
+                    cos,
+                    sin,
+                    stride_h,
+                    head_first,
+                    head_stop,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                    PIPELINE,
+                )
+                if ROTARY_DIM < HEAD_DIM:
+                    _copy_heads(
+                        src,
+                        dst,
+                        live,
+                        ROTARY_DIM,
+                        HEAD_DIM,
+                        stride_h,
+                        head_first,
+                        head_stop,
+                        HEADS_PER_ITER,
+                        BLOCK_HALF,
+                    )
+
+    @triton.jit
+    def _inplace_group(
+        pool,
+        plan,
+        desc,
+        count,
+        block,
+        delta,
+        cos,
+        sin,
+        layer_first,
+        layer_stop,
+        head_first,
+        head_stop,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
+    ):
+        """Rotate K of the row group at ``desc`` in place by ``cos``/``sin`` (delta 0: nothing), layers
+        ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
+        if delta != 0:
+            lane = tl.arange(0, BLOCK_T)
+            k_lane = block * stride_b + lane.to(tl.int64) * stride_t
+            if count == 1:  # one row: its slots come with the group (no trip to the plan)
+                dst_off = tl.load(desc + 4)
+                live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+            else:
+                live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
+            for layer in range(layer_first, layer_stop):
+                k = pool + layer * stride_l + k_lane
+                _rotate_heads(
+                    k,
+                    k,
+                    live,
+                    cos,
+                    sin,
+                    stride_h,
+                    head_first,
+                    head_stop,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                    PIPELINE,
+                )
+
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
     _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
+    _PERSISTENT_RUNTIME_SIZES = ["num_groups", "layer_start", "layer_stop", "layers_per_prog"]
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_copy_kernel(
@@ -401,6 +670,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """One program per (run of row groups, run of layers, K|V x run of heads): gather each group's tokens, rotate
         K, write. Axis 2 counts head runs of K, then of V."""
@@ -410,67 +680,115 @@ if triton is not None:
         kv = tl.program_id(2) // head_runs
         head_first = (tl.program_id(2) % head_runs) * heads_per_prog
         head_stop = tl.minimum(head_first + heads_per_prog, num_heads)
-        lane = tl.arange(0, BLOCK_T)
         current = tl.load(groups + group_first * _GROUP_COLS + 3)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
         for g in range(group_first, group_stop):
             desc = groups + g * _GROUP_COLS
-            count = tl.load(desc + 1)
-            delta = tl.load(desc + 3)
-            dst_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
-            if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
-                dst_off = tl.load(desc + 4)
-                live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
-                src_lane = tl.load(desc + 6) * stride_b + (lane + tl.load(desc + 7)) * stride_t
-            else:
-                first = tl.load(desc)
-                which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
-                live = which >= 0
-                row = plan + (first + which) * 6
-                src_block = tl.load(row, mask=live, other=0)
-                shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
-                src_lane = src_block * stride_b + (lane + shift) * stride_t
+            count, block, delta = _load_group(desc, True)
             if delta != current:  # cos/sin are recomputed only where the delta changes
                 cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
                 current = delta
-            for layer in range(layer_start + layer_first, layer_start + layer_end):
-                inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
-                src = pool + inner + src_lane
-                dst = pool + inner + dst_lane
-                if (kv == 1) | (delta == 0):
-                    _copy_heads(
-                        src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, HEADS_PER_ITER, BLOCK_HALF
-                    )
-                else:
-                    _rotate_heads(
-                        src,
-                        dst,
-                        live,
-                        cos,
-                        sin,
-                        stride_h,
-                        head_first,
-                        head_stop,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        HEADS_PER_ITER,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                    )
-                    if ROTARY_DIM < HEAD_DIM:
-                        _copy_heads(
-                            src,
-                            dst,
-                            live,
-                            ROTARY_DIM,
-                            HEAD_DIM,
-                            stride_h,
-                            head_first,
-                            head_stop,
-                            HEADS_PER_ITER,
-                            BLOCK_HALF,
-                        )
+            _copy_group(
+                pool,
+                plan,
+                desc,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_start + layer_first,
+                layer_start + layer_end,
+                kv,
+                head_first,
+                head_stop,
+                stride_b,
+                stride_l,
+                stride_kv,
+                stride_h,
+                stride_t,
+                HEAD_DIM,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+                PIPELINE,
+            )
+
+    @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
+    def _rope_delta_copy_persistent_kernel(
+        pool,
+        plan,
+        groups,
+        inv_freq,
+        num_groups,
+        layer_start,
+        layer_stop,
+        layers_per_prog,
+        stride_b,
+        stride_l,
+        stride_kv,
+        stride_h,
+        stride_t,
+        num_heads,
+        heads_per_prog,
+        HEAD_DIM: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
+    ):
+        """A fixed grid looping over units (row group, run of layers, K|V x run of heads; groups counted fastest):
+        program p takes units p, p + P, ..., and reads the next unit's descriptor before moving the current unit's
+        data. cos/sin are computed per unit (carrying them across units cost registers in the sm_90a compile)."""
+        layer_runs = tl.cdiv(layer_stop - layer_start, layers_per_prog)
+        head_runs = tl.cdiv(num_heads, heads_per_prog)
+        units = num_groups * layer_runs * 2 * head_runs
+        step = tl.num_programs(0)
+        unit = tl.program_id(0)
+        count, block, delta = _load_group(groups + unit % num_groups * _GROUP_COLS, True)
+        for u in range(unit, units, step):
+            following = groups + (u + step) % num_groups * _GROUP_COLS
+            next_count, next_block, next_delta = _load_group(following, u + step < units)
+            rest = u // num_groups
+            layer_first = layer_start + rest % layer_runs * layers_per_prog
+            run = rest // layer_runs
+            head_first = run % head_runs * heads_per_prog
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+            _copy_group(
+                pool,
+                plan,
+                groups + u % num_groups * _GROUP_COLS,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_first,
+                tl.minimum(layer_first + layers_per_prog, layer_stop),
+                run // head_runs,
+                head_first,
+                tl.minimum(head_first + heads_per_prog, num_heads),
+                stride_b,
+                stride_l,
+                stride_kv,
+                stride_h,
+                stride_t,
+                HEAD_DIM,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+                PIPELINE,
+            )
+            count, block, delta = next_count, next_block, next_delta
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_inplace_kernel(
@@ -495,47 +813,112 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
     ):
         """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
         does nothing."""
         group_first, group_stop = _program_range(num_groups, groups_per_prog, 0)
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
         head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
-        lane = tl.arange(0, BLOCK_T)
         current = tl.load(groups + group_first * _GROUP_COLS + 3)
         cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
         for g in range(group_first, group_stop):
             desc = groups + g * _GROUP_COLS
-            delta = tl.load(desc + 3)
+            count, block, delta = _load_group(desc, True)
             if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
                 cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
                 current = delta
-            if delta != 0:
-                count = tl.load(desc + 1)
-                k_lane = tl.load(desc + 2) * stride_b + lane.to(tl.int64) * stride_t
-                if count == 1:  # one row: its slots come with the group (no trip to the plan)
-                    dst_off = tl.load(desc + 4)
-                    live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
-                else:
-                    live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
-                for layer in range(layer_start + layer_first, layer_start + layer_end):
-                    k = pool + layer * stride_l + k_lane
-                    _rotate_heads(
-                        k,
-                        k,
-                        live,
-                        cos,
-                        sin,
-                        stride_h,
-                        head_first,
-                        head_stop,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        HEADS_PER_ITER,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                    )
+            _inplace_group(
+                pool,
+                plan,
+                desc,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_start + layer_first,
+                layer_start + layer_end,
+                head_first,
+                head_stop,
+                stride_b,
+                stride_l,
+                stride_h,
+                stride_t,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+                PIPELINE,
+            )
+
+    @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
+    def _rope_delta_inplace_persistent_kernel(
+        pool,
+        plan,
+        groups,
+        inv_freq,
+        num_groups,
+        layer_start,
+        layer_stop,
+        layers_per_prog,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        num_heads,
+        heads_per_prog,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        HEADS_PER_ITER: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+        PIPELINE: tl.constexpr,
+    ):
+        """A fixed grid looping over units (row group, run of layers, run of heads; groups counted fastest), as the
+        persistent copy kernel does."""
+        layer_runs = tl.cdiv(layer_stop - layer_start, layers_per_prog)
+        head_runs = tl.cdiv(num_heads, heads_per_prog)
+        units = num_groups * layer_runs * head_runs
+        step = tl.num_programs(0)
+        unit = tl.program_id(0)
+        count, block, delta = _load_group(groups + unit % num_groups * _GROUP_COLS, True)
+        for u in range(unit, units, step):
+            following = groups + (u + step) % num_groups * _GROUP_COLS
+            next_count, next_block, next_delta = _load_group(following, u + step < units)
+            rest = u // num_groups
+            layer_first = layer_start + rest % layer_runs * layers_per_prog
+            head_first = rest // layer_runs * heads_per_prog
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+            _inplace_group(
+                pool,
+                plan,
+                groups + u % num_groups * _GROUP_COLS,
+                count,
+                block,
+                delta,
+                cos,
+                sin,
+                layer_first,
+                tl.minimum(layer_first + layers_per_prog, layer_stop),
+                head_first,
+                tl.minimum(head_first + heads_per_prog, num_heads),
+                stride_b,
+                stride_l,
+                stride_h,
+                stride_t,
+                ROTARY_DIM,
+                BLOCK_T,
+                HEADS_PER_ITER,
+                BLOCK_HALF,
+                IS_NEOX,
+                INTERPRETED,
+                PIPELINE,
+            )
+            count, block, delta = next_count, next_block, next_delta
 
     _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
 else:
@@ -615,13 +998,13 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    _rope_delta_copy_kernel[_grid(c, layout, tune, 2)](
+    kernel = _rope_delta_copy_kernel if tune.programs_per_sm is None else _rope_delta_copy_persistent_kernel
+    kernel[_grid(c, layout, tune, 2, pool.device)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        c.groups.shape[0],
-        tune.blocks_per_program,
+        *_group_sizes(c, tune),
         c.layer_start,
         c.layer_stop,
         tune.layers_per_program,
@@ -645,13 +1028,13 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    _rope_delta_inplace_kernel[_grid(c, layout, tune, 1)](
+    kernel = _rope_delta_inplace_kernel if tune.programs_per_sm is None else _rope_delta_inplace_persistent_kernel
+    kernel[_grid(c, layout, tune, 1, pool.device)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        c.groups.shape[0],
-        tune.blocks_per_program,
+        *_group_sizes(c, tune),
         c.layer_start,
         c.layer_stop,
         tune.layers_per_program,
@@ -666,6 +1049,13 @@ def _launch_inplace(
     )
 
 
+def _group_sizes(c: _Checked, tune: KernelTuning) -> tuple[int, ...]:
+    """Row groups, and groups per program (not for the persistent kernels: one group per unit)."""
+    if tune.programs_per_sm is None:
+        return c.groups.shape[0], tune.blocks_per_program
+    return (c.groups.shape[0],)
+
+
 def _head_blocks(c: _Checked, layout: PagedKVLayout) -> int:
     return c.groups.shape[0] * (c.layer_stop - c.layer_start) * layout.num_kv_heads
 
@@ -674,11 +1064,26 @@ def _heads_per_program(layout: PagedKVLayout, tune: KernelTuning) -> int:
     return min(tune.heads_per_program or layout.num_kv_heads, layout.num_kv_heads)
 
 
-def _grid(c: _Checked, layout: PagedKVLayout, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
+def _grid(c: _Checked, layout: PagedKVLayout, tune: KernelTuning, kv: int, device: torch.device) -> tuple[int, ...]:
+    """One program per unit (3-D), or the persistent kernels' fixed count (1-D)."""
     groups = c.groups.shape[0]
     layers = c.layer_stop - c.layer_start
     head_runs = triton.cdiv(layout.num_kv_heads, _heads_per_program(layout, tune))
-    return triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv * head_runs
+    grid = triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program), kv * head_runs
+    if tune.programs_per_sm is None:
+        return grid
+    return (min(math.prod(grid), tune.programs_per_sm * _multiprocessors(device)),)
+
+
+_INTERPRETER_MULTIPROCESSORS = 2
+"""What the persistent kernels size their grid by off CUDA (Triton's interpreter): few, so that programs loop."""
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _INTERPRETER_MULTIPROCESSORS
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning) -> dict[str, Any]:
@@ -690,6 +1095,7 @@ def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
         "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
         "IS_NEOX": style == "neox",
         "INTERPRETED": _INTERPRETED,
+        "PIPELINE": tune.pipeline_heads,
     }
 
 

@@ -17,6 +17,7 @@ from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
     CopySpan,
     InplaceSpan,
+    KernelTuning,
     rope_delta_copy,
     rope_delta_copy_reference,
     rope_delta_inplace,
@@ -38,6 +39,8 @@ COPY_SPANS = [
 ]
 INPLACE_SPANS = [InplaceSpan(1, 5, 2_024), InplaceSpan(6, 3, 0), InplaceSpan(10, 6, -5)]
 LAYER_SCALES = [0.0173, 0.61]
+LOOPED = KernelTuning(1, 4, 1, 1, 64, programs_per_sm=1, pipeline_heads=True)
+"""Persistent programs (2 in the interpreter) over 2 layers x row groups, each looping, with pipelined head loads."""
 
 
 def make_pool(layout: PagedKVLayout, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -96,8 +99,9 @@ def fp32_oracle(
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("style", ["neox", "gptj"])
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
+@pytest.mark.parametrize("tuning", [None, LOOPED], ids=["default", "persistent-pipelined"])
 def test_every_dtype_within_one_step_of_fp32(
-    device: str, dtype: torch.dtype, head_dim: int, style: str, partial: bool
+    device: str, dtype: torch.dtype, head_dim: int, style: str, partial: bool, tuning: KernelTuning | None
 ) -> None:
     rotary_dim = head_dim // 2 if partial else head_dim
     layout = PagedKVLayout(num_layers=2, num_kv_heads=1, head_dim=head_dim, tokens_per_block=T)
@@ -114,7 +118,7 @@ def test_every_dtype_within_one_step_of_fp32(
         ),
     ]:
         kernel, reference = pool.clone(), pool.clone()
-        kernel_fn(kernel, plan, layout=layout, kv_scale=scale, **kw)  # type: ignore[operator]
+        kernel_fn(kernel, plan, layout=layout, kv_scale=scale, tuning=tuning, **kw)  # type: ignore[operator]
         reference_fn(reference, plan, layout=layout, kv_scale=scale, **kw)  # type: ignore[operator]
         expected = fp32_oracle(pool, scale, op, layout, **kw)
         assert not torch.equal(dequantized(pool, scale), expected)

@@ -11,12 +11,17 @@ from hypothesis import strategies as st
 from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
+    _DEFAULT_TUNINGS,
     COPY_PLAN_COLUMNS,
     GROUP_COLUMNS,
+    INPLACE_PLAN_COLUMNS,
     CopySpan,
     InplaceSpan,
     InvalidPlan,
     KernelTuning,
+    _check,
+    _grid,
+    _multiprocessors,
     _row_groups,
     default_tuning,
     rope_delta_copy,
@@ -129,9 +134,12 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
     pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
     style = data.draw(st.sampled_from(["neox", "gptj"]))
+    programs_per_sm = data.draw(st.sampled_from([None, 1, 3]))
     tuning = KernelTuning(
-        blocks_per_program=data.draw(st.sampled_from([1, 2, 5])),
+        blocks_per_program=1 if programs_per_sm else data.draw(st.sampled_from([1, 2, 5])),
         heads_per_program=data.draw(st.sampled_from([None, 1])),
+        programs_per_sm=programs_per_sm,
+        pipeline_heads=data.draw(st.booleans()),
     )
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
@@ -151,11 +159,20 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 8, 1, 64, 64),
         KernelTuning(1, 4, 2, 2, None, heads_per_program=2),
         KernelTuning(2, 4, 1, 1, None, heads_per_program=3),
+        KernelTuning(1, 4, 2, 1, 64, programs_per_sm=1),
+        KernelTuning(2, 4, 1, 1, None, heads_per_program=3, programs_per_sm=2),
+        KernelTuning(1, 8, 4, 1, None, heads_per_program=2, programs_per_sm=3),
+        KernelTuning(1, 8, 4, 1, 64, pipeline_heads=True),
+        KernelTuning(2, 4, 2, 2, 80, heads_per_program=3, pipeline_heads=True),
+        KernelTuning(1, 4, 1, 1, 64, heads_per_program=2, programs_per_sm=2, pipeline_heads=True),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     """5 heads and layers [1, 4): the last head group, layer group and head run of a program are partial; with
-    several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them."""
+    several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them.
+    Persistent programs loop over several units each (the interpreter counts 2 multiprocessors), every unit with the
+    descriptor its program read during the previous one, and the last read past the end masked off. Pipelined head
+    loads read one head group ahead, masked off past the program's last head."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -195,8 +212,18 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("order", ["head_major", "token_major"])
-def test_llama_shape_on_gpu(order: str) -> None:
-    """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans."""
+@pytest.mark.parametrize(
+    "tuning",
+    [
+        None,
+        KernelTuning(1, 4, 1, 1, 64, 2, programs_per_sm=1, pipeline_heads=True),
+        KernelTuning(2, 4, 2, 1, 80, programs_per_sm=2),
+    ],
+    ids=["default", "persistent-pipelined", "persistent-two-heads"],
+)
+def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
+    """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans. The
+    persistent tunings have thousands of units for one or two programs per multiprocessor: every program loops."""
     if not uses_triton(torch.empty(0, device="cuda")):
         pytest.skip("Triton unavailable")
     layout = PagedKVLayout(32, 8, 128, 32, order)  # type: ignore[arg-type]
@@ -207,12 +234,12 @@ def test_llama_shape_on_gpu(order: str) -> None:
         [CopySpan(5, 100, 900), CopySpan(905, 1000, 24, delta=0)], list(range(32)), list(range(32, 64)), 32
     )
     kernel, reference = pool.clone(), pool.clone()
-    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=128)
+    rope_delta_copy(kernel, plan, inv_freq, layout, rotary_dim=128, tuning=tuning)
     rope_delta_copy_reference(reference, plan, inv_freq, layout, rotary_dim=128)
     assert_within_one_ulp(kernel, reference)
     inplace_plan = split_inplace_spans_to_plan([InplaceSpan(3, 1000, -40_000)], list(range(32, 64)), 32)
     kernel = reference.clone()  # both start from the same state (the copy results may differ by one ulp)
-    rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=128)
+    rope_delta_inplace(kernel, inplace_plan, inv_freq, layout, rotary_dim=128, tuning=tuning)
     rope_delta_inplace_reference(reference, inplace_plan, inv_freq, layout, rotary_dim=128)
     assert_within_one_ulp(kernel, reference)
 
@@ -394,3 +421,61 @@ def test_race_check_agrees_with_slot_sets(rows: list[tuple[int, int, int, int, i
 def test_default_tuning_covers_every_dtype_op_and_size(dtype: torch.dtype, op: str) -> None:
     for head_blocks in (1, 1 << 14, (1 << 14) + 1, 1 << 40):
         assert isinstance(default_tuning(dtype, op, head_blocks), KernelTuning)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "op", "head_blocks", "expected"),
+    [
+        # 32K tokens in place: the H200 per-size sweep's best (the old table gave 2K-8K settings here)
+        (torch.bfloat16, "inplace", 262_144, KernelTuning(1, 16, 4, 1, 40)),
+        (torch.bfloat16, "inplace", 114_688, KernelTuning(1, 16, 8, 1, 40)),
+        (torch.float8_e4m3fn, "inplace", 262_144, KernelTuning(1, 4, 2, 1, 64)),
+        (torch.float8_e4m3fn, "inplace", 114_688, KernelTuning(1, 4, 2, 1, 64)),
+        # 2K tokens: Qwen2.5-7B (7168 head-blocks) and Llama-3-8B (16384), and the odd-offset Llama 2K (65 groups)
+        (torch.float8_e4m3fn, "inplace", 7_168, KernelTuning(1, 4, 2, 1, 64)),
+        (torch.float8_e4m3fn, "inplace", 16_384, KernelTuning(1, 8, 8, 1, None, 4)),
+        (torch.float8_e4m3fn, "inplace", 16_640, KernelTuning(1, 8, 8, 1, None, 4)),
+        (torch.float8_e4m3fn, "copy", 7_168, KernelTuning(1, 4, 4, 1, None)),
+        (torch.bfloat16, "copy", 16_384, KernelTuning(1, 8, 4, 1, 64)),
+    ],
+)
+def test_default_tuning_is_the_sweeps_best_at_each_benchmarked_size(
+    dtype: torch.dtype, op: str, head_blocks: int, expected: KernelTuning
+) -> None:
+    assert default_tuning(dtype, op, head_blocks) == expected  # type: ignore[arg-type]
+
+
+def test_default_table_bounds_rise_and_end_open() -> None:
+    bounds: dict[tuple[bool, str], list[int]] = {}
+    for fp8, op, most, _ in _DEFAULT_TUNINGS:
+        bounds.setdefault((fp8, op), []).append(most)
+    assert set(bounds) == {(f, o) for f in (False, True) for o in ("copy", "inplace")}
+    for most in bounds.values():
+        assert most == sorted(set(most)) and most[-1] == 1 << 62
+
+
+def test_persistent_grid_is_programs_per_sm_times_multiprocessors_and_at_most_one_per_unit() -> None:
+    layout = PagedKVLayout(5, 5, 32, T)
+    pool = make_pool(layout, 12, torch.bfloat16, "cpu")
+    inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
+    plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
+    c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
+    groups = c.groups.shape[0]
+    cpu = torch.device("cpu")
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2), 1, cpu) == (groups, 2, 3)
+    sms = _multiprocessors(cpu)
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1), 1, cpu) == (sms,)
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1), 2, cpu) == (sms,)
+    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1000), 2, cpu) == (groups * 2 * 2 * 3,)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"programs_per_sm": 0}, "must be positive"),
+        ({"programs_per_sm": 2, "blocks_per_program": 2}, "one row group per unit"),
+    ],
+)
+def test_bad_persistent_tunings_are_refused(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KernelTuning(**kwargs)
