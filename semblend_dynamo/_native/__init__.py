@@ -21,7 +21,7 @@ import numpy as np
 
 from semblend_dynamo._native.build import LIBRARY_NAME, source_digest
 
-__all__ = ["ENV", "LIBRARY", "REASON", "Scan", "TableView", "library_path"]
+__all__ = ["ENV", "LIBRARY", "REASON", "Scan", "TableView", "disabled", "library_path"]
 
 ENV = "SEMBLEND_NATIVE_ALIGNER"
 log = logging.getLogger(__name__)
@@ -84,8 +84,13 @@ def library_path() -> Path:
     return Path(__file__).with_name(LIBRARY_NAME)
 
 
+def disabled() -> bool:
+    """Whether ``SEMBLEND_NATIVE_ALIGNER`` turns the compiled core off (0, false, no, off)."""
+    return os.environ.get(ENV, "1").strip().lower() in {"0", "false", "no", "off"}
+
+
 def _load() -> tuple[ctypes.PyDLL | None, str]:
-    if os.environ.get(ENV, "1").strip().lower() in {"0", "false", "no", "off"}:
+    if disabled():
         return None, f"{ENV}={os.environ[ENV]}"
     path = library_path()
     if not path.exists():
@@ -115,7 +120,9 @@ def _load() -> tuple[ctypes.PyDLL | None, str]:
 
 LIBRARY, REASON = _load()
 if LIBRARY is None:
-    log.info("span aligner: numpy path (native core not used: %s)", REASON)
+    log.log(
+        logging.INFO if disabled() else logging.WARNING, "span aligner: numpy path (native core not used: %s)", REASON
+    )
 
 
 class Scan:

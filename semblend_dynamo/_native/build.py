@@ -47,6 +47,7 @@ def build(output: Path, compiler: str | None = None) -> Path:
         if result.returncode != 0:
             detail = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[0]
             raise BuildError(f"{shlex.join(command)} failed: {detail}")
+        os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide it from other users
         os.replace(tmp, output)
     except OSError as exc:
         raise BuildError(f"{shlex.join(command)}: {exc}") from exc
