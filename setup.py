@@ -10,6 +10,7 @@ import importlib.util
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import CompileError
 
@@ -36,9 +37,16 @@ class BuildNativeLibrary(build_ext):
             raise CompileError(f"{exc}; the span aligner will use its numpy path") from exc
 
 
+class PlatformWheel(bdist_wheel):
+    """Tagged ``py3-none-<platform>``: the library suits every Python 3 on this platform (ctypes, no Python API)."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        return "py3", "none", super().get_tag()[2]
+
+
 setup(
     ext_modules=[
         Extension("semblend_dynamo._native.span_aligner", ["semblend_dynamo/_native/span_aligner.c"], optional=True)
     ],
-    cmdclass={"build_ext": BuildNativeLibrary},
+    cmdclass={"build_ext": BuildNativeLibrary, "bdist_wheel": PlatformWheel},
 )

@@ -555,15 +555,11 @@ class SpanAligner:
 
     def _native_candidates(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None) -> list[_Candidate]:
         """:meth:`_candidates` in the compiled core, but for the postings of chunks several donors share."""
-        scan = _native.Scan(
-            t, self.anchor_tokens, self.block_size, self.min_span_tokens, self.max_postings, self.max_diagonals
-        )
+        scan = _native.Scan(t, self.anchor_tokens, self.block_size, self.min_span_tokens, self.max_diagonals)
         positions, hashes = scan.hits(
             table.native_view(), None if allowed is None else np.array(sorted(allowed), dtype=np.int64)
         )
-        if positions:
-            scan.add_hits([x for hit in self._shared_hits(table, positions, hashes, allowed) for x in hit])
-        diagonals = scan.diagonals()
+        diagonals = scan.diagonals(self._shared_hits(table, positions, hashes, allowed) if positions else [])
         if not diagonals:
             return []
         rows: list[int] = []

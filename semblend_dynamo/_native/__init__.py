@@ -109,7 +109,7 @@ def _load() -> tuple[ctypes.PyDLL | None, str]:
         )
     for name, argtypes in (
         ("sa_hits", (_P, _P, _I, _I, _P, _I, _P, _P, _P)),
-        ("sa_diagonals", (_P, _I, _I, _P)),
+        ("sa_diagonals", (_P, _I, _P, _I, _I, _P)),
         ("sa_runs", (_P, _I, _P, _I, _I, _I, _I, _P)),
     ):
         function = getattr(lib, name)
@@ -128,14 +128,12 @@ if LIBRARY is None:
 class Scan:
     """One alignment's buffers for the three native steps, in one int64 array (one address lookup per request).
 
-    ``hits()`` screens and looks up every window; ``add_hits`` appends the hits the caller found on shared chunks;
-    ``diagonals()`` groups, ranks and de-duplicates; ``runs()`` compares the chosen diagonals token by token.
+    ``hits()`` screens and looks up every window; ``diagonals()`` groups (with the hits the caller found on shared
+    chunks), ranks and de-duplicates; ``runs()`` compares the chosen diagonals token by token.
     ``t`` must stay alive and unchanged while the scan is used.
     """
 
-    def __init__(
-        self, t: np.ndarray, anchor: int, block_size: int, min_span: int, max_postings: int, max_diagonals: int
-    ) -> None:
+    def __init__(self, t: np.ndarray, anchor: int, block_size: int, min_span: int, max_diagonals: int) -> None:
         self.t = t
         self.anchor = anchor
         self.block_size = block_size
@@ -143,7 +141,7 @@ class Scan:
         self.max_diagonals = max_diagonals
         windows = t.size - anchor + 1
         self._hits_at = 2
-        self._shared_at = self._hits_at + 3 * windows * max_postings  # hits of one donor, then those of shared chunks
+        self._shared_at = self._hits_at + 3 * windows
         self._diagonals_at = self._shared_at + 2 * windows
         self._rows_at = self._diagonals_at + 4 * max_diagonals
         self._runs_at = self._rows_at + 5 * max_diagonals
@@ -176,21 +174,24 @@ class Scan:
         shared = self.buffer[self._shared_at : self._shared_at + 2 * n_shared].view(np.uint64)
         return shared[0::2].tolist(), shared[1::2].tolist()
 
-    def add_hits(self, rows: list[int]) -> None:
-        """Append hits: flattened rows (serial, delta, position)."""
-        at = self._hits_at + 3 * self.n_hits
-        self.buffer[at : at + len(rows)] = rows
-        self.n_hits += len(rows) // 3
-
-    def diagonals(self) -> list[list[int]]:
-        """Up to ``max_diagonals`` rows (serial, delta, first hit, last hit), as ``SpanAligner.align`` ranks them."""
+    def diagonals(self, extra: list[tuple[int, int, int]]) -> list[list[int]]:
+        """Up to ``max_diagonals`` rows (serial, delta, first hit, last hit), as ``SpanAligner.align`` ranks them, of
+        the hits found by ``hits()`` and the ``extra`` hits (serial, delta, position)."""
         assert LIBRARY is not None
         at = self._address
-        n = LIBRARY.sa_diagonals(at + 8 * self._hits_at, self.n_hits, self.max_diagonals, at + 8 * self._diagonals_at)
+        rows = np.array(extra, dtype=np.int64) if extra else None
+        n = LIBRARY.sa_diagonals(
+            at + 8 * self._hits_at,
+            self.n_hits,
+            None if rows is None else _address(rows),
+            len(extra),
+            self.max_diagonals,
+            at + 8 * self._diagonals_at,
+        )
         if n < 0:
             raise MemoryError("span aligner: out of memory")
-        rows: list[list[int]] = self.buffer[self._diagonals_at : self._diagonals_at + 4 * n].reshape(-1, 4).tolist()
-        return rows
+        found: list[list[int]] = self.buffer[self._diagonals_at : self._diagonals_at + 4 * n].reshape(-1, 4).tolist()
+        return found
 
     def runs(self, rows: list[int]) -> list[list[int]]:
         """Rows (row index, target start, target end): the exact runs of at least ``min_span`` tokens, trimmed to

@@ -147,15 +147,17 @@ static int same_signature(const diagonal *a, const diagonal *b) {
     return a->delta == b->delta && a->first == b->first && a->last == b->last && a->hits == b->hits;
 }
 
-/* Groups hit rows (serial, delta, position) by diagonal (serial, delta): hit count, first and last position. Ranks
- * the diagonals, drops those whose (delta, first, last, hits) an earlier one has, and writes the first
- * `max_diagonals` of the rest as rows (serial, delta, first, last) to `out`. Returns how many, or -1 when out of
- * memory. */
-EXPORT int64_t sa_diagonals(const int64_t *hits, int64_t n_hits, int64_t max_diagonals, int64_t *out) {
-    if (n_hits == 0) return 0;
-    uint64_t size = table_size(n_hits);
+/* Groups the hit rows (serial, delta, position) of `hits` and then `extra` by diagonal (serial, delta): hit count,
+ * first and last position. Ranks the diagonals, drops those whose (delta, first, last, hits) an earlier one has, and
+ * writes the first `max_diagonals` of the rest as rows (serial, delta, first, last) to `out`. Returns how many, or -1
+ * when out of memory. */
+EXPORT int64_t sa_diagonals(const int64_t *hits, int64_t n_hits, const int64_t *extra, int64_t n_extra,
+                            int64_t max_diagonals, int64_t *out) {
+    int64_t total = n_hits + n_extra;
+    if (total == 0) return 0;
+    uint64_t size = table_size(total);
     int64_t *slots = malloc(size * sizeof(int64_t));
-    diagonal *diags = malloc((size_t)n_hits * sizeof(diagonal));
+    diagonal *diags = malloc((size_t)total * sizeof(diagonal));
     if (!slots || !diags) {
         free(slots);
         free(diags);
@@ -163,8 +165,9 @@ EXPORT int64_t sa_diagonals(const int64_t *hits, int64_t n_hits, int64_t max_dia
     }
     for (uint64_t s = 0; s < size; s++) slots[s] = -1;
     int64_t n_diags = 0;
-    for (int64_t k = 0; k < n_hits; k++) {
-        int64_t serial = hits[3 * k], delta = hits[3 * k + 1], pos = hits[3 * k + 2];
+    for (int64_t k = 0; k < total; k++) {
+        const int64_t *hit = k < n_hits ? hits + 3 * k : extra + 3 * (k - n_hits);
+        int64_t serial = hit[0], delta = hit[1], pos = hit[2];
         uint64_t s = mix2((uint64_t)serial, (uint64_t)delta) & (size - 1);
         while (slots[s] >= 0 && (diags[slots[s]].serial != serial || diags[slots[s]].delta != delta))
             s = (s + 1) & (size - 1);
@@ -212,28 +215,27 @@ EXPORT int64_t sa_runs(const int64_t *t, int64_t n, const int64_t *rows, int64_t
     for (int64_t r = 0; r < n_rows; r++) {
         const int64_t *d = (const int64_t *)(uintptr_t)rows[5 * r];
         int64_t d_len = rows[5 * r + 1], delta = rows[5 * r + 2], first = rows[5 * r + 3], last = rows[5 * r + 4];
-        const int64_t *dt = d - delta; /* dt[i] is the donor token on target position i */
         int64_t diag_lo = delta > 0 ? delta : 0;
         int64_t diag_hi = d_len + delta < n ? d_len + delta : n;
         int64_t lo = first - reach > diag_lo ? first - reach : diag_lo;
         int64_t hi = last + anchor + reach < diag_hi ? last + anchor + reach : diag_hi;
-        while (lo > diag_lo && t[lo] == dt[lo]) {
+        while (lo > diag_lo && t[lo] == d[lo - delta]) {
             int64_t next = lo - 2 * (hi - lo);
             lo = next > diag_lo ? next : diag_lo;
         }
-        while (hi < diag_hi && t[hi - 1] == dt[hi - 1]) {
+        while (hi < diag_hi && t[hi - 1] == d[hi - 1 - delta]) {
             int64_t next = hi + 2 * (hi - lo);
             hi = next < diag_hi ? next : diag_hi;
         }
         if (hi - lo < min_span) continue;
         int64_t i = lo;
         while (i < hi) {
-            if (t[i] != dt[i]) {
+            if (t[i] != d[i - delta]) {
                 i++;
                 continue;
             }
             int64_t start = i;
-            while (i < hi && t[i] == dt[i]) i++;
+            while (i < hi && t[i] == d[i - delta]) i++;
             if (i - start < min_span) continue;
             int64_t begin = (start + block_size - 1) / block_size * block_size;
             int64_t end = i / block_size * block_size;
