@@ -8,6 +8,10 @@ Python loop over its postings), groups the hits by diagonal (donor, delta), and 
 in one vectorized pass to get maximal exact spans. Spans are trimmed inward to target block boundaries, filtered by
 length and chosen greedily so they do not overlap on the target.
 
+When its compiled core is loaded (:mod:`semblend_dynamo._native`, plain C through ctypes), :meth:`SpanAligner.align`
+runs the same steps in C, one window after the other, but for the postings of shared chunks; the numpy path is the
+reference (identical spans) and the fallback.
+
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
 time, never correctness. Spans never cross namespaces: each namespace has its own chunk table.
 

@@ -101,7 +101,10 @@ def _load() -> tuple[ctypes.PyDLL | None, str]:
     except (OSError, AttributeError) as exc:
         return None, f"{path.name} cannot be loaded: {exc}"
     built_from.restype = ctypes.c_char_p
-    digest = source_digest()
+    try:
+        digest = source_digest()
+    except OSError as exc:
+        return None, f"cannot check {path.name} against its source: {exc}"
     if built_from() != digest.encode():
         return (
             None,

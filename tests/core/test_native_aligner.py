@@ -78,13 +78,22 @@ def test_a_missing_or_unloadable_library_falls_back(monkeypatch: pytest.MonkeyPa
 
 
 @needs_compiler
-def test_a_library_built_from_other_source_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_library_built_from_other_or_missing_source_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv(_native.ENV, raising=False)
     monkeypatch.setattr(_native, "library_path", lambda: build.build(tmp_path / build.LIBRARY_NAME))
     assert _native._load()[0] is not None
     monkeypatch.setattr(_native, "source_digest", lambda: "0" * 16)
     lib, reason = _native._load()
     assert lib is None and "built from another span_aligner.c" in reason
+
+    def source_gone() -> str:
+        raise FileNotFoundError("span_aligner.c")
+
+    monkeypatch.setattr(_native, "source_digest", source_gone)
+    lib, reason = _native._load()
+    assert lib is None and reason.startswith(f"cannot check {build.LIBRARY_NAME} against its source")
 
 
 def test_asking_for_the_native_path_without_the_library_fails(monkeypatch: pytest.MonkeyPatch) -> None:
