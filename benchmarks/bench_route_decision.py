@@ -10,7 +10,8 @@ carries: ``exact``, ``semantic``, ``load``, ``total_added`` = arrival -> forward
 the loop's thread per request. ``--profile``: the functions taking the most time in one extra pass (cProfile).
 
 ``--compare REF`` runs the code of git ``REF`` (exported to a temporary directory) and of this tree in turns,
-``--repeat`` times each (before, after, before, after, ...), each in its own process.
+``--repeat`` times each (before, after, before, after, ...), each in its own process. ``--compare numpy`` runs this
+tree with ``SEMBLEND_NATIVE_ALIGNER=0`` (the span aligner's numpy path) as the baseline instead.
 
 Usage: ``.venv/bin/python benchmarks/bench_route_decision.py [--donors 20000] [--requests 300] [--compare main]``
 """
@@ -95,6 +96,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         "requests": args.requests,
         "stages_us": {stage: [s.get(stage, 0.0) for s in timed] for stage in STAGES},
         "loop_cpu_ms_per_request": cpu * 1e3 / args.requests,
+        "native_aligner": getattr(router.discovery.aligner, "native", False),
         "profile": profile,
     }
 
@@ -112,18 +114,21 @@ def row(label: str, result: dict[str, Any]) -> str:
 
 def parent(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        if args.compare:
+        baseline = (f"{args.compare} (before)", tmp, "before", {})
+        if args.compare == "numpy":
+            baseline = ("this tree, numpy aligner (before)", str(ROOT), "before", {"SEMBLEND_NATIVE_ALIGNER": "0"})
+        elif args.compare:
             export_ref(args.compare, tmp)
-        codes = [(f"{args.compare} (before)", tmp, "before"), ("this tree (after)", str(ROOT), "after")]
+        codes = [baseline, ("this tree (after)", str(ROOT), "after", {})]
         if not args.compare:
             codes = codes[1:]
         rows = []
         for turn in range(1, args.repeat + 1):
-            for label, code, name in codes:
+            for label, code, name, env in codes:
                 cmd = [sys.executable, __file__, "--child", "--code", code]
                 cmd += ["--donors", str(args.donors), "--requests", str(args.requests)]
                 cmd += ["--profile"] if args.profile else []
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout
                 result = json.loads(out.splitlines()[-1])
                 rows.append(row(f"{label}, run {turn}", result))
                 if args.raw:
@@ -150,7 +155,9 @@ def main() -> None:
     parser.add_argument("--donors", type=int, default=20_000)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each code, in turns")
-    parser.add_argument("--compare", default="", help="a git ref whose code runs as the baseline")
+    parser.add_argument(
+        "--compare", default="", help="a git ref whose code runs as the baseline, or numpy: this tree's numpy aligner"
+    )
     parser.add_argument("--profile", action="store_true", help="add a cProfile pass to each run")
     parser.add_argument("--raw", default="", help="directory for each run's raw JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

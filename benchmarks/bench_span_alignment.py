@@ -6,7 +6,9 @@ made of that system prompt, six 512-token passages copied from random donors at 
 fresh tokens ("hit"); or fresh tokens only ("miss", the common case).
 
 Baseline, same run: the naive per-token scan — a Python dict of donor chunk tuples probed at every target offset,
-then token-by-token extension in Python. Usage: ``.venv/bin/python benchmarks/bench_span_alignment.py``.
+then token-by-token extension in Python. The aligner's two paths, numpy and the compiled core (when loaded: see
+``python -m semblend_dynamo._native status``), are timed call by call in turns on the same index and targets, and
+must return the same spans. Usage: ``.venv/bin/python benchmarks/bench_span_alignment.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 
 import numpy as np
 
+from semblend_dynamo import _native
 from semblend_dynamo.span_aligner import SpanAligner
 
 BS = 32
@@ -102,25 +105,36 @@ def main() -> None:
     hits = [hit_target(donors, system, rng, args.target_tokens) for _ in range(16)]
     misses = [rng.integers(100_000, 200_000, args.target_tokens).astype(np.int64) for _ in range(16)]
 
-    def measure(targets: list[np.ndarray], as_list: bool) -> tuple[list[float], list[float], int]:
-        """Wall-clock and this thread's CPU time (immune to preemption by other processes) per call."""
+    paths = ["numpy", "native"] if aligner.native else ["numpy"]
+
+    def measure(targets: list[np.ndarray], as_list: bool) -> dict[str, tuple[list[float], list[float], int]]:
+        """Per path: wall-clock and this thread's CPU time (immune to preemption by other processes) per call, and
+        the tokens covered per call. The paths take turns, call by call, in alternating order."""
         inputs = [t.tolist() if as_list else t for t in targets]
-        for t in inputs[:4]:
-            aligner.align(NS, t)  # warm-up
-        wall, cpu, covered = [], [], 0
+        for path in paths:
+            aligner.native = path == "native"
+            for t in inputs[:4]:
+                aligner.align(NS, t)  # warm-up
+        out: dict[str, tuple[list[float], list[float], int]] = {path: ([], [], 0) for path in paths}
         for i in range(args.iterations):
             t = inputs[i % len(inputs)]
-            c0 = time.thread_time()
-            t0 = time.perf_counter()
-            spans = aligner.align(NS, t)
-            wall.append((time.perf_counter() - t0) * 1e6)
-            cpu.append((time.thread_time() - c0) * 1e6)
-            covered += sum(s.length for s in spans)
-        return wall, cpu, covered // args.iterations
+            found = []
+            for path in paths if i % 2 else paths[::-1]:
+                aligner.native = path == "native"
+                c0 = time.thread_time()
+                t0 = time.perf_counter()
+                spans = aligner.align(NS, t)
+                wall, cpu, covered = out[path]
+                wall.append((time.perf_counter() - t0) * 1e6)
+                cpu.append((time.thread_time() - c0) * 1e6)
+                out[path] = (wall, cpu, covered + sum(s.length for s in spans))
+                found.append(spans)
+            assert all(spans == found[0] for spans in found), "the aligner's paths disagree"
+        return {path: (wall, cpu, covered // args.iterations) for path, (wall, cpu, covered) in out.items()}
 
-    hit_us, hit_cpu, hit_cov = measure(hits, as_list=False)
-    miss_us, miss_cpu, _ = measure(misses, as_list=False)
-    list_us, list_cpu, _ = measure(hits, as_list=True)
+    hit = measure(hits, as_list=False)
+    miss = measure(misses, as_list=False)
+    listed = measure(hits, as_list=True)
 
     naive = NaiveAligner(donors)
     naive_us, naive_cpu = [], []
@@ -138,23 +152,31 @@ def main() -> None:
         f"donors: {len(donors)} ({sum(d.size for d in donors) / 1e6:.1f}M tokens, indexed in {add_s:.1f} s), "
         f"target {args.target_tokens} tokens, block {BS}, min span {MIN_SPAN}"
     )
-    rows = [
-        ("SpanAligner.align, hit target (numpy input)", hit_us, hit_cpu, f"avg {hit_cov} tokens covered"),
-        ("SpanAligner.align, miss target (numpy input)", miss_us, miss_cpu, ""),
-        ("SpanAligner.align, hit target (list input)", list_us, list_cpu, ""),
-        ("baseline: naive per-token dict scan, hit", naive_us, naive_cpu, f"n={len(naive_us)}"),
-    ]
+    print(f"aligner paths: {', '.join(paths)} (compiled core: {_native.REASON})")
+    rows = []
+    for path in paths:
+        rows += [
+            (f"align, {path}, hit target (numpy input)", *hit[path][:2], f"avg {hit[path][2]} tokens covered"),
+            (f"align, {path}, miss target (numpy input)", *miss[path][:2], ""),
+            (f"align, {path}, hit target (list input)", *listed[path][:2], ""),
+        ]
+    rows.append(("baseline: naive per-token dict scan, hit", naive_us, naive_cpu, f"n={len(naive_us)}"))
     print(f"{'case':<46}{'wall p50 us':>12}{'wall p99 us':>12}{'cpu p50 us':>11}{'cpu p99 us':>11}")
     for name, wall, cpu, note in rows:
         w50, w99 = percentiles(wall)
         c50, c99 = percentiles(cpu)
         print(f"{name:<46}{w50:>12.0f}{w99:>12.0f}{c50:>11.0f}{c99:>11.0f}   {note}")
-    hit50, hit99 = percentiles(hit_us)
-    cpu99 = percentiles(hit_cpu)[1]
-    print(
-        f"speed-up vs baseline (wall p50): {percentiles(naive_us)[0] / hit50:.0f}x; goal p99 <= 500 us: "
-        f"wall {'met' if hit99 <= 500 else 'NOT met'}, thread CPU {'met' if cpu99 <= 500 else 'NOT met'}"
-    )
+    for path in paths:
+        hit50, hit99 = percentiles(hit[path][0])
+        cpu99 = percentiles(hit[path][1])[1]
+        print(
+            f"{path}: speed-up vs baseline (wall p50): {percentiles(naive_us)[0] / hit50:.0f}x; goal p99 <= 500 us: "
+            f"wall {'met' if hit99 <= 500 else 'NOT met'}, thread CPU {'met' if cpu99 <= 500 else 'NOT met'}"
+        )
+    if len(paths) == 2:
+        for name, result in (("hit", hit), ("miss", miss), ("hit, list input", listed)):
+            ratio = percentiles(result["numpy"][1])[0] / percentiles(result["native"][1])[0]
+            print(f"native vs numpy, {name}: {ratio:.1f}x less thread CPU at p50")
 
 
 if __name__ == "__main__":

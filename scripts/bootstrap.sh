@@ -15,7 +15,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 STAMP=.venv/.semblend-bootstrap
-HASH="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
+# setup.py and span_aligner.c too: the editable install compiles the span aligner's library into the source tree.
+HASH="$(cat pyproject.toml setup.py scripts/bootstrap.sh semblend_dynamo/_native/span_aligner.c | sha256sum | cut -d' ' -f1)"
 WITH_TORCH="${WITH_TORCH:-0}"
 needs_nats() { [ "$EXTRAS" = "dev" ] || [ "$EXTRAS" = "bench" ]; }
 has_extra() { case ",${EXTRAS}," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }

@@ -17,9 +17,13 @@ if [ -z "$BUILDER" ]; then
   echo "build_image.sh: none of docker, podman or buildah is installed" >&2
   exit 2
 fi
-rm -f "dist/semblend_dynamo-${VERSION}-py3-none-any.whl"
+# The wheel carries the span aligner's compiled library, so it is tagged for this platform (py3-none-linux_x86_64):
+# build the image for the same architecture.
+PLATFORM="$("$PY" -c 'import sysconfig; print(sysconfig.get_platform().replace("-", "_").replace(".", "_"))')"
+rm -f "dist/semblend_dynamo-${VERSION}-py3-none-${PLATFORM}.whl"
 "$PY" -m build --wheel --outdir dist . >/dev/null
 ARGS=(--file deploy/docker/Dockerfile --tag "$IMAGE" --build-arg "SEMBLEND_VERSION=${VERSION}")
+ARGS+=(--build-arg "WHEEL_PLATFORM=${PLATFORM}")
 if [ -n "${DYNAMO_IMAGE:-}" ]; then ARGS+=(--build-arg "DYNAMO_IMAGE=${DYNAMO_IMAGE}"); fi
 if [ "$BUILDER" = buildah ]; then
   buildah bud "${ARGS[@]}" "$@" .

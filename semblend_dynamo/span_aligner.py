@@ -8,6 +8,10 @@ Python loop over its postings), groups the hits by diagonal (donor, delta), and 
 in one vectorized pass to get maximal exact spans. Spans are trimmed inward to target block boundaries, filtered by
 length and chosen greedily so they do not overlap on the target.
 
+When its compiled core is loaded (:mod:`semblend_dynamo._native`, plain C through ctypes), :meth:`SpanAligner.align`
+runs the same steps in C, one window after the other, but for the postings of shared chunks; the numpy path is the
+reference (identical spans) and the fallback.
+
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
 time, never correctness. Spans never cross namespaces: each namespace has its own chunk table.
 
@@ -24,6 +28,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from semblend_dynamo import _native
 
 __all__ = ["PreparedDonor", "Span", "SpanAligner"]
 
@@ -74,7 +80,8 @@ class _Donor:
     donor_id: str
     serial: int
     namespace: str
-    tokens: np.ndarray  # int64
+    tokens: np.ndarray  # int64, C-contiguous
+    address: int  # of tokens, for the compiled core
     chunk_hashes: list[int]
     postings: list[int]
 
@@ -236,6 +243,23 @@ class _ChunkTable:
         self._counts = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
         self._bits = np.zeros((1 << _MIN_FILTER_BITS) // 8, dtype=np.uint8)
         self._shift = np.uint64(64 - _MIN_FILTER_BITS)
+        self._view: _native.TableView | None = None
+
+    def native_view(self) -> _native.TableView:
+        """The arrays' addresses for the compiled core; made again after any change (arrays may be replaced)."""
+        if self._view is None:
+            ids = self.id_table
+            self._view = _native.TableView.of(
+                self._bits,
+                int(self._shift),
+                ids.keys,
+                ids.ids,
+                int(ids._shift),
+                ids._mask,
+                self.single_serial,
+                self.single_offset,
+            )
+        return self._view
 
     def slots(self, hashes: np.ndarray) -> np.ndarray:
         out = hashes * _MIX
@@ -260,6 +284,7 @@ class _ChunkTable:
         return bits.view(np.bool_).nonzero()[0]  # 0/1 bytes: a bool view takes nonzero's fast path (1/7 the time)
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
+        self._view = None
         new: list[int] = []
         new_postings: list[int] = []
         shared: list[int] = []
@@ -291,6 +316,7 @@ class _ChunkTable:
         np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
 
     def remove(self, hashes: list[int], postings: list[int]) -> None:
+        self._view = None
         gone: list[int] = []
         touched: list[int] = []
         for h, p in zip(hashes, postings, strict=True):
@@ -350,7 +376,9 @@ class SpanAligner:
     chunk length; any exact match of at least ``block_size + anchor_tokens - 1`` tokens is found.
     ``max_postings`` bounds how many donors (newest first) are considered per chunk, so a chunk shared by
     thousands of donors (a common system prompt) costs a bounded amount; ``max_diagonals`` bounds how many
-    (donor, delta) diagonals are compared, the ones with most anchor hits first.
+    (donor, delta) diagonals are compared, the ones with most anchor hits first. ``native``: align with the compiled
+    core (``semblend_dynamo._native``; ValueError when it is not loaded), with numpy (False), or with the compiled
+    core when it is loaded (None); both give the same spans.
     """
 
     def __init__(
@@ -361,6 +389,7 @@ class SpanAligner:
         *,
         max_postings: int = 4,
         max_diagonals: int = 64,
+        native: bool | None = None,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -371,11 +400,14 @@ class SpanAligner:
             raise ValueError(f"anchor_tokens must be >= 1, got {anchor_tokens}")
         if max_postings < 1 or max_diagonals < 1:
             raise ValueError("max_postings and max_diagonals must be >= 1")
+        if native and _native.LIBRARY is None:
+            raise ValueError(f"the native span aligner is not available: {_native.REASON}")
         self.block_size = block_size
         self.min_span_tokens = min_span_tokens
         self.anchor_tokens = anchor
         self.max_postings = max_postings
         self.max_diagonals = max_diagonals
+        self.native = _native.LIBRARY is not None if native is None else native
         self._donors: dict[str, _Donor] = {}
         self._by_serial: dict[int, _Donor] = {}
         self._tables: dict[str, _ChunkTable] = {}
@@ -403,6 +435,7 @@ class SpanAligner:
             and tokens.dtype == np.int64
             and not tokens.flags.writeable
             and tokens.base is None
+            and tokens.flags.c_contiguous
             else np.array(tokens, dtype=np.int64)
         )
         if arr.ndim != 1:
@@ -417,7 +450,8 @@ class SpanAligner:
             starts = np.arange(0, window.size, self.block_size)
             hashes = window[starts].tolist()
             postings = (starts | serial << _OFFSET_BITS).tolist()
-        return PreparedDonor(_Donor(donor_id, serial, namespace, arr, hashes, postings))
+        address = arr.__array_interface__["data"][0]
+        return PreparedDonor(_Donor(donor_id, serial, namespace, arr, address, hashes, postings))
 
     def commit_donor(self, prepared: PreparedDonor) -> None:
         """Index a prepared donor (replacing one with the same id): the table updates, a few per chunk."""
@@ -485,6 +519,24 @@ class SpanAligner:
         allowed = self._allowed_serials(namespace, candidates)
         if allowed is not None and not allowed:
             return []
+        found = self._native_candidates(table, t, allowed) if self.native else self._candidates(table, t, allowed)
+        return [
+            Span(self._by_serial[c.serial].donor_id, c.start - c.delta, c.start, c.end - c.start)
+            for c in self._choose(found, max_spans)
+        ]
+
+    def _allowed_serials(self, namespace: str, candidates: Collection[str] | None) -> set[int] | None:
+        if candidates is None:
+            return None
+        out: set[int] = set()
+        for donor_id in candidates:
+            donor = self._donors.get(donor_id)
+            if donor is not None and donor.namespace == namespace:
+                out.add(donor.serial)
+        return out
+
+    def _candidates(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None) -> list[_Candidate]:
+        """The numpy path: the exact runs on the best-ranked diagonals, trimmed to target blocks."""
         diagonals = self._diagonals(table, t, allowed)
         if not diagonals:
             return []
@@ -503,20 +555,41 @@ class SpanAligner:
                 windows.append((serial, delta, *window))
             if len(seen) == self.max_diagonals:
                 break
-        found = self._runs(t, windows)
-        return [
-            Span(self._by_serial[c.serial].donor_id, c.start - c.delta, c.start, c.end - c.start)
-            for c in self._choose(found, max_spans)
-        ]
+        return self._runs(t, windows)
 
-    def _allowed_serials(self, namespace: str, candidates: Collection[str] | None) -> set[int] | None:
-        if candidates is None:
-            return None
-        out: set[int] = set()
-        for donor_id in candidates:
-            donor = self._donors.get(donor_id)
-            if donor is not None and donor.namespace == namespace:
-                out.add(donor.serial)
+    def _native_candidates(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None) -> list[_Candidate]:
+        """:meth:`_candidates` in the compiled core, but for the postings of chunks several donors share."""
+        scan = _native.Scan(t, self.anchor_tokens, self.block_size, self.min_span_tokens, self.max_diagonals)
+        positions, hashes = scan.hits(
+            table.native_view(), None if allowed is None else np.array(sorted(allowed), dtype=np.int64)
+        )
+        diagonals = scan.diagonals(self._shared_hits(table, positions, hashes, allowed) if positions else [])
+        if not diagonals:
+            return []
+        rows: list[int] = []
+        for serial, delta, first, last in diagonals:
+            donor = self._by_serial[serial]
+            rows += (donor.address, donor.tokens.size, delta, first, last)
+        return [_Candidate(diagonals[row][0], start, end, diagonals[row][1]) for row, start, end in scan.runs(rows)]
+
+    def _shared_hits(
+        self, table: _ChunkTable, positions: list[int], hashes: list[int], allowed: set[int] | None
+    ) -> list[tuple[int, int, int]]:
+        """Hits (serial, delta, position) on chunks several donors share: the newest ``max_postings`` allowed
+        postings of each."""
+        out: list[tuple[int, int, int]] = []
+        postings = table.postings
+        cap = self.max_postings
+        for p, h in zip(positions, hashes, strict=True):
+            taken = 0
+            for packed in reversed(postings[h]):
+                serial = packed >> _OFFSET_BITS
+                if allowed is not None and serial not in allowed:
+                    continue
+                out.append((serial, p - (packed & _OFFSET_MASK), p))
+                taken += 1
+                if taken == cap:
+                    break
         return out
 
     def _diagonals(
@@ -569,25 +642,14 @@ class SpanAligner:
             return diagonals
         # Chunks several donors share: their postings, newest first, at most max_postings per anchor.
         many = ~one
-        postings = table.postings
-        cap = self.max_postings
-        for p, h in zip(positions[many].tolist(), wanted[hit][many].tolist(), strict=True):
-            taken = 0
-            for packed in reversed(postings[h]):
-                serial = packed >> _OFFSET_BITS
-                if allowed is not None and serial not in allowed:
-                    continue
-                key = (serial, p - (packed & _OFFSET_MASK))
-                entry = diagonals.get(key)
-                if entry is None:
-                    diagonals[key] = [1, p, p]
-                else:  # an anchor adds at most one hit to a diagonal, so merging is count, min, max
-                    entry[0] += 1
-                    entry[1] = min(entry[1], p)
-                    entry[2] = max(entry[2], p)
-                taken += 1
-                if taken == cap:
-                    break
+        for serial, delta, p in self._shared_hits(table, positions[many].tolist(), wanted[hit][many].tolist(), allowed):
+            entry = diagonals.get((serial, delta))
+            if entry is None:
+                diagonals[(serial, delta)] = [1, p, p]
+            else:  # an anchor adds at most one hit to a diagonal, so merging is count, min, max
+                entry[0] += 1
+                entry[1] = min(entry[1], p)
+                entry[2] = max(entry[2], p)
         return diagonals
 
     def _window(self, t: np.ndarray, serial: int, delta: int, first: int, last: int) -> tuple[int, int] | None:

@@ -1,11 +1,27 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from semblend_dynamo import _native
 from semblend_dynamo.span_aligner import Span, SpanAligner, _IdTable
+from tests.support.aligner_paths import aligner_paths
+
+
+@pytest.fixture(
+    autouse=True, scope="module", params=aligner_paths(), ids=lambda native: "native" if native else "numpy"
+)
+def aligner_path(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Every test here runs on each path: aligners made without ``native=`` take the compiled core when loaded."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not request.param:
+            patch.setattr(_native, "LIBRARY", None)
+        assert SpanAligner(block_size=1, min_span_tokens=1).native == request.param, _native.REASON
+        yield request.param
 
 
 def run(start: int, n: int) -> list[int]:

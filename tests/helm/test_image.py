@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
 VERSION = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE)[1]
 DYNAMO_RUNTIME = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1"
+PLATFORM = sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def test_wheel_builds_without_setuptools_warnings(wheel: tuple[Path, str]) -> None:
     path, log = wheel
-    assert path.name == f"semblend_dynamo-{VERSION}-py3-none-any.whl"
+    assert path.name == f"semblend_dynamo-{VERSION}-py3-none-{PLATFORM}.whl"  # the aligner's library: any Python 3
     warnings = [line for line in log.splitlines() if re.search(r"warn|deprecat", line, re.IGNORECASE)]
     assert warnings == []
 
@@ -59,6 +61,7 @@ def test_wheel_carries_the_packages_the_image_runs(wheel: tuple[Path, str]) -> N
         "trtllm_connector/connector.py", "trtllm_connector/launcher.py", "trtllm_connector/preflight.py",
         "semblend_dynamo/router/__init__.py", "semblend_dynamo/data/tokenizer.json",
         "semblend_dynamo/data/corpus/INDEX.json", "semblend_kernels/rope_delta.py", "semblend_apps/cli.py",
+        "semblend_dynamo/_native/libspan_aligner.so", "semblend_dynamo/_native/span_aligner.c",
     ):  # fmt: skip
         assert module in names, module
     meta = zipfile.ZipFile(wheel[0]).read(f"semblend_dynamo-{VERSION}.dist-info/METADATA").decode()
@@ -92,11 +95,13 @@ def test_dockerfile_lints_clean() -> None:
 def test_dockerfile_builds_on_the_dynamo_runtime_and_installs_the_wheel() -> None:
     text = DOCKERFILE.read_text()
     assert f"ARG DYNAMO_IMAGE={DYNAMO_RUNTIME}\nFROM ${{DYNAMO_IMAGE}}" in text
-    assert "dist/semblend_dynamo-${SEMBLEND_VERSION}-py3-none-any.whl" in text
+    assert "ARG WHEEL_PLATFORM=linux_x86_64\n" in text
+    assert "dist/semblend_dynamo-${SEMBLEND_VERSION}-py3-none-${WHEEL_PLATFORM}.whl" in text
     assert "[dynamo,embedder,ann,preflight]" in text and "--no-deps" in text
     assert re.search(r"^USER 1000$", text, re.MULTILINE)
     build = (REPO / "scripts" / "build_image.sh").read_text()
     assert "deploy/docker/Dockerfile" in build and "semblend-dynamo:${VERSION}" in build
+    assert '--build-arg "WHEEL_PLATFORM=${PLATFORM}"' in build
 
 
 def _images(values: dict[str, Any], chart: helm.Chart) -> dict[str, str]:

@@ -1,0 +1,52 @@
+"""The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension.
+
+Everything else is in pyproject.toml. The library is optional: without a working C compiler the install still
+succeeds (setuptools prints why) and the aligner uses its numpy path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CompileError
+
+_spec = importlib.util.spec_from_file_location(
+    "_native_build", Path(__file__).parent / "semblend_dynamo/_native/build.py"
+)
+assert _spec is not None and _spec.loader is not None
+native_build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(native_build)
+
+
+class BuildNativeLibrary(build_ext):
+    """Builds the library with ``native_build.build`` (the same command as ``python -m semblend_dynamo._native
+    build``) under its plain name: no ABI tag, because it does not depend on the Python version."""
+
+    def get_ext_filename(self, fullname: str) -> str:
+        package = fullname.rpartition(".")[0]
+        return str(Path(*package.split(".")) / native_build.LIBRARY_NAME)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            native_build.build(Path(self.get_ext_fullpath(ext.name)))
+        except native_build.BuildError as exc:
+            raise CompileError(f"{exc}; the span aligner will use its numpy path") from exc
+
+
+class PlatformWheel(bdist_wheel):
+    """Tagged ``py3-none-<platform>``: the library suits every Python 3 on this platform (ctypes, no Python API)."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        return "py3", "none", super().get_tag()[2]
+
+
+setup(
+    ext_modules=[
+        Extension("semblend_dynamo._native.span_aligner", ["semblend_dynamo/_native/span_aligner.c"], optional=True)
+    ],
+    cmdclass={"build_ext": BuildNativeLibrary, "bdist_wheel": PlatformWheel},
+)

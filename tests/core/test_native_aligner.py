@@ -1,0 +1,104 @@
+"""The span aligner's compiled core: how it is built, when it is loaded, and the fallback to numpy.
+
+That it returns the same spans as numpy is tests/core/test_span_aligner_reference.py's and test_span_aligner.py's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from semblend_dynamo import _native
+from semblend_dynamo._native import build
+from semblend_dynamo._native.__main__ import main
+from semblend_dynamo.span_aligner import SpanAligner
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CC", "cc").split()[0]) is None, reason="no C compiler on PATH"
+)
+
+
+@needs_compiler
+def test_the_library_is_plain_c_that_reports_its_source(tmp_path: Path) -> None:
+    """Built by hand, it loads in any process (no libpython), names its source, and only its functions are exported."""
+    out = build.build(tmp_path / "lib.so")
+    assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
+    assert os.stat(out).st_mode & 0o044 == 0o044  # readable by other users (a service account)
+    lib = ctypes.CDLL(str(out))
+    lib.sa_source_digest.restype = ctypes.c_char_p
+    assert lib.sa_source_digest() == build.source_digest().encode()
+    if shutil.which("readelf"):
+        dynamic = subprocess.run(["readelf", "-d", str(out)], capture_output=True, text=True, check=True).stdout
+        needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+        assert not [name for name in needed if "python" in name], needed
+        symbols = subprocess.run(["readelf", "--dyn-syms", "-W", str(out)], capture_output=True, text=True).stdout
+        exported = {line.split()[-1] for line in symbols.splitlines() if " GLOBAL " in line and " UND " not in line}
+        assert exported == {"sa_source_digest", "sa_hits", "sa_diagonals", "sa_runs"}
+
+
+@pytest.mark.parametrize("compiler", ["false", "/nonexistent/cc"])
+def test_a_failed_build_is_one_line_and_leaves_nothing(tmp_path: Path, compiler: str) -> None:
+    with pytest.raises(build.BuildError) as failed:
+        build.build(tmp_path / "lib.so", compiler)
+    assert compiler in str(failed.value) and "\n" not in str(failed.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_build_command_reports_a_failure_on_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--output", str(tmp_path / "lib.so"), "--cc", "false"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: false failed") and err.count("\n") == 1
+
+
+def test_status_says_which_path_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status"]) == 0
+    path = "native" if _native.LIBRARY is not None else "numpy"
+    assert capsys.readouterr().out == f"{path}: {_native.REASON}\n"
+
+
+@pytest.mark.parametrize("value", ["0", "off", "False"])
+def test_the_environment_turns_it_off(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(_native.ENV, value)
+    assert _native._load() == (None, f"{_native.ENV}={value}")
+
+
+def test_a_missing_or_unloadable_library_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(_native.ENV, raising=False)
+    monkeypatch.setattr(_native, "library_path", lambda: tmp_path / build.LIBRARY_NAME)
+    lib, reason = _native._load()
+    assert lib is None and reason.startswith(f"{build.LIBRARY_NAME} is not built")
+    (tmp_path / build.LIBRARY_NAME).write_bytes(b"not a shared library")
+    lib, reason = _native._load()
+    assert lib is None and reason.startswith(f"{build.LIBRARY_NAME} cannot be loaded")
+
+
+@needs_compiler
+def test_a_library_built_from_other_or_missing_source_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(_native.ENV, raising=False)
+    monkeypatch.setattr(_native, "library_path", lambda: build.build(tmp_path / build.LIBRARY_NAME))
+    assert _native._load()[0] is not None
+    monkeypatch.setattr(_native, "source_digest", lambda: "0" * 16)
+    lib, reason = _native._load()
+    assert lib is None and "built from another span_aligner.c" in reason
+
+    def source_gone() -> str:
+        raise FileNotFoundError("span_aligner.c")
+
+    monkeypatch.setattr(_native, "source_digest", source_gone)
+    lib, reason = _native._load()
+    assert lib is None and reason.startswith(f"cannot check {build.LIBRARY_NAME} against its source")
+
+
+def test_asking_for_the_native_path_without_the_library_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_native, "LIBRARY", None)
+    monkeypatch.setattr(_native, "REASON", "libspan_aligner.so is not built")
+    with pytest.raises(ValueError, match=r"not available: libspan_aligner\.so is not built"):
+        SpanAligner(block_size=16, min_span_tokens=32, native=True)
+    assert SpanAligner(block_size=16, min_span_tokens=32).native is False
