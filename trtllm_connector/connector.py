@@ -74,7 +74,7 @@ def read_prompt(request: Any) -> list[int]:
     tokens = request.get_tokens(0)
     prompt_len = getattr(request, "prompt_len", None)
     if isinstance(prompt_len, int) and prompt_len < len(tokens):
-        return list(tokens[:prompt_len])
+        tokens = tokens[:prompt_len]
     return tokens if isinstance(tokens, list) else list(tokens)
 
 
@@ -183,7 +183,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         try:
             device_blocks = self._device_matched.pop(request_id, 0) // self.tokens_per_block
-            if any(b < 0 for b in block_ids):  # BAD_PAGE_INDEX: a sliding window passed these blocks
+            if min(block_ids, default=0) < 0:  # BAD_PAGE_INDEX: a sliding window passed these blocks
                 self._drop_promise(request_id, DeclineReason.LAYER_GROUPS_UNSUPPORTED, "blocks without a page (-1)")
                 block_ids = [b for b in block_ids if b >= 0]
             for donor in self.registry.note_allocation(block_ids[device_blocks:]):
@@ -342,10 +342,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
-        # One conversion of the token list: the u32 array feeds both the request key and the int64 view.
+        # One conversion of the token list: the u32 array is both the request key's input and the prompt the
+        # lookups compare with the donors' int64 arrays (numpy compares across widths; only the aligner takes int64).
         prompt_u32 = u32_tokens(read_prompt(request))
         key = request_key(prompt_u32)
-        prompt = np.frombuffer(prompt_u32, dtype=np.uint32).astype(np.int64)
+        prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
         hint = self.hints.take(key)
         tenancy = self._tenancy[request_id] = read_tenancy(request)
         device_lineage = self._lineage[request_id] = self.policy.device_prefix_lineage(tenancy, num_computed)
@@ -463,7 +464,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         return self._align(namespace, prompt, candidates), False
 
     def _align(self, namespace: str, prompt: np.ndarray, candidates: list[str] | None) -> list[Span]:
-        return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
+        target = prompt.astype(np.int64)
+        return self.aligner.align(namespace, target, candidates=candidates, max_spans=self.cfg.max_spans)
 
     def _approximate_donors(self, spans: list[Span]) -> set[str]:
         out = set()
@@ -601,7 +603,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
             return False
-        if any(b < 0 for b in block_ids):  # a block without a page holds no KV
+        if min(block_ids, default=0) < 0:  # a block without a page holds no KV
             return False
         pool = self.state.pool_state()
         self.registry.budget_blocks = int(pool.num_blocks * self.cfg.pin_budget_fraction) if pool else 0

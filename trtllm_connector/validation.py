@@ -83,9 +83,10 @@ def validate_load(
 ) -> ValidatedLoad:
     """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`.
 
-    ``target`` is the prompt as an int64 array. ``tokens_checked``: every span came from a token-by-token comparison of
-    ``target`` with the registry's own array of its donor, in this same call (the exact-prefix lookup, a hint's re-check),
-    so its tokens are not compared a second time; spans from the span aligner always are.
+    ``target`` is the prompt as an integer array (the connector's is uint32). ``tokens_checked``: every span came from
+    a token-by-token comparison of ``target`` with the registry's own array of its donor, in this same call (the
+    exact-prefix lookup, a hint's re-check), so its tokens are not compared a second time; spans from the span aligner
+    always are.
     """
     tpb = tokens_per_block
     if num_computed % tpb:
@@ -141,7 +142,7 @@ def validate_load(
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Token-equal (``np.array_equal`` without its argument conversions: both are int64 arrays here)."""
+    """Token-equal (``np.array_equal`` without its argument conversions: both are integer arrays here)."""
     return a.shape == b.shape and not (a != b).any()
 
 

@@ -171,3 +171,11 @@ def test_a_promise_without_allocation_is_dropped_and_its_leases_returned(make_ha
     h.idle_iteration()  # build_connector_meta without update_state_after_alloc for that request
     assert h.scheduler.registry.get(donor_id).leases == 0
     assert decline_reason(h, 500) == "internal_error"
+
+
+def test_a_donor_holds_its_prompt_tokens_only_not_the_generated_ones(make_harness) -> None:
+    h = make_harness()
+    tokens = prompt(80, 100)
+    r = h.run_request(tokens, output_tokens=5)
+    donor = h.scheduler.registry.get(h.scheduler.registry.donor_id_for(r.request_id))
+    assert r.pinned and donor is not None and donor.tokens.tolist() == tokens
