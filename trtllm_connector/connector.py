@@ -33,10 +33,11 @@ prefix and its load to the donor it becomes, so approximate KV is never loaded o
 
 from __future__ import annotations
 
+import array
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +152,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._worker_id = str(cfg.worker_id)
         self._tags: dict[int, dict[str, Any]] = {}  # request id -> its audit role and trace id, until it is gone
         self._engine_blocks: dict[int, tuple[list[int], str | None]] = {}  # 1.3+: block_hashes and cache_salt
+        self._prompts: dict[int, array.array[int]] = {}  # the prompt as decided on (u32), a donor's tokens at finish
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
@@ -248,6 +250,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         tenancy = self._tenancy.pop(request_id, None)
         lineage = self._lineage.pop(request_id, None)
         engine_blocks = self._engine_blocks.pop(request_id, None)
+        decided_prompt = self._prompts.pop(request_id, None)
         try:
             self._device_matched.pop(request_id, None)
             if request_id in self._promises:
@@ -258,7 +261,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             # A chain step is a prefix of its recipient, prefilled only to be loaded after: never a donor of its own.
             chain_step = self._tags.get(request_id, {}).get("role") == Role.CHAIN_STEP.value
             pinned = not chain_step and self._admit_donor(
-                request, request_id, list(cache_block_ids), tenancy, lineage, engine_blocks
+                request, request_id, list(cache_block_ids), tenancy, lineage, engine_blocks, decided_prompt
             )
             if not pinned:
                 self._tags.pop(request_id, None)
@@ -276,7 +279,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         try:
             self._drop_promise(request_id, DeclineReason.LOAD_CANCELLED, "request reset", taint=False)
-            for table in (self._device_matched, self._tenancy, self._lineage, self._engine_blocks):
+            for table in (self._device_matched, self._tenancy, self._lineage, self._engine_blocks, self._prompts):
                 table.pop(request_id, None)  # type: ignore[attr-defined]
             self.state.pop_taint(request_id)  # the tainted blocks went with the allocation
         except Exception:
@@ -344,7 +347,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._device_matched[request_id] = num_computed
         # One conversion of the token list: the u32 array is both the request key's input and the prompt the
         # lookups compare with the donors' int64 arrays (numpy compares across widths; only the aligner takes int64).
-        prompt_u32 = u32_tokens(read_prompt(request))
+        prompt_u32 = self._prompts[request_id] = u32_tokens(read_prompt(request))
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
         hint = self.hints.take(key)
@@ -589,7 +592,14 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         tenancy: Tenancy,
         lineage: Lineage,
         engine_blocks: tuple[list[int], str | None] | None,
+        decided_prompt: array.array[int] | None,
     ) -> bool:
+        """Pin the finished request as a donor if policy and budget allow.
+
+        Its tokens are the prompt read when it was decided on (the tokens its KV was computed for; TensorRT-LLM's
+        prompt does not change), so the prompt is not read and unboxed a second time; a request never decided on,
+        or whose ``prompt_len`` disagrees, is read again.
+        """
         if self.state.pop_taint(request_id):  # promised KV that was never loaded: wrong content
             metrics.DONORS.labels("tainted").inc()
             return False
@@ -599,7 +609,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         if refused is not None or tenancy.tenant is None:
             metrics.DONORS.labels((refused or DeclineReason.TENANT_UNKNOWN).value).inc()
             return False
-        prompt = read_prompt(request)
+        prompt_len = getattr(request, "prompt_len", None)
+        reuse = decided_prompt is not None and isinstance(prompt_len, int) and len(decided_prompt) == prompt_len
+        prompt: Sequence[int] = decided_prompt if reuse and decided_prompt is not None else read_prompt(request)
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
             return False

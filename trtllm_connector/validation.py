@@ -11,9 +11,8 @@ support for shifted spans.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,16 +47,14 @@ class ValidatedLoad:
     start: int
     tokens: int
     segments: tuple[Segment, ...]
+    # Derived once at construction (read several times per decision; Python 3.11's cached_property takes a lock).
+    requires_rope_correction: bool = field(init=False)
+    lineage: Lineage = field(init=False)
+    """Approximate when some KV moves, follows another context or comes from an approximate donor."""
 
-    # Cached (read several times per decision): the load is frozen.
-    @functools.cached_property
-    def requires_rope_correction(self) -> bool:
-        return any(s.delta != 0 for s in self.segments)
-
-    @functools.cached_property
-    def lineage(self) -> Lineage:
-        """Approximate when some KV moves, follows another context or comes from an approximate donor."""
-        return Lineage.of(not all(s.exact_equivalent for s in self.segments))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requires_rope_correction", any(s.delta != 0 for s in self.segments))
+        object.__setattr__(self, "lineage", Lineage.of(not all(s.exact_equivalent for s in self.segments)))
 
 
 class Declined(Exception):
