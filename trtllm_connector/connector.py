@@ -46,7 +46,7 @@ import torch
 from semblend_kernels.layout import FP8_KV_DTYPE, PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file, new_trace_id
+from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role, audit_file, new_trace_id
 from semblend_dynamo.config import ConfigError, SemblendConfig, isolation_rule_error
 from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key, u32_tokens
 from semblend_dynamo.outcomes import DeclineReason, Outcome
@@ -428,9 +428,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             self.registry.lease(donor)
         metrics.decisions("promised").inc()
         metrics.PROMISED_TOKENS.inc(load.tokens)
-        self.audit.write(
+        role, trace_id = self._tag(request_id)
+        record = AuditRecord(
             event=AuditEvent.PROMISED,
-            **self._tags.get(request_id, {}),
+            role=role,
+            trace_id=trace_id,
             request_id=str(request_id),
             num_new_matched_tokens=load.tokens,
             donor_id=",".join(donor_ids),
@@ -444,6 +446,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             mode=self.cfg.mode,
             latency_us=(time.perf_counter() - started) * 1e6,
         )
+        self.audit.write(record)
         return load.tokens
 
     def _find_spans(
@@ -677,14 +680,20 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             request_id, reason, promise.promised_at, key=promise.request_key, detail=f"after promise: {detail}"
         )
 
+    def _tag(self, request_id: int | None) -> tuple[str | None, str | None]:
+        """A request's audit ``role`` and ``trace_id`` (records are built directly: no keyword dict to unpack)."""
+        tags = self._tags.get(request_id) if request_id is not None else None
+        return (tags["role"], tags["trace_id"]) if tags else (None, None)
+
     def _lookup(
         self, request_id: int, *, found: bool, namespace: str, donor_id: str | None, similarity: float | None
     ) -> None:
         """Audit the lookup; its line goes to disk with the verdict's record, which always follows (one write)."""
-        self.audit.write(
-            flush=False,
+        role, trace_id = self._tag(request_id)
+        record = AuditRecord(
             event=AuditEvent.LOOKUP,
-            **self._tags.get(request_id, {}),
+            role=role,
+            trace_id=trace_id,
             request_id=str(request_id),
             similarity=similarity,
             worker_id=self._worker_id,
@@ -693,6 +702,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             donor_id=donor_id,
             mode=self.cfg.mode,
         )
+        self.audit.write(record, flush=False)
 
     def _decline(
         self,
@@ -705,9 +715,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         detail: str = "",
     ) -> int:
         metrics.decisions("declined", reason.value).inc()
-        self.audit.write(
+        role, trace_id = self._tag(request_id)
+        record = AuditRecord(
             event=AuditEvent.DECLINED,
-            **(self._tags.get(request_id, {}) if request_id is not None else {}),
+            role=role,
+            trace_id=trace_id,
             outcome=Outcome.BACKEND_DECLINED,
             request_id=None if request_id is None else str(request_id),
             worker_id=self._worker_id,
@@ -718,6 +730,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             latency_us=max(0.0, (time.perf_counter() - started) * 1e6),
             detail=detail or None,
         )
+        self.audit.write(record)
         if self.link is not None and request_id is not None and key:
             self.link.outcome(str(request_id), namespace or "", Outcome.BACKEND_DECLINED, reason=reason, key=key)
         return 0
