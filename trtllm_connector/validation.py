@@ -11,6 +11,7 @@ support for shifted spans.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -57,6 +58,9 @@ class ValidatedLoad:
         object.__setattr__(self, "lineage", Lineage.of(not all(s.exact_equivalent for s in self.segments)))
 
 
+_TARGET_START = operator.attrgetter("target_start")
+
+
 class Declined(Exception):
     """A check failed; ``reason`` is audited and the request runs without donor KV."""
 
@@ -94,7 +98,7 @@ def validate_load(
 
     pieces: list[tuple[Span, int, int]] = []  # span, first target position used, end
     pos = num_computed
-    for span in sorted(spans, key=lambda s: s.target_start):
+    for span in sorted(spans, key=_TARGET_START):
         if span.target_end <= pos:
             continue
         if span.target_start > pos or pos >= limit:
