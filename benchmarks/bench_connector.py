@@ -5,8 +5,10 @@ Run: ``.venv/bin/python benchmarks/bench_connector.py [--prompt-tokens 8192] [--
 
 The SemBlend scheduler holds donors pinning ``--pinned-blocks`` blocks (budget = 10% of a virtual pool; no KV tensor
 is needed for a scheduler decision). Each measured request goes through the real per-request scheduler calls
-(``get_num_new_matched_tokens`` timed; ``update_state_after_alloc`` and ``build_connector_meta`` untimed, so leases
-and promises are settled as in PyExecutor). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
+(``get_num_new_matched_tokens`` timed; ``update_state_after_alloc``, ``build_connector_meta`` and ``request_finished``
+untimed, so leases, promises and the per-request state are settled as in PyExecutor; a request finishes without
+offering its blocks, so the donors stay the same; ``--no-finish`` leaves every request unfinished, the flow before
+issue 16.2's third pass, in which the scheduler's per-request state grows for the whole run). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
 a donor's first 3/4), and a hit named by a router hint; in ``--mode shifted`` (the span aligner runs, isolation
 ``no_block_reuse``) also a shifted hit (3/4 of a donor taken from its token 40 on, so its KV moves by -40 positions). The no-op connector (returns ``(0, False)``) is the baseline
 measured in the same run. Audit records go to a real JSONL file, as in production (``--audit memory`` shows how much
@@ -175,6 +177,7 @@ def main() -> None:
     parser.add_argument("--audit", choices=("file", "memory"), default="file", help="audit JSONL file or in memory")
     parser.add_argument("--heap-objects", type=int, default=0, help="live GC-tracked objects kept during the run")
     parser.add_argument("--gc-threshold", type=int, default=0, help="generation-0 GC threshold (0: Python's default)")
+    parser.add_argument("--no-finish", action="store_true", help="never call request_finished (the earlier flow)")
     args = parser.parse_args()
     if args.heap_objects < 0 or args.gc_threshold < 0:
         parser.error("--heap-objects and --gc-threshold must be >= 0")
@@ -201,6 +204,8 @@ def main() -> None:
             target_block += n
             sched.update_state_after_alloc(request, blocks)
             sched.build_connector_meta(SchedulerOutput())
+            if not args.no_finish:
+                sched.request_finished(request, [])  # no blocks offered: not a donor
 
         def hinted(request: HarnessRequest) -> Any:
             tokens = request.get_tokens(0)
@@ -247,7 +252,8 @@ def main() -> None:
     base_p99 = percentiles(results["no-op connector (baseline)"].wall)[1]
     print(
         f"prompt {args.prompt_tokens} tokens, {pinned} pinned blocks in {len(donors)} donors, "
-        f"tokens_per_block {TPB}, mode {args.mode}, audit to {args.audit}"
+        f"tokens_per_block {TPB}, mode {args.mode}, audit to {args.audit}, "
+        f"requests {'left unfinished' if args.no_finish else 'finished after their iteration'}"
     )
     print(f"heap: {args.heap_objects} extra live objects, gc thresholds {thresholds}")
     print(f"load average (1/5/15 min) at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
