@@ -613,8 +613,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             metrics.DONORS.labels((refused or DeclineReason.TENANT_UNKNOWN).value).inc()
             return False
         prompt_len = getattr(request, "prompt_len", None)
-        reuse = decided_prompt is not None and isinstance(prompt_len, int) and len(decided_prompt) == prompt_len
-        prompt: Sequence[int] = decided_prompt if reuse and decided_prompt is not None else read_prompt(request)
+        prompt: Sequence[int]
+        if decided_prompt is not None and isinstance(prompt_len, int) and len(decided_prompt) == prompt_len:
+            prompt = decided_prompt
+        else:
+            prompt = read_prompt(request)
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
             return False
