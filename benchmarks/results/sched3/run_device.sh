@@ -1,12 +1,14 @@
 #!/bin/bash
 # Issue 16.2 (sched3), one device call on a quiet 16-core host: bench_connector at 8K in exact mode, main (the repo
 # root as carried) against branch sched3 (its changed files in .stage/sched3/overlay/), 3 runs alternating, then the
-# same with a 3M-object heap and TensorRT-LLM's gen-0 GC threshold, then the paired A/B (lockstep_ab.py), exact and
-# shifted. Both sides run sched3's bench_connector.py (requests finish after their iteration; main's copy never
-# finishes them), so only the connector code differs.
+# same with a 3M-object heap and TensorRT-LLM's gen-0 GC threshold, the per-step breakdown (decide_steps.py) and the
+# probes (decision_probes.py) in each tree, then the paired A/B (lockstep_ab.py), exact (2,000) and shifted (1,000).
+# Both sides run sched3's bench_connector.py (requests finish after their iteration; main's copy never finishes
+# them), so only the connector code differs. About 7 minutes on a 16-core host.
 # Stage from a checkout of main with branch sched3 available (here), then run on the device with carry [".stage/sched3"]:
 #   mkdir -p .stage/sched3/wheels .stage/sched3/overlay
-#   cp benchmarks/results/sched3/run_device.sh benchmarks/results/sched3/lockstep_ab.py .stage/sched3/  # from sched3
+#   for f in run_device.sh lockstep_ab.py decide_steps.py decision_probes.py; do
+#     git show sched3:benchmarks/results/sched3/$f > .stage/sched3/$f; done
 #   cp <cp312 wheels: pydantic, pydantic_core, annotated_types, typing_inspection, xxhash, PyYAML, msgpack,
 #       prometheus_client, tqdm> .stage/sched3/wheels/
 #   git diff --name-only main...sched3 -- semblend_dynamo trtllm_connector benchmarks/bench_connector.py \
@@ -14,7 +16,7 @@
 #   command: bash .stage/sched3/run_device.sh
 set -u
 root=$PWD
-runs=${RUNS:-3} requests=${REQUESTS:-2000}
+runs=${RUNS:-3} requests=${REQUESTS:-2000} paired=${PAIRED:-2000}
 python3 -c "import pydantic, xxhash, yaml, msgpack, prometheus_client, tqdm" 2>/dev/null \
   || python3 -m pip install -q --no-deps --target /tmp/site .stage/sched3/wheels/*.whl
 for name in main sched3; do
@@ -38,8 +40,16 @@ done
 for name in main sched3; do
   bench $name ${name}_exact_heap3m.txt --mode exact --heap-objects 3000000 --gc-threshold 20000
 done
+for name in main sched3; do
+  for probe in decide_steps decision_probes; do
+    (cd /tmp/ab3/$name && PYTHONPATH=/tmp/ab3/$name:/tmp/ab3/$name/.pp:/tmp/site timeout 120 \
+      python3 "$root"/.stage/sched3/$probe.py "$requests") > "$OUT/${probe}_$name.txt" 2>&1
+  done
+  tail -1 "$OUT/decide_steps_$name.txt"; cat "$OUT/decision_probes_$name.txt"
+done
 for mode in exact shifted; do
-  PYTHONPATH=/tmp/ab3/main/.pp:/tmp/site timeout 300 python3 "$root"/.stage/sched3/lockstep_ab.py $mode 2000 \
+  n=$paired; [ $mode = shifted ] && n=$((paired / 2))
+  PYTHONPATH=/tmp/ab3/main/.pp:/tmp/site timeout 240 python3 "$root"/.stage/sched3/lockstep_ab.py $mode $n \
     /tmp/ab3/main python3 /tmp/ab3/sched3 python3 > "$OUT/lockstep_$mode.txt" 2>&1
   cat "$OUT/lockstep_$mode.txt"
 done
