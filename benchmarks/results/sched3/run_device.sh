@@ -4,7 +4,9 @@
 # same with a 3M-object heap and TensorRT-LLM's gen-0 GC threshold, the per-step breakdown (decide_steps.py) and the
 # probes (decision_probes.py) in each tree, then the paired A/B (lockstep_ab.py), exact (2,000) and shifted (1,000).
 # Both sides run sched3's bench_connector.py (requests finish after their iteration; main's copy never finishes
-# them), so only the connector code differs. About 7 minutes on a 16-core host.
+# them), so only the connector code differs. STAGES (default "bench probes paired") picks the parts: the whole may
+# take ~10 minutes on a host ~2x slower per thread than the VM, so run it as two calls under the 600 s limit,
+# STAGES="bench probes" then STAGES=paired.
 # Stage from a checkout of main with branch sched3 available (here), then run on the device with carry [".stage/sched3"]:
 #   mkdir -p .stage/sched3/wheels .stage/sched3/overlay
 #   for f in run_device.sh lockstep_ab.py decide_steps.py decision_probes.py; do
@@ -16,7 +18,7 @@
 #   command: bash .stage/sched3/run_device.sh
 set -u
 root=$PWD
-runs=${RUNS:-3} requests=${REQUESTS:-2000} paired=${PAIRED:-2000}
+runs=${RUNS:-3} requests=${REQUESTS:-2000} paired=${PAIRED:-2000} stages=${STAGES:-bench probes paired}
 python3 -c "import pydantic, xxhash, yaml, msgpack, prometheus_client, tqdm" 2>/dev/null \
   || python3 -m pip install -q --no-deps --target /tmp/site .stage/sched3/wheels/*.whl
 for name in main sched3; do
@@ -34,20 +36,23 @@ bench() {  # name outfile args...
     python3 benchmarks/bench_connector.py --prompt-tokens 8192 --requests "$requests" "$@") > "$OUT/$out" 2>&1
   echo "== $out"; grep "^| SemBlend" "$OUT/$out" | cut -c1-160
 }
-for run in $(seq 1 "$runs"); do
-  for name in main sched3; do bench $name ${name}_exact_run${run}.txt --mode exact; done
-done
-for name in main sched3; do
-  bench $name ${name}_exact_heap3m.txt --mode exact --heap-objects 3000000 --gc-threshold 20000
-done
-for name in main sched3; do
+stage() { [[ " $stages " == *" $1 "* ]]; }
+if stage bench; then
+  for run in $(seq 1 "$runs"); do
+    for name in main sched3; do bench $name ${name}_exact_run${run}.txt --mode exact; done
+  done
+  for name in main sched3; do
+    bench $name ${name}_exact_heap3m.txt --mode exact --heap-objects 3000000 --gc-threshold 20000
+  done
+fi
+stage probes && for name in main sched3; do
   for probe in decide_steps decision_probes; do
     (cd /tmp/ab3/$name && PYTHONPATH=/tmp/ab3/$name:/tmp/ab3/$name/.pp:/tmp/site timeout 120 \
       python3 "$root"/.stage/sched3/$probe.py "$requests") > "$OUT/${probe}_$name.txt" 2>&1
   done
   tail -1 "$OUT/decide_steps_$name.txt"; cat "$OUT/decision_probes_$name.txt"
 done
-for mode in exact shifted; do
+stage paired && for mode in exact shifted; do
   n=$paired; [ $mode = shifted ] && n=$((paired / 2))
   PYTHONPATH=/tmp/ab3/main/.pp:/tmp/site timeout 240 python3 "$root"/.stage/sched3/lockstep_ab.py $mode $n \
     /tmp/ab3/main python3 /tmp/ab3/sched3 python3 > "$OUT/lockstep_$mode.txt" 2>&1
