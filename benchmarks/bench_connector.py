@@ -20,7 +20,9 @@ mostly these) and the garbage collections that ran inside a timed decision, per 
 ``--heap-objects N`` keeps N live GC-tracked objects (one-element lists) during the run, like the large heap of a
 TensorRT-LLM process, so a collection that walks the old generations costs what it would there;
 ``--gc-threshold N`` sets the generation-0 threshold (TensorRT-LLM's executor loop runs with its
-``garbage_collection_gen0_threshold``, 20,000 by default; Python's default is 700).
+``garbage_collection_gen0_threshold``, 20,000 by default; Python's default is 700). ``--busy-thread-us N`` runs another
+Python thread in the process, N µs of Python work then 2N µs of sleep, over and over (like TensorRT-LLM's response
+and stats threads beside the executor loop), and reports the share of decisions during which it ran (took the GIL).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import random
 import resource
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,8 +129,31 @@ class CaseResult:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     preempted: int = 0
+    other_thread_ran: int = 0
     promised: int = 0
     collections: list[int] = field(default_factory=lambda: [0, 0, 0])
+
+
+class BusyThread:
+    """Another Python thread of the process: ``burst_us`` of Python work, then twice that asleep, until stopped."""
+
+    def __init__(self, burst_us: int) -> None:
+        self.burst_s = burst_us / 1e6
+        self.ticks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            end = time.perf_counter() + self.burst_s
+            while time.perf_counter() < end:
+                self.ticks += 1
+            time.sleep(2 * self.burst_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class GcCounter:
@@ -147,12 +173,14 @@ def measure(
     settle: Callable[[HarnessRequest], None],
     prompts: list[list[int]],
     counter: GcCounter,
+    busy: BusyThread | None = None,
 ) -> CaseResult:
     """Each request's decision timed (wall clock and thread CPU), then settled untimed."""
     out = CaseResult()
     for i, tokens in enumerate(prompts):
         request = HarnessRequest(10_000_000 + i, tokens)
         switches = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+        ticks = busy.ticks if busy is not None else 0
         counter.active = out
         c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
@@ -160,6 +188,7 @@ def measure(
         t1 = time.perf_counter_ns()
         c1 = time.thread_time_ns()
         counter.active = None
+        out.other_thread_ran += busy is not None and busy.ticks != ticks
         out.wall.append((t1 - t0) / 1e3)
         out.cpu.append((c1 - c0) / 1e3)
         out.preempted += resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw > switches
@@ -178,9 +207,10 @@ def main() -> None:
     parser.add_argument("--heap-objects", type=int, default=0, help="live GC-tracked objects kept during the run")
     parser.add_argument("--gc-threshold", type=int, default=0, help="generation-0 GC threshold (0: Python's default)")
     parser.add_argument("--no-finish", action="store_true", help="never call request_finished (the earlier flow)")
+    parser.add_argument("--busy-thread-us", type=int, default=0, help="another Python thread's work bursts (0: none)")
     args = parser.parse_args()
-    if args.heap_objects < 0 or args.gc_threshold < 0:
-        parser.error("--heap-objects and --gc-threshold must be >= 0")
+    if args.heap_objects < 0 or args.gc_threshold < 0 or args.busy_thread_us < 0:
+        parser.error("--heap-objects, --gc-threshold and --busy-thread-us must be >= 0")
     rng = random.Random(1)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -229,13 +259,14 @@ def main() -> None:
             gc.set_threshold(args.gc_threshold)
         gc.collect()  # the setup's garbage is not the decisions'
         counter = GcCounter()
+        busy = BusyThread(args.busy_thread_us) if args.busy_thread_us else None
 
         def semblend(prompts: list[list[int]]) -> CaseResult:
-            return measure(lambda r: sched.get_num_new_matched_tokens(r, 0), settle, prompts, counter)
+            return measure(lambda r: sched.get_num_new_matched_tokens(r, 0), settle, prompts, counter, busy)
 
         results: dict[str, CaseResult] = {}
         results["no-op connector (baseline)"] = measure(
-            lambda r: noop.get_num_new_matched_tokens(r, 0), lambda r: None, misses, counter
+            lambda r: noop.get_num_new_matched_tokens(r, 0), lambda r: None, misses, counter, busy
         )
         results["SemBlend, miss"] = semblend(misses)
         results["SemBlend, hit (local lookup)"] = semblend(hits)
@@ -244,6 +275,8 @@ def main() -> None:
         results["SemBlend, hit (router hint)"] = semblend(hinted_prompts)
         thresholds = gc.get_threshold()
         del heap
+        if busy is not None:
+            busy.stop()
         promised = sched.audit.by_event["promised"]
         declined = dict(sched.audit.by_reason)
         pinned = sched.registry.pinned_blocks
@@ -256,14 +289,16 @@ def main() -> None:
         f"requests {'left unfinished' if args.no_finish else 'finished after their iteration'}"
     )
     print(f"heap: {args.heap_objects} extra live objects, gc thresholds {thresholds}")
+    if args.busy_thread_us:
+        print(f"another Python thread: {args.busy_thread_us} µs bursts, {2 * args.busy_thread_us} µs asleep between")
     print(f"load average (1/5/15 min) at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     print(f"promises: {promised}; declines by reason: {declined}")
     print(
         "| case | n | promised | p50 (µs) | p99 (µs) | p99 - baseline p99 (µs) | CPU p50 / p99 (µs) | preempted "
-        "| collections per 1,000 (gen 0/1/2) |"
+        "| collections per 1,000 (gen 0/1/2) | other thread ran |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         p50, p99 = percentiles(r.wall)
         cpu50, cpu99 = percentiles(r.cpu)
@@ -271,7 +306,7 @@ def main() -> None:
         per_1000 = "/".join(f"{c * 1000 / n:.1f}" for c in r.collections)
         print(
             f"| {name} | {n} | {r.promised} | {p50:.1f} | {p99:.1f} | {p99 - base_p99:.1f} | {cpu50:.1f} / {cpu99:.1f} "
-            f"| {r.preempted / n:.1%} | {per_1000} |"
+            f"| {r.preempted / n:.1%} | {per_1000} | {r.other_thread_ran / n:.1%} |"
         )
 
 
