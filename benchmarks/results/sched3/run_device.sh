@@ -1,8 +1,9 @@
 #!/bin/bash
 # Issue 16.2 (sched3), one device call on a quiet 16-core host: bench_connector at 8K in exact mode, main (the repo
 # root as carried) against branch sched3 (its changed files in .stage/sched3/overlay/), 3 runs alternating, then the
-# same with a 3M-object heap and TensorRT-LLM's gen-0 GC threshold, the per-step breakdown (decide_steps.py) and the
-# probes (decision_probes.py) in each tree, then the paired A/B (lockstep_ab.py), exact (2,000) and shifted (1,000).
+# same with a 3M-object heap and TensorRT-LLM's gen-0 GC threshold, and with another busy Python thread; the per-step
+# breakdown (decide_steps.py) and the probes (decision_probes.py) in each tree; then the paired A/B (lockstep_ab.py),
+# exact (2,000) and shifted (1,000).
 # Both sides run sched3's bench_connector.py (requests finish after their iteration; main's copy never finishes
 # them), so only the connector code differs. STAGES (default "bench probes paired") picks the parts: the whole may
 # take ~10 minutes on a host ~2x slower per thread than the VM, so run it as two calls under the 600 s limit,
@@ -43,6 +44,7 @@ if stage bench; then
   done
   for name in main sched3; do
     bench $name ${name}_exact_heap3m.txt --mode exact --heap-objects 3000000 --gc-threshold 20000
+    bench $name ${name}_exact_busy200.txt --mode exact --busy-thread-us 200
   done
 fi
 stage probes && for name in main sched3; do
