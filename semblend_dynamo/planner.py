@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -164,7 +165,7 @@ class Planner:
         if not spans:
             return _decline(DeclineReason.NO_CANDIDATE, "no token-exact span")
 
-        ordered = sorted(spans, key=lambda s: s.target_start)
+        ordered = sorted(spans, key=_TARGET_START)
         for prev, cur in itertools.pairwise(ordered):
             if cur.target_start < prev.target_end:
                 return _decline(DeclineReason.INTERNAL_ERROR, "spans overlap on the target")
@@ -229,8 +230,9 @@ class Planner:
                 DeclineReason.BELOW_REUSE_RATIO,
                 f"reuse {reused}/{target_len} = {ratio:.3f} < min_reuse_ratio {cfg.min_reuse_ratio}",
             )
-        deviation = estimate_deviation(plan_spans, plan_exact, skipped=chain_head_tokens or 0)
         shifted = not all(plan_exact)
+        # Exact-equivalent spans have no deviation and no RoPE delta: the estimate and the delta scan are for shifted.
+        deviation = estimate_deviation(plan_spans, plan_exact, skipped=chain_head_tokens or 0) if shifted else 0.0
         if shifted:
             if similarity is not None and not similarity >= cfg.min_similarity:
                 return _decline(
@@ -252,13 +254,16 @@ class Planner:
             prompt_tokens=target_len,
             reused_tokens=reused,
             reuse_ratio=ratio,
-            requires_rope_correction=any(s.delta != 0 for s in plan_spans),
+            requires_rope_correction=shifted and any(s.delta != 0 for s in plan_spans),
             estimated_deviation=deviation,
             mode="shifted" if shifted else "exact",
         )
         if cfg.discovery_only:
             return PlanDecision(plan=plan, reason=DeclineReason.DISCOVERY_ONLY, detail="SEMBLEND_DISCOVERY_ONLY=1")
         return PlanDecision(plan=plan, reason=None)
+
+
+_TARGET_START = operator.attrgetter("target_start")
 
 
 def _decline(reason: DeclineReason, detail: str) -> PlanDecision:

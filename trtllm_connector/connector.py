@@ -33,10 +33,11 @@ prefix and its load to the donor it becomes, so approximate KV is never loaded o
 
 from __future__ import annotations
 
+import array
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ import torch
 from semblend_kernels.layout import FP8_KV_DTYPE, PagedKVLayout
 from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_copy_reference, split_spans_to_plan
 
-from semblend_dynamo.audit import AuditEvent, AuditWriter, Role, audit_file, new_trace_id
+from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role, audit_file, new_trace_id
 from semblend_dynamo.config import ConfigError, SemblendConfig, isolation_rule_error
 from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key, u32_tokens
 from semblend_dynamo.outcomes import DeclineReason, Outcome
@@ -74,7 +75,7 @@ def read_prompt(request: Any) -> list[int]:
     tokens = request.get_tokens(0)
     prompt_len = getattr(request, "prompt_len", None)
     if isinstance(prompt_len, int) and prompt_len < len(tokens):
-        return list(tokens[:prompt_len])
+        tokens = tokens[:prompt_len]
     return tokens if isinstance(tokens, list) else list(tokens)
 
 
@@ -151,6 +152,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._worker_id = str(cfg.worker_id)
         self._tags: dict[int, dict[str, Any]] = {}  # request id -> its audit role and trace id, until it is gone
         self._engine_blocks: dict[int, tuple[list[int], str | None]] = {}  # 1.3+: block_hashes and cache_salt
+        self._prompts: dict[int, array.array[int]] = {}  # the prompt as decided on (u32), a donor's tokens at finish
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
@@ -183,7 +185,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         try:
             device_blocks = self._device_matched.pop(request_id, 0) // self.tokens_per_block
-            if any(b < 0 for b in block_ids):  # BAD_PAGE_INDEX: a sliding window passed these blocks
+            if min(block_ids, default=0) < 0:  # BAD_PAGE_INDEX: a sliding window passed these blocks
                 self._drop_promise(request_id, DeclineReason.LAYER_GROUPS_UNSUPPORTED, "blocks without a page (-1)")
                 block_ids = [b for b in block_ids if b >= 0]
             for donor in self.registry.note_allocation(block_ids[device_blocks:]):
@@ -248,6 +250,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         tenancy = self._tenancy.pop(request_id, None)
         lineage = self._lineage.pop(request_id, None)
         engine_blocks = self._engine_blocks.pop(request_id, None)
+        decided_prompt = self._prompts.pop(request_id, None)
         try:
             self._device_matched.pop(request_id, None)
             if request_id in self._promises:
@@ -258,7 +261,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             # A chain step is a prefix of its recipient, prefilled only to be loaded after: never a donor of its own.
             chain_step = self._tags.get(request_id, {}).get("role") == Role.CHAIN_STEP.value
             pinned = not chain_step and self._admit_donor(
-                request, request_id, list(cache_block_ids), tenancy, lineage, engine_blocks
+                request, request_id, list(cache_block_ids), tenancy, lineage, engine_blocks, decided_prompt
             )
             if not pinned:
                 self._tags.pop(request_id, None)
@@ -276,7 +279,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         try:
             self._drop_promise(request_id, DeclineReason.LOAD_CANCELLED, "request reset", taint=False)
-            for table in (self._device_matched, self._tenancy, self._lineage, self._engine_blocks):
+            for table in (self._device_matched, self._tenancy, self._lineage, self._engine_blocks, self._prompts):
                 table.pop(request_id, None)  # type: ignore[attr-defined]
             self.state.pop_taint(request_id)  # the tainted blocks went with the allocation
         except Exception:
@@ -342,10 +345,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
-        # One conversion of the token list: the u32 array feeds both the request key and the int64 view.
-        prompt_u32 = u32_tokens(read_prompt(request))
+        # One conversion of the token list: the u32 array is both the request key's input and the prompt the
+        # lookups compare with the donors' int64 arrays (numpy compares across widths; only the aligner takes int64).
+        prompt_u32 = self._prompts[request_id] = u32_tokens(read_prompt(request))
         key = request_key(prompt_u32)
-        prompt = np.frombuffer(prompt_u32, dtype=np.uint32).astype(np.int64)
+        prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
         hint = self.hints.take(key)
         tenancy = self._tenancy[request_id] = read_tenancy(request)
         device_lineage = self._lineage[request_id] = self.policy.device_prefix_lineage(tenancy, num_computed)
@@ -424,9 +428,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             self.registry.lease(donor)
         metrics.decisions("promised").inc()
         metrics.PROMISED_TOKENS.inc(load.tokens)
-        self.audit.write(
+        role, trace_id = self._tag(request_id)
+        record = AuditRecord(
             event=AuditEvent.PROMISED,
-            **self._tags.get(request_id, {}),
+            role=role,
+            trace_id=trace_id,
             request_id=str(request_id),
             num_new_matched_tokens=load.tokens,
             donor_id=",".join(donor_ids),
@@ -440,6 +446,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             mode=self.cfg.mode,
             latency_us=(time.perf_counter() - started) * 1e6,
         )
+        self.audit.write(record)
         return load.tokens
 
     def _find_spans(
@@ -463,7 +470,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         return self._align(namespace, prompt, candidates), False
 
     def _align(self, namespace: str, prompt: np.ndarray, candidates: list[str] | None) -> list[Span]:
-        return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
+        target = prompt.astype(np.int64)
+        return self.aligner.align(namespace, target, candidates=candidates, max_spans=self.cfg.max_spans)
 
     def _approximate_donors(self, spans: list[Span]) -> set[str]:
         out = set()
@@ -587,7 +595,14 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         tenancy: Tenancy,
         lineage: Lineage,
         engine_blocks: tuple[list[int], str | None] | None,
+        decided_prompt: array.array[int] | None,
     ) -> bool:
+        """Pin the finished request as a donor if policy and budget allow.
+
+        Its tokens are the prompt read when it was decided on (the tokens its KV was computed for; TensorRT-LLM's
+        prompt does not change), so the prompt is not read and unboxed a second time; a request never decided on,
+        or whose ``prompt_len`` disagrees, is read again.
+        """
         if self.state.pop_taint(request_id):  # promised KV that was never loaded: wrong content
             metrics.DONORS.labels("tainted").inc()
             return False
@@ -597,11 +612,16 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         if refused is not None or tenancy.tenant is None:
             metrics.DONORS.labels((refused or DeclineReason.TENANT_UNKNOWN).value).inc()
             return False
-        prompt = read_prompt(request)
+        prompt_len = getattr(request, "prompt_len", None)
+        prompt: Sequence[int]
+        if decided_prompt is not None and isinstance(prompt_len, int) and len(decided_prompt) == prompt_len:
+            prompt = decided_prompt
+        else:
+            prompt = read_prompt(request)
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
             return False
-        if any(b < 0 for b in block_ids):  # a block without a page holds no KV
+        if min(block_ids, default=0) < 0:  # a block without a page holds no KV
             return False
         pool = self.state.pool_state()
         self.registry.budget_blocks = int(pool.num_blocks * self.cfg.pin_budget_fraction) if pool else 0
@@ -663,14 +683,20 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             request_id, reason, promise.promised_at, key=promise.request_key, detail=f"after promise: {detail}"
         )
 
+    def _tag(self, request_id: int | None) -> tuple[str | None, str | None]:
+        """A request's audit ``role`` and ``trace_id`` (records are built directly: no keyword dict to unpack)."""
+        tags = self._tags.get(request_id) if request_id is not None else None
+        return (tags["role"], tags["trace_id"]) if tags else (None, None)
+
     def _lookup(
         self, request_id: int, *, found: bool, namespace: str, donor_id: str | None, similarity: float | None
     ) -> None:
         """Audit the lookup; its line goes to disk with the verdict's record, which always follows (one write)."""
-        self.audit.write(
-            flush=False,
+        role, trace_id = self._tag(request_id)
+        record = AuditRecord(
             event=AuditEvent.LOOKUP,
-            **self._tags.get(request_id, {}),
+            role=role,
+            trace_id=trace_id,
             request_id=str(request_id),
             similarity=similarity,
             worker_id=self._worker_id,
@@ -679,6 +705,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             donor_id=donor_id,
             mode=self.cfg.mode,
         )
+        self.audit.write(record, flush=False)
 
     def _decline(
         self,
@@ -691,9 +718,11 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         detail: str = "",
     ) -> int:
         metrics.decisions("declined", reason.value).inc()
-        self.audit.write(
+        role, trace_id = self._tag(request_id)
+        record = AuditRecord(
             event=AuditEvent.DECLINED,
-            **(self._tags.get(request_id, {}) if request_id is not None else {}),
+            role=role,
+            trace_id=trace_id,
             outcome=Outcome.BACKEND_DECLINED,
             request_id=None if request_id is None else str(request_id),
             worker_id=self._worker_id,
@@ -704,6 +733,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             latency_us=max(0.0, (time.perf_counter() - started) * 1e6),
             detail=detail or None,
         )
+        self.audit.write(record)
         if self.link is not None and request_id is not None and key:
             self.link.outcome(str(request_id), namespace or "", Outcome.BACKEND_DECLINED, reason=reason, key=key)
         return 0

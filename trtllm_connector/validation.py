@@ -11,9 +11,9 @@ support for shifted spans.
 
 from __future__ import annotations
 
-import functools
+import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,16 +48,17 @@ class ValidatedLoad:
     start: int
     tokens: int
     segments: tuple[Segment, ...]
+    # Derived once at construction (read several times per decision; Python 3.11's cached_property takes a lock).
+    requires_rope_correction: bool = field(init=False)
+    lineage: Lineage = field(init=False)
+    """Approximate when some KV moves, follows another context or comes from an approximate donor."""
 
-    # Cached (read several times per decision): the load is frozen.
-    @functools.cached_property
-    def requires_rope_correction(self) -> bool:
-        return any(s.delta != 0 for s in self.segments)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requires_rope_correction", any(s.delta != 0 for s in self.segments))
+        object.__setattr__(self, "lineage", Lineage.of(not all(s.exact_equivalent for s in self.segments)))
 
-    @functools.cached_property
-    def lineage(self) -> Lineage:
-        """Approximate when some KV moves, follows another context or comes from an approximate donor."""
-        return Lineage.of(not all(s.exact_equivalent for s in self.segments))
+
+_TARGET_START = operator.attrgetter("target_start")
 
 
 class Declined(Exception):
@@ -83,9 +84,10 @@ def validate_load(
 ) -> ValidatedLoad:
     """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`.
 
-    ``target`` is the prompt as an int64 array. ``tokens_checked``: every span came from a token-by-token comparison of
-    ``target`` with the registry's own array of its donor, in this same call (the exact-prefix lookup, a hint's re-check),
-    so its tokens are not compared a second time; spans from the span aligner always are.
+    ``target`` is the prompt as an integer array (the connector's is uint32). ``tokens_checked``: every span came from
+    a token-by-token comparison of ``target`` with the registry's own array of its donor, in this same call (the
+    exact-prefix lookup, a hint's re-check), so its tokens are not compared a second time; spans from the span aligner
+    always are.
     """
     tpb = tokens_per_block
     if num_computed % tpb:
@@ -96,7 +98,7 @@ def validate_load(
 
     pieces: list[tuple[Span, int, int]] = []  # span, first target position used, end
     pos = num_computed
-    for span in sorted(spans, key=lambda s: s.target_start):
+    for span in sorted(spans, key=_TARGET_START):
         if span.target_end <= pos:
             continue
         if span.target_start > pos or pos >= limit:
@@ -141,7 +143,7 @@ def validate_load(
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Token-equal (``np.array_equal`` without its argument conversions: both are int64 arrays here)."""
+    """Token-equal (``np.array_equal`` without its argument conversions: both are integer arrays here)."""
     return a.shape == b.shape and not (a != b).any()
 
 

@@ -103,3 +103,32 @@ def test_a_request_without_a_hint_gets_its_own_trace_id(make_harness) -> None:
     a, b = h.run_request(prompt(70, 40)), h.run_request(prompt(71, 40))
     traces = [{r.trace_id for r in records(h, request_id=x.request_id)} for x in (a, b)]
     assert all(len(t) == 1 and None not in t for t in traces) and traces[0] != traces[1]
+
+
+def test_decision_records_keep_their_fields_in_order(make_harness, tmp_path) -> None:
+    path = tmp_path / "audit.jsonl"
+    h = make_harness(audit=AuditWriter(path))
+    donor = prompt(120, 100)
+    h.run_request(donor)
+    h.run_request(donor[:64] + prompt(121, 20))
+    h.run_request(prompt(122, 100))
+    h.scheduler.audit.close()
+    head = ["event", "ts", "run_id", "role", "trace_id", "request_id"]
+    expected = {
+        ("lookup", True): [*head, "donor_id", "worker_id", "namespace", "found", "mode"],
+        ("lookup", False): [*head, "worker_id", "namespace", "found", "mode"],
+        ("promised", None): [
+            *head,
+            *("donor_id", "worker_id", "namespace", "num_new_matched_tokens", "requires_rope_correction", "tokens"),
+            *("blocks", "delta", "mode", "lineage", "latency_us"),
+        ],
+        ("declined", None): [
+            *head,
+            *("worker_id", "namespace", "outcome", "requires_rope_correction", "rejection_reason", "mode"),
+            *("latency_us", "detail"),
+        ],
+    }
+    seen = {
+        (rec["event"], rec.get("found")): list(rec) for rec in read_audit(path) if rec["event"] != "donor_registered"
+    }
+    assert {k: v for k, v in seen.items() if k in expected} == expected

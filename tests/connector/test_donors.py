@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
+from semblend_dynamo.events.schemas import request_key
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 from trtllm_connector.donors import DonorRegistry
@@ -70,3 +74,39 @@ def test_reallocated_block_invalidates_its_donor() -> None:
     assert reg.why_gone(d.donor_id) == DeclineReason.GENERATION_MISMATCH
     assert reg.get(other.donor_id) is other
     assert reg.why_gone("ab:999") == DeclineReason.DONOR_NOT_RESIDENT
+
+
+def test_admit_keeps_the_tokens_as_a_read_only_int64_array_and_the_prompts_request_key() -> None:
+    reg, _ = _registry()
+    tokens = [7, 2**32 - 1, 0, 31999] * 4
+    donor = reg.admit(1, NS, tokens, [0, 1]).donor
+    assert donor is not None and donor.tokens.dtype == np.int64 and donor.tokens.tolist() == tokens
+    assert not donor.tokens.flags.writeable
+    assert donor.key == request_key(tokens) and reg.by_key(request_key(tokens)) is donor
+
+
+@pytest.mark.parametrize("bad", [-1, 2**32, 1.5])
+def test_admit_refuses_token_ids_outside_u32_and_pins_nothing(bad: object) -> None:
+    reg, _ = _registry()
+    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 2\*\*32\)"):
+        reg.admit(1, NS, [1, 2, bad, 3], [0])
+    assert len(reg) == 0 and reg.pinned_blocks == 0
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_longest_prefix_finds_the_same_donor_for_uint32_and_int64_targets(dtype: type) -> None:
+    reg = DonorRegistry(100, 60.0, tokens_per_block=8, worker_id=0xAB)
+    shared = list(range(100, 124))
+    reg.admit(1, NS, [*shared, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2, 3])
+    reg.admit(2, NS, [*shared[:8], 9] + [0] * 23, [4, 5, 6, 7])
+    target = np.array([*shared, 42, 43], dtype=dtype)
+    assert reg.longest_prefix(NS.digest(), target) == ("ab:1", 24)
+    assert reg.longest_prefix(NS.digest(), np.array([5] * 16, dtype=dtype)) == ("", 0)
+    assert reg.longest_prefix("other", target) == ("", 0)
+
+
+def test_longest_prefix_compares_ids_too_wide_for_the_first_block_key() -> None:
+    reg = DonorRegistry(100, 60.0, tokens_per_block=8, worker_id=0xAB)
+    reg.admit(1, NS, list(range(16)), [0, 1])
+    wrapped = np.array([2**32, *range(1, 16)], dtype=np.int64)  # same uint32 key as the donor's first block
+    assert reg.longest_prefix(NS.digest(), wrapped) == ("", 0)

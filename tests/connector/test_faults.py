@@ -84,7 +84,7 @@ def test_fault_in_the_audit_of_a_promise_declines(make_harness, monkeypatch) -> 
     real_write = h.scheduler.audit.write
 
     def write_failing_on_promise(record: Any = None, **fields: Any) -> Any:
-        if fields.get("event") == AuditEvent.PROMISED:
+        if (record.event if record is not None else fields.get("event")) == AuditEvent.PROMISED:
             raise InjectedFault("audit disk full")
         return real_write(record, **fields)
 

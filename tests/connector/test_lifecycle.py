@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from semblend_dynamo.events.schemas import DonorHint, request_key
+from trtllm_connector.donors import Donor
 from trtllm_connector.harness import HarnessRequest, PyExecutorHarness
 
-from .conftest import decline_reason, prompt, records
+from .conftest import BLOCK, decline_reason, prompt, records
 
 
 def _hint(h: PyExecutorHarness, target: list[int], donor_id: str) -> DonorHint:
@@ -171,3 +173,65 @@ def test_a_promise_without_allocation_is_dropped_and_its_leases_returned(make_ha
     h.idle_iteration()  # build_connector_meta without update_state_after_alloc for that request
     assert h.scheduler.registry.get(donor_id).leases == 0
     assert decline_reason(h, 500) == "internal_error"
+
+
+def test_a_donor_holds_its_prompt_tokens_only_not_the_generated_ones(make_harness) -> None:
+    h = make_harness()
+    tokens = prompt(80, 100)
+    r = h.run_request(tokens, output_tokens=5)
+    donor = h.scheduler.registry.get(h.scheduler.registry.donor_id_for(r.request_id))
+    assert r.pinned and donor is not None and donor.tokens.tolist() == tokens
+
+
+class TokensCountingRequest(HarnessRequest):
+    """A harness request that counts ``get_tokens`` calls and can change its tokens (TensorRT-LLM's never do)."""
+
+    def __init__(self, request_id: int, tokens: list[int]) -> None:
+        super().__init__(request_id, tokens, cache_salt=None)
+        self.reads = 0
+
+    def get_tokens(self, beam: int) -> list[int]:
+        self.reads += 1
+        return super().get_tokens(beam)
+
+
+def _finish(h: Any, request: HarnessRequest, first_block: int) -> Donor | None:
+    sched = h.scheduler
+    blocks = list(range(first_block, first_block + -(-request.prompt_len // BLOCK)))
+    sched.update_state_after_alloc(request, blocks)
+    sched.build_connector_meta(h._scheduler_output(new_requests=[], cached_requests=[]))
+    assert sched.request_finished(request, blocks)
+    return sched.registry.get(sched.registry.donor_id_for(request.request_id))
+
+
+def test_a_decided_request_becomes_a_donor_of_the_prompt_it_was_decided_on_without_a_second_read(
+    make_harness,
+) -> None:
+    h = make_harness()
+    tokens = prompt(81, 64)
+    request = TokensCountingRequest(9001, tokens)
+    assert h.scheduler.get_num_new_matched_tokens(request, 0) == (0, False)
+    request._tokens[0] += 1  # not something TensorRT-LLM does: shows which tokens the donor holds
+    donor = _finish(h, request, 100)
+    assert request.reads == 1 and donor is not None and donor.tokens.tolist() == tokens
+    assert donor.key == request_key(tokens)
+
+
+def test_a_request_never_decided_on_or_whose_prompt_len_changed_is_read_at_finish(make_harness) -> None:
+    h = make_harness()
+    undecided = TokensCountingRequest(9002, prompt(82, 64))
+    donor = _finish(h, undecided, 100)
+    assert undecided.reads == 1 and donor is not None and donor.tokens.tolist() == prompt(82, 64)
+    changed = TokensCountingRequest(9003, prompt(83, 64))
+    h.scheduler.get_num_new_matched_tokens(changed, 0)
+    changed.prompt_len = 48
+    donor = _finish(h, changed, 200)
+    assert changed.reads == 2 and donor is not None and donor.tokens.tolist() == prompt(83, 48)
+
+
+def test_request_reset_forgets_the_decided_prompt(make_harness) -> None:
+    h = make_harness()
+    request = TokensCountingRequest(9004, prompt(84, 64))
+    h.scheduler.get_num_new_matched_tokens(request, 0)
+    h.scheduler.request_reset(request)
+    assert _finish(h, request, 100) is not None and request.reads == 2
