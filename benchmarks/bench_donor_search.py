@@ -21,7 +21,7 @@ import argparse
 import gc
 import platform
 import time
-from typing import get_args
+from typing import cast, get_args
 
 import numpy as np
 
@@ -74,6 +74,7 @@ def run_size(
     seed: int,
     legacy_gc_load: int = 0,
     dtypes: tuple[VectorDtype, ...] = ("f16",),
+    connectivity: int = 16,
 ) -> list[dict[str, object]]:
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((1000, 48)).astype(np.float32)
@@ -89,13 +90,22 @@ def run_size(
     for dtype in dtypes:
         t0 = time.perf_counter()
         ann = DonorIndex(
-            DIM, capacity, IndexBackend.USEARCH, expansion_add=expansion_add, expansion_search=efs[0], dtype=dtype
+            DIM,
+            capacity,
+            IndexBackend.USEARCH,
+            expansion_add=expansion_add,
+            expansion_search=efs[0],
+            connectivity=connectivity,
+            dtype=dtype,
         )
         for start in range(0, n, 100_000):  # chunks keep peak memory of the f32 conversion low
             ann.insert_batch(ids[start : start + 100_000], NS, data[start : start + 100_000])
         anns[dtype] = ann
         build_s[dtype] = time.perf_counter() - t0
-        print(f"  N={n:,}: usearch {dtype} HNSW build {build_s[dtype]:.1f} s (M=16, efC={expansion_add})", flush=True)
+        print(
+            f"  N={n:,}: usearch {dtype} HNSW build {build_s[dtype]:.1f} s (M={connectivity}, efC={expansion_add})",
+            flush=True,
+        )
     ballast = [tuple([i, i]) for i in range(n * legacy_gc_load)]  # tracked objects, as (namespace, key) tuples were
 
     queries = clustered(n_queries, rng, centers, proj)
@@ -198,6 +208,7 @@ def main() -> int:
     parser.add_argument(
         "--dtypes", default="f16", help="comma-separated usearch vector storages, A/B in one run: f16,i8"
     )
+    parser.add_argument("--connectivity", type=int, default=16, help="HNSW M")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--legacy-gc-load",
@@ -208,16 +219,15 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     efs = [int(e) for e in args.ef.split(",")]
-    dtypes = tuple(args.dtypes.split(","))
+    dtypes = cast(tuple[VectorDtype, ...], tuple(args.dtypes.split(",")))
     if not set(dtypes) <= set(get_args(VectorDtype)):
         parser.error(f"--dtypes {args.dtypes!r}: each must be one of {', '.join(get_args(VectorDtype))}")
     print(f"# donor search, {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} CPUs")
     rows = []
     for n in sizes:
         n_queries = min(args.queries, 300) if n >= 1_000_000 else args.queries
-        rows += run_size(n, efs, n_queries, args.expansion_add, args.seed, dtypes=dtypes)  # type: ignore[arg-type]
-        if args.legacy_gc_load:
-            rows += run_size(n, efs, n_queries, args.expansion_add, args.seed, args.legacy_gc_load, dtypes)  # type: ignore[arg-type]
+        for load in (0, args.legacy_gc_load) if args.legacy_gc_load else (0,):
+            rows += run_size(n, efs, n_queries, args.expansion_add, args.seed, load, dtypes, args.connectivity)
     print()
     print("| donors | tracked objects per donor | usearch HNSW storage | ef | p50 ms | p99 ms | recall@8 | "
           "max abs similarity error | numpy exact p50 ms | p99 ms | p50 speed-up | deleted during run (leaked) | "

@@ -109,7 +109,7 @@ class _NumpyPartition:
 
 
 class _UsearchPartition:
-    """usearch HNSW (M=16) with f16 or i8 storage; deletions are batched.
+    """usearch HNSW with f16 or i8 storage; deletions are batched.
 
     i8: each unit vector is scaled so its largest component is +-127 and rounded (:func:`quantize_i8`), and usearch's
     ``cos`` metric compares the codes. usearch's own float-to-i8 cast multiplies by 127 and truncates, which leaves a
@@ -125,7 +125,9 @@ class _UsearchPartition:
 
     REMOVE_BATCH = 256
 
-    def __init__(self, dim: int, expansion_add: int, expansion_search: int, dtype: VectorDtype) -> None:
+    def __init__(
+        self, dim: int, connectivity: int, expansion_add: int, expansion_search: int, dtype: VectorDtype
+    ) -> None:
         from usearch.index import Index
 
         self._i8 = dtype == "i8"
@@ -133,7 +135,7 @@ class _UsearchPartition:
             ndim=dim,
             metric="cos" if self._i8 else "ip",
             dtype=dtype,
-            connectivity=16,
+            connectivity=connectivity,
             expansion_add=expansion_add,
             expansion_search=expansion_search,
         )
@@ -240,10 +242,11 @@ class DonorIndex:
         *,
         expansion_add: int = 128,
         expansion_search: int = 64,
+        connectivity: int = 16,
         dtype: VectorDtype = "i8",
     ) -> None:
-        """``expansion_add``/``expansion_search`` are the HNSW efConstruction/ef of the usearch backend, ``dtype`` its
-        vector storage."""
+        """``expansion_add``/``expansion_search``/``connectivity`` are the HNSW efConstruction/ef/M of the usearch
+        backend, ``dtype`` its vector storage."""
         if dim < 1 or capacity < 1:
             raise ValueError(f"dim and capacity must be >= 1, got dim={dim} capacity={capacity}")
         if dtype not in ("f16", "i8"):
@@ -254,6 +257,7 @@ class DonorIndex:
         self.dtype: VectorDtype = dtype
         self._expansion_add = expansion_add
         self._expansion_search = expansion_search
+        self._connectivity = connectivity
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         # Flat maps of strings and ints only: per-donor tuples would be objects the garbage collector must walk, and at
@@ -357,7 +361,9 @@ class DonorIndex:
 
     def _new_partition(self) -> _Partition:
         if self.backend is IndexBackend.USEARCH:
-            return _UsearchPartition(self.dim, self._expansion_add, self._expansion_search, self.dtype)
+            return _UsearchPartition(
+                self.dim, self._connectivity, self._expansion_add, self._expansion_search, self.dtype
+            )
         return _NumpyPartition(self.dim)
 
     # --- queries ---------------------------------------------------------------------------------
