@@ -6,7 +6,7 @@ blocks through kv-events so all of them are resident (the worker block maps are 
 reports the process's RSS growth per donor against the empty replica measured in the same run (usearch's native
 index included) and, with ``--trace``, the Python heap's (``tracemalloc``). Each size runs in a fresh process.
 
-Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace]``
+Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace] [--index-dtype f16]``
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import tracemalloc
 import numpy as np
 
 from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.donor_index import VectorDtype
 from semblend_dynamo.embedder import HashEmbedder
 from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
 from semblend_dynamo.pipeline import DonorDiscovery
@@ -63,13 +64,13 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def measure(n: int, *, trace: bool) -> dict[str, float]:
+def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str, object]:
     """Register ``n`` donors (generated in chunks and dropped after, as a replica decodes and drops messages), store
     their blocks through kv-events, and report memory per donor against the empty replica."""
     gc.collect()
     if trace:
         tracemalloc.start()
-    cfg = SemblendConfig(index_capacity=n + 16)
+    cfg = SemblendConfig(index_capacity=n + 16, index_dtype=index_dtype)
     discovery = DonorDiscovery.from_config(cfg, embedder=HashEmbedder(), background=False)
     catalog = DonorCatalog(n + 16, discovery)
     gc.collect()
@@ -97,6 +98,7 @@ def measure(n: int, *, trace: bool) -> dict[str, float]:
         tracemalloc.stop()
     return {
         "donors": n,
+        "index_dtype": index_dtype,
         "sampled_resident": sum(catalog.is_resident(d) for d in ids) / len(ids),
         "empty_replica_rss_mb": empty_rss / 2**20,
         "rss_bytes_per_donor": (rss_bytes() - empty_rss) / n,
@@ -109,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", default="10000,100000")
     parser.add_argument("--trace", action="store_true", help="also count Python heap bytes (tracemalloc; slower)")
+    parser.add_argument("--index-dtype", default="i8", choices=("f16", "i8"), help="the search index's vector storage")
     args = parser.parse_args(argv)
     for n in (int(x) for x in args.donors.split(",")):
-        row = measure(n, trace=args.trace)
+        row = measure(n, trace=args.trace, index_dtype=args.index_dtype)
         print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     return 0
 
