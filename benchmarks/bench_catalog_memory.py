@@ -3,9 +3,9 @@
 Registers ``N`` donors as peer registrations arrive at a replica (``DonorCatalog.add``: 512-token donors of 32-token
 blocks, 16 Dynamo block hashes each, a 384-d float16 embedding, spread over 64 workers), stores every donor's
 blocks through kv-events so all of them are resident (the worker block maps are part of what a replica holds), and
-reports the process's RSS growth per donor against the empty replica measured in the same run (usearch's native
-index included; also after glibc's ``malloc_trim``, which returns freed heap pages) and, with ``--trace``, the Python
-heap's (``tracemalloc``). Each size runs in a fresh process.
+reports the process's RSS growth per donor, once the pipeline's indexer thread has indexed them all, against the empty
+replica measured in the same run (usearch's native index included; also after glibc's ``malloc_trim``, which returns
+freed heap pages) and, with ``--trace``, the Python heap's (``tracemalloc``). Each size runs in a fresh process.
 
 Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace] [--index-dtype f16]``
 """
@@ -93,20 +93,23 @@ def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str
         catalog.apply_kv_events(events)
         ids += [r.donor_id for r in regs[:: max(1, len(regs) // 100)]]
         del regs, events
-    gc.collect()
+    catalog.drain()  # the indexer thread indexes behind the registrations: measure the replica once it caught up
     seconds = time.perf_counter() - started
+    gc.collect()
     heap = (tracemalloc.get_traced_memory()[0] - empty_heap) / n if trace else float("nan")
     if trace:
         tracemalloc.stop()
     rss = rss_bytes()
     ctypes.CDLL(None).malloc_trim(0)  # glibc: what of the growth is freed heap (messages, dropped embeddings) kept
+    trimmed = rss_bytes()
+    catalog.close()
     return {
         "donors": n,
         "index_dtype": index_dtype,
         "sampled_resident": sum(catalog.is_resident(d) for d in ids) / len(ids),
         "empty_replica_rss_mb": empty_rss / 2**20,
         "rss_bytes_per_donor": (rss - empty_rss) / n,
-        "rss_bytes_per_donor_after_malloc_trim": (rss_bytes() - empty_rss) / n,
+        "rss_bytes_per_donor_after_malloc_trim": (trimmed - empty_rss) / n,
         "python_heap_bytes_per_donor": heap,
         "seconds": seconds,
     }
