@@ -3,15 +3,17 @@
 Registers ``N`` donors as peer registrations arrive at a replica (``DonorCatalog.add``: 512-token donors of 32-token
 blocks, 16 Dynamo block hashes each, a 384-d float16 embedding, spread over 64 workers), stores every donor's
 blocks through kv-events so all of them are resident (the worker block maps are part of what a replica holds), and
-reports the process's RSS growth per donor against the empty replica measured in the same run (usearch's native
-index included) and, with ``--trace``, the Python heap's (``tracemalloc``). Each size runs in a fresh process.
+reports the process's RSS growth per donor, once the pipeline's indexer thread has indexed them all, against the empty
+replica measured in the same run (usearch's native index included; also after glibc's ``malloc_trim``, which returns
+freed heap pages) and, with ``--trace``, the Python heap's (``tracemalloc``). Each size runs in a fresh process.
 
-Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace]``
+Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace] [--index-dtype f16]``
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import resource
 import sys
@@ -21,6 +23,7 @@ import tracemalloc
 import numpy as np
 
 from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.donor_index import VectorDtype
 from semblend_dynamo.embedder import HashEmbedder
 from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
 from semblend_dynamo.pipeline import DonorDiscovery
@@ -63,13 +66,13 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def measure(n: int, *, trace: bool) -> dict[str, float]:
+def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str, object]:
     """Register ``n`` donors (generated in chunks and dropped after, as a replica decodes and drops messages), store
     their blocks through kv-events, and report memory per donor against the empty replica."""
     gc.collect()
     if trace:
         tracemalloc.start()
-    cfg = SemblendConfig(index_capacity=n + 16)
+    cfg = SemblendConfig(index_capacity=n + 16, index_dtype=index_dtype)
     discovery = DonorDiscovery.from_config(cfg, embedder=HashEmbedder(), background=False)
     catalog = DonorCatalog(n + 16, discovery)
     gc.collect()
@@ -90,16 +93,23 @@ def measure(n: int, *, trace: bool) -> dict[str, float]:
         catalog.apply_kv_events(events)
         ids += [r.donor_id for r in regs[:: max(1, len(regs) // 100)]]
         del regs, events
-    gc.collect()
+    catalog.drain()  # the indexer thread indexes behind the registrations: measure the replica once it caught up
     seconds = time.perf_counter() - started
+    gc.collect()
     heap = (tracemalloc.get_traced_memory()[0] - empty_heap) / n if trace else float("nan")
     if trace:
         tracemalloc.stop()
+    rss = rss_bytes()
+    ctypes.CDLL(None).malloc_trim(0)  # glibc: what of the growth is freed heap (messages, dropped embeddings) kept
+    trimmed = rss_bytes()
+    catalog.close()
     return {
         "donors": n,
+        "index_dtype": index_dtype,
         "sampled_resident": sum(catalog.is_resident(d) for d in ids) / len(ids),
         "empty_replica_rss_mb": empty_rss / 2**20,
-        "rss_bytes_per_donor": (rss_bytes() - empty_rss) / n,
+        "rss_bytes_per_donor": (rss - empty_rss) / n,
+        "rss_bytes_per_donor_after_malloc_trim": (trimmed - empty_rss) / n,
         "python_heap_bytes_per_donor": heap,
         "seconds": seconds,
     }
@@ -109,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", default="10000,100000")
     parser.add_argument("--trace", action="store_true", help="also count Python heap bytes (tracemalloc; slower)")
+    parser.add_argument("--index-dtype", default="i8", choices=("f16", "i8"), help="the search index's vector storage")
     args = parser.parse_args(argv)
     for n in (int(x) for x in args.donors.split(",")):
-        row = measure(n, trace=args.trace)
+        row = measure(n, trace=args.trace, index_dtype=args.index_dtype)
         print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     return 0
 

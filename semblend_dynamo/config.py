@@ -119,6 +119,11 @@ class SemblendConfig(BaseModel):
     # --- donor index ----------------------------------------------------------------------------
     index_capacity: int = Field(100_000, ge=1, description="max donors per index (LRU eviction beyond)")
     index_backend: IndexBackend = Field(IndexBackend.AUTO, description="auto | numpy | usearch")
+    index_dtype: Literal["f16", "i8"] = Field(
+        "i8",
+        description="usearch backend's vector storage: i8 (each vector scaled to its own +-127 range, 1 byte a "
+        "dimension, similarities within ~3e-3) or f16 (2 bytes a dimension)",
+    )
     top_k: int = Field(8, ge=1, le=256, description="candidate donors returned by the embedding search")
 
     # --- planner gates ----------------------------------------------------------------------------
@@ -501,7 +506,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "onnx_precision",
         "onnx_cache_dir",
     ),
-    "donor index": ("index_capacity", "index_backend", "top_k"),
+    "donor index": ("index_capacity", "index_backend", "index_dtype", "top_k"),
     "planner gates": ("min_span_tokens", "min_reuse_ratio", "max_spans", "max_deviation", "exact_route_threshold"),
     "prefill chain": (
         "chain_enabled",

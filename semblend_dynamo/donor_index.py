@@ -6,7 +6,7 @@ whole index holds at most ``capacity`` donors; inserting beyond that evicts the 
 or returned by a search least recently) and reports its id, so the caller can emit a lifecycle event.
 
 Backends (chosen from docs/benchmarks.md "Donor search"): exact numpy brute force for small indexes; usearch HNSW
-with f16 storage and native deletions for large ones. ``IndexBackend.AUTO`` picks by ``capacity``.
+with int8 (or f16) storage and native deletions for large ones. ``IndexBackend.AUTO`` picks by ``capacity``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 # AUTO uses exact numpy search up to this capacity and usearch HNSW beyond (measured: docs/benchmarks.md).
 AUTO_NUMPY_MAX_CAPACITY = 20_000
+
+VectorDtype = Literal["f16", "i8"]
+"""How the usearch backend stores vectors (``SEMBLEND_INDEX_DTYPE``); the numpy backend always keeps float32."""
 
 
 class DonorIndexError(ValueError):
@@ -106,7 +109,13 @@ class _NumpyPartition:
 
 
 class _UsearchPartition:
-    """usearch HNSW (M=16) with f16 storage; deletions are batched.
+    """usearch HNSW with f16 or i8 storage; deletions are batched.
+
+    i8: each unit vector is scaled so its largest component is +-127 and rounded (:func:`quantize_i8`), and usearch's
+    ``cos`` metric compares the codes. usearch's own float-to-i8 cast multiplies by 127 and truncates, which leaves a
+    384-d unit vector's components (~0.05) a handful of levels; and its i8 ``ip`` returns raw integer dot products.
+    A search returns the cosine of the codes (within ~3e-3 of the float cosine at 384 dims), and :meth:`vector` the codes
+    rescaled to unit length, which quantizes back to the same codes (a peer indexing it stores what this one does).
 
     The first search after ``Index.remove`` pays a pass over the whole index (measured ~5 ms at 100K and ~50 ms at
     1M vectors, whichever key was removed): that was the donor-search p99 tail. So removed keys wait in
@@ -116,26 +125,34 @@ class _UsearchPartition:
 
     REMOVE_BATCH = 256
 
-    def __init__(self, dim: int, expansion_add: int, expansion_search: int) -> None:
+    def __init__(
+        self, dim: int, connectivity: int, expansion_add: int, expansion_search: int, dtype: VectorDtype
+    ) -> None:
         from usearch.index import Index
 
+        self._i8 = dtype == "i8"
         self._index = Index(
             ndim=dim,
-            metric="ip",
-            dtype="f16",
-            connectivity=16,
+            metric="cos" if self._i8 else "ip",
+            dtype=dtype,
+            connectivity=connectivity,
             expansion_add=expansion_add,
             expansion_search=expansion_search,
         )
         self._pending: set[int] = set()
-        self._probe = np.zeros(dim, dtype=np.float32)
-        self._probe[0] = 1.0
+        probe = np.zeros((1, dim), dtype=np.float32)
+        probe[0, 0] = 1.0
+        self._probe = self._stored(probe)[0]
+
+    def _stored(self, rows: np.ndarray) -> np.ndarray:
+        """Unit float32 rows as this index takes them."""
+        return quantize_i8(rows) if self._i8 else rows
 
     def __len__(self) -> int:
         return len(self._index) - len(self._pending)
 
     def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
-        self._index.add(keys.astype(np.uint64), vectors, threads=0 if len(keys) > 1 else 1)
+        self._index.add(keys.astype(np.uint64), self._stored(vectors), threads=0 if len(keys) > 1 else 1)
 
     def remove(self, key: int) -> None:
         self._pending.add(key)
@@ -143,7 +160,8 @@ class _UsearchPartition:
             self.flush_removals()
 
     def vector(self, key: int) -> np.ndarray:
-        return np.asarray(self._index.get(key), dtype=np.float32).reshape(-1)
+        stored = np.asarray(self._index.get(key), dtype=np.float32).reshape(-1)
+        return stored / np.float32(np.linalg.norm(stored)) if self._i8 else stored
 
     def flush_removals(self) -> None:
         """Hand the pending removals to usearch at once and pay its post-removal pass here."""
@@ -162,13 +180,20 @@ class _UsearchPartition:
         return keys[:k], sims[:k]
 
     def _live(self, query: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-        matches = self._index.search(query, count, threads=1)
+        matches = self._index.search(self._stored(query.reshape(1, -1))[0], count, threads=1)
         keys = np.asarray(matches.keys, dtype=np.int64)
         sims = 1.0 - np.asarray(matches.distances, dtype=np.float32)
         if self._pending:
             live = np.fromiter((key not in self._pending for key in keys.tolist()), dtype=bool, count=len(keys))
             keys, sims = keys[live], sims[live]
         return keys, sims
+
+
+def quantize_i8(rows: np.ndarray) -> np.ndarray:
+    """Nonzero float32 rows as int8 codes, each row scaled so its largest absolute component is 127 (cosine-preserving:
+    the scale is per row). Codes rescaled to any length quantize back to themselves."""
+    scale = np.float32(127.0) / np.abs(rows).max(axis=1, keepdims=True)
+    return np.rint(rows * scale).astype(np.int8)
 
 
 def usearch_available() -> bool:
@@ -217,15 +242,22 @@ class DonorIndex:
         *,
         expansion_add: int = 128,
         expansion_search: int = 64,
+        connectivity: int = 16,
+        dtype: VectorDtype = "i8",
     ) -> None:
-        """``expansion_add``/``expansion_search`` are the HNSW efConstruction/ef of the usearch backend."""
+        """``expansion_add``/``expansion_search``/``connectivity`` are the HNSW efConstruction/ef/M of the usearch
+        backend, ``dtype`` its vector storage."""
         if dim < 1 or capacity < 1:
             raise ValueError(f"dim and capacity must be >= 1, got dim={dim} capacity={capacity}")
+        if dtype not in ("f16", "i8"):
+            raise ValueError(f"index dtype must be 'f16' or 'i8', got {dtype!r}")
         self.dim = dim
         self.capacity = capacity
         self.backend = resolve_backend(backend, capacity)
+        self.dtype: VectorDtype = dtype
         self._expansion_add = expansion_add
         self._expansion_search = expansion_search
+        self._connectivity = connectivity
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         # Flat maps of strings and ints only: per-donor tuples would be objects the garbage collector must walk, and at
@@ -238,7 +270,7 @@ class DonorIndex:
     @classmethod
     def from_config(cls, cfg: Any, dim: int) -> DonorIndex:
         """From a :class:`~semblend_dynamo.config.SemblendConfig` and the embedder's dimension."""
-        return cls(dim, cfg.index_capacity, cfg.index_backend)
+        return cls(dim, cfg.index_capacity, cfg.index_backend, dtype=cfg.index_dtype)
 
     # --- input checks ----------------------------------------------------------------------------
     def _unit(self, vector: Any) -> np.ndarray:
@@ -329,7 +361,9 @@ class DonorIndex:
 
     def _new_partition(self) -> _Partition:
         if self.backend is IndexBackend.USEARCH:
-            return _UsearchPartition(self.dim, self._expansion_add, self._expansion_search)
+            return _UsearchPartition(
+                self.dim, self._connectivity, self._expansion_add, self._expansion_search, self.dtype
+            )
         return _NumpyPartition(self.dim)
 
     # --- queries ---------------------------------------------------------------------------------
@@ -375,7 +409,11 @@ class DonorIndex:
             return sorted(self._partitions)
 
     def vector(self, donor_id: str) -> np.ndarray | None:
-        """The unit vector indexed for ``donor_id`` (float32; float16 precision with usearch), or None."""
+        """The unit vector indexed for ``donor_id`` as float32, or None.
+
+        Exact with numpy; with usearch, what the index stores: float16 precision (f16), or the int8 codes rescaled to
+        unit length (i8: cosine to the inserted vector above 0.9999, and re-inserting it stores the same codes).
+        """
         with self._lock:
             key = self._lru.get(donor_id)
             return None if key is None else self._partitions[self._key_namespace[key]].vector(key)

@@ -1,27 +1,31 @@
-"""DonorIndex on both backends: exact results against a brute-force oracle, namespaces, LRU capacity, bad input."""
+"""DonorIndex on both backends (usearch with f16 and i8 storage): results against a brute-force oracle, namespaces, LRU
+capacity, bad input, the stored vector read back."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from semblend_dynamo.config import IndexBackend, SemblendConfig
+from semblend_dynamo.config import ConfigError, IndexBackend, SemblendConfig
 from semblend_dynamo.donor_index import (
     AUTO_NUMPY_MAX_CAPACITY,
     DonorHit,
     DonorIndex,
     DonorIndexError,
+    VectorDtype,
+    quantize_i8,
     resolve_backend,
     usearch_available,
 )
+from semblend_dynamo.events.schemas import DonorRegistration
 from semblend_dynamo.namespace import NamespaceKey
 
 DIM = 32
 NS_A = NamespaceKey(model_id="m", tokens_per_block=32).digest()
 NS_B = NamespaceKey(model_id="m", tokens_per_block=32, cache_salt="tenant-b").digest()
-BACKENDS = [IndexBackend.NUMPY, IndexBackend.USEARCH]
 
 
 def unit_rows(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
@@ -35,15 +39,36 @@ def brute_force(vectors: dict[str, np.ndarray], query: np.ndarray, k: int) -> li
     return sorted(vectors, key=lambda d: -float(vectors[d] @ q))[:k]
 
 
-@pytest.fixture(params=BACKENDS, ids=lambda b: b.value)
-def backend(request: pytest.FixtureRequest) -> IndexBackend:
-    if request.param is IndexBackend.USEARCH and not usearch_available():
+@dataclass(frozen=True)
+class Storage:
+    """A backend and, for usearch, its vector storage; ``tolerance`` bounds a hit's similarity error at DIM dims."""
+
+    backend: IndexBackend
+    dtype: VectorDtype = "f16"
+    tolerance: float = 1e-5
+
+    def index(self, capacity: int, dim: int = DIM) -> DonorIndex:
+        return DonorIndex(dim, capacity, self.backend, dtype=self.dtype)
+
+
+STORAGES = [
+    Storage(IndexBackend.NUMPY),
+    Storage(IndexBackend.USEARCH, "f16", 2e-3),
+    Storage(IndexBackend.USEARCH, "i8", 1e-2),  # per-vector int8 codes; at 384 dims the error is below 3e-3
+]
+
+
+@pytest.fixture(
+    params=STORAGES, ids=lambda s: s.backend.value if s.backend is IndexBackend.NUMPY else f"usearch-{s.dtype}"
+)
+def storage(request: pytest.FixtureRequest) -> Storage:
+    if request.param.backend is IndexBackend.USEARCH and not usearch_available():
         pytest.skip("usearch not installed")
     return request.param
 
 
-def test_search_matches_brute_force_oracle(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=1000, backend=backend)
+def test_search_matches_brute_force_oracle(storage: Storage) -> None:
+    index = storage.index(1000)
     vectors = unit_rows(300)
     stored = {f"d{i}": v for i, v in enumerate(vectors)}
     for donor_id, v in stored.items():
@@ -55,12 +80,12 @@ def test_search_matches_brute_force_oracle(backend: IndexBackend) -> None:
         assert [h.similarity for h in hits] == sorted((h.similarity for h in hits), reverse=True)
         agree += len({h.donor_id for h in hits} & set(brute_force(stored, q, 5)))
         for h in hits:
-            assert h.similarity == pytest.approx(float(stored[h.donor_id] @ q), abs=2e-3)  # f16 storage in usearch
-    assert agree / (20 * 5) >= (1.0 if backend is IndexBackend.NUMPY else 0.95)
+            assert h.similarity == pytest.approx(float(stored[h.donor_id] @ q), abs=storage.tolerance)
+    assert agree / (20 * 5) >= (1.0 if storage.backend is IndexBackend.NUMPY else 0.95)
 
 
-def test_nearest_neighbour_of_a_stored_vector_is_itself(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=100, backend=backend)
+def test_nearest_neighbour_of_a_stored_vector_is_itself(storage: Storage) -> None:
+    index = storage.index(100)
     vectors = unit_rows(50)
     index.insert_batch([f"d{i}" for i in range(50)], NS_A, vectors)
     for i in (0, 17, 49):
@@ -68,8 +93,8 @@ def test_nearest_neighbour_of_a_stored_vector_is_itself(backend: IndexBackend) -
         assert top.donor_id == f"d{i}" and top.similarity == pytest.approx(1.0, abs=1e-3)
 
 
-def test_namespaces_never_cross(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=100, backend=backend)
+def test_namespaces_never_cross(storage: Storage) -> None:
+    index = storage.index(100)
     v = unit_rows(2)
     index.insert("tenant-a-donor", NS_A, v[0])
     index.insert("tenant-b-donor", NS_B, v[1])
@@ -79,16 +104,16 @@ def test_namespaces_never_cross(backend: IndexBackend) -> None:
     assert index.size(NS_A) == index.size(NS_B) == 1
 
 
-def test_unknown_namespace_is_an_empty_result_not_an_error(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=10, backend=backend)
+def test_unknown_namespace_is_an_empty_result_not_an_error(storage: Storage) -> None:
+    index = storage.index(10)
     assert index.search("no-such-namespace", unit_rows(1)[0], 8) == []
     assert index.size("no-such-namespace") == 0
     index.insert("d", NS_A, unit_rows(1)[0])
     assert index.search(NS_B, unit_rows(1)[0], 8) == []
 
 
-def test_capacity_overflow_evicts_least_recently_used(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=3, backend=backend)
+def test_capacity_overflow_evicts_least_recently_used(storage: Storage) -> None:
+    index = storage.index(3)
     v = unit_rows(5)
     for i in range(3):
         assert index.insert(f"d{i}", NS_A if i % 2 else NS_B, v[i]) == []
@@ -100,16 +125,16 @@ def test_capacity_overflow_evicts_least_recently_used(backend: IndexBackend) -> 
     assert {h.donor_id for h in index.search(NS_A, v[1], 8)} == {"d3", "d4"}
 
 
-def test_batch_larger_than_capacity_keeps_the_newest(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=4, backend=backend)
+def test_batch_larger_than_capacity_keeps_the_newest(storage: Storage) -> None:
+    index = storage.index(4)
     index.insert("old", NS_A, unit_rows(1, seed=9)[0])
     evicted = index.insert_batch([f"d{i}" for i in range(6)], NS_A, unit_rows(6))
     assert sorted(evicted) == ["d0", "d1", "old"]
     assert len(index) == 4 and all(f"d{i}" in index for i in range(2, 6))
 
 
-def test_duplicate_id_replaces_vector_even_across_namespaces(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=10, backend=backend)
+def test_duplicate_id_replaces_vector_even_across_namespaces(storage: Storage) -> None:
+    index = storage.index(10)
     v = unit_rows(2)
     index.insert("d", NS_A, v[0])
     assert index.insert("d", NS_A, v[1]) == []
@@ -120,8 +145,8 @@ def test_duplicate_id_replaces_vector_even_across_namespaces(backend: IndexBacke
     assert index.search(NS_A, v[1], 8) == []
 
 
-def test_delete(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=100, backend=backend)
+def test_delete(storage: Storage) -> None:
+    index = storage.index(100)
     vectors = unit_rows(40)
     index.insert_batch([f"d{i}" for i in range(40)], NS_A, vectors)
     for i in range(0, 40, 2):
@@ -145,8 +170,8 @@ def test_delete(backend: IndexBackend) -> None:
         (np.ones((2, DIM)), "shape"),
     ],
 )
-def test_invalid_vectors_are_rejected(backend: IndexBackend, vector: np.ndarray, message: str) -> None:
-    index = DonorIndex(DIM, capacity=10, backend=backend)
+def test_invalid_vectors_are_rejected(storage: Storage, vector: np.ndarray, message: str) -> None:
+    index = storage.index(10)
     with pytest.raises(DonorIndexError, match=message):
         index.insert("d", NS_A, vector)
     with pytest.raises(DonorIndexError, match=message):
@@ -176,8 +201,8 @@ def test_auto_backend_follows_capacity() -> None:
     assert DonorIndex.from_config(cfg, DIM).backend is IndexBackend.NUMPY
 
 
-def test_concurrent_inserts_searches_and_deletes_stay_consistent(backend: IndexBackend) -> None:
-    index = DonorIndex(DIM, capacity=200, backend=backend)
+def test_concurrent_inserts_searches_and_deletes_stay_consistent(storage: Storage) -> None:
+    index = storage.index(200)
     vectors = unit_rows(400)
     errors: list[BaseException] = []
 
@@ -209,10 +234,11 @@ def test_concurrent_inserts_searches_and_deletes_stay_consistent(backend: IndexB
 
 
 @pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
-def test_usearch_removals_are_batched_and_never_returned() -> None:
+@pytest.mark.parametrize("dtype", ["f16", "i8"])
+def test_usearch_removals_are_batched_and_never_returned(dtype: VectorDtype) -> None:
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((600, 16)).astype(np.float32)
-    index = DonorIndex(16, 1000, IndexBackend.USEARCH)
+    index = DonorIndex(16, 1000, IndexBackend.USEARCH, dtype=dtype)
     index.insert_batch([f"d{i}" for i in range(600)], "ns", vectors)
     part = index._partitions["ns"]
     batch = part.REMOVE_BATCH  # type: ignore[attr-defined]
@@ -228,3 +254,57 @@ def test_usearch_removals_are_batched_and_never_returned() -> None:
     assert not part._pending  # type: ignore[attr-defined]
     assert index.size("ns") == 600 - batch
     assert not {h.donor_id for h in index.search("ns", vectors[0], 8)} & (removed | {f"d{batch - 1}"})
+
+
+def test_read_back_is_a_unit_float32_vector_close_to_the_inserted_one(storage: Storage) -> None:
+    index = storage.index(100, dim=384)
+    vectors = unit_rows(20, seed=3, dim=384)
+    index.insert_batch([f"d{i}" for i in range(20)], NS_A, vectors * 5.0)
+    for i in (0, 7, 19):
+        back = index.vector(f"d{i}")
+        assert back is not None and back.dtype == np.float32 and back.shape == (384,)
+        assert float(np.linalg.norm(back)) == pytest.approx(1.0, abs=1e-3)
+        assert float(back @ vectors[i]) > 0.9999
+    assert index.vector("never-indexed") is None
+
+
+@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+def test_i8_read_back_sent_to_a_peer_is_indexed_as_the_same_codes() -> None:
+    """A sync page carries the read-back as float16 (DonorRegistration.pack_embedding); a peer indexing it with i8
+    stores the codes this replica holds, so the approximation does not compound from replica to replica."""
+    vectors = unit_rows(300, seed=4, dim=384)
+    ids = [f"d{i}" for i in range(300)]
+    here = DonorIndex(384, 1000, IndexBackend.USEARCH, dtype="i8")
+    here.insert_batch(ids, NS_A, vectors)
+    sent = [DonorRegistration.pack_embedding(here.vector(d))[0] for d in ids]  # type: ignore[arg-type]
+    received = np.stack([np.frombuffer(b, dtype="<f2").astype(np.float32) for b in sent])
+    peer = DonorIndex(384, 1000, IndexBackend.USEARCH, dtype="i8")
+    peer.insert_batch(ids, NS_A, received)
+    for d in ids:
+        assert np.array_equal(peer.vector(d), here.vector(d))  # type: ignore[arg-type]
+    for i in (0, 150, 299):
+        assert [h.donor_id for h in peer.search(NS_A, vectors[i], 3)] == [
+            h.donor_id for h in here.search(NS_A, vectors[i], 3)
+        ]
+
+
+def test_quantize_i8_uses_the_full_range_per_vector_and_is_stable() -> None:
+    rows = unit_rows(50, seed=6, dim=384)
+    codes = quantize_i8(rows)
+    assert codes.dtype == np.int8 and (np.abs(codes).max(axis=1) == 127).all()
+    rescaled = codes.astype(np.float32) * np.float32(0.003)
+    assert np.array_equal(quantize_i8(rescaled), codes)
+    dequantized = codes.astype(np.float32) / np.linalg.norm(codes.astype(np.float32), axis=1, keepdims=True)
+    assert (np.sum(dequantized * rows, axis=1) > 0.9999).all()
+
+
+def test_index_dtype_setting_reaches_the_index_and_bad_values_are_refused() -> None:
+    assert DonorIndex.from_config(SemblendConfig(index_capacity=10), DIM).dtype == "i8"
+    cfg = SemblendConfig.load(env={"SEMBLEND_INDEX_DTYPE": "f16", "SEMBLEND_INDEX_CAPACITY": "10"})
+    assert DonorIndex.from_config(cfg, DIM).dtype == "f16"
+    with pytest.raises(ConfigError) as err:
+        SemblendConfig.load(env={"SEMBLEND_INDEX_DTYPE": "int4"})
+    message = str(err.value)
+    assert "\n" not in message and "SEMBLEND_INDEX_DTYPE='int4'" in message and "'f16' or 'i8'" in message
+    with pytest.raises(ValueError, match="index dtype must be 'f16' or 'i8', got 'f32'"):
+        DonorIndex(DIM, 10, IndexBackend.NUMPY, dtype="f32")  # type: ignore[arg-type]
