@@ -27,8 +27,12 @@ WorkerKey = tuple[int, int]
 
 DEVICE_TIER = "device"
 
-SHARED = (1 << 64) - 1
-"""A posting's value when several donors of the worker use the hash (their slots are in ``_WorkerBlocks.shared``)."""
+POST_BITS = 32
+_POST_MASK = (1 << POST_BITS) - 1
+SHARED = _POST_MASK
+"""A posting when several donors of the worker use the hash (their slots are in ``_WorkerBlocks.shared``)."""
+MAX_SLOTS = SHARED - 1
+"""Donor slots a residency can hand out (a posting is a slot plus one, and 0 means none)."""
 
 _SMALL: dict[int, int] = {}
 
@@ -42,34 +46,45 @@ def _shared_int(value: int) -> int:
 
 
 class _WorkerBlocks:
-    """One worker rank's device blocks and the donors using them, in compact maps (:class:`U64Map`)."""
+    """One worker rank's device blocks and the donors using them, in compact maps (:class:`U64Map`).
 
-    __slots__ = ("by_block", "counts", "key", "last_event_id", "postings", "shared")
+    ``hashes`` holds, per ``tokens_hash``, both how many engine blocks store it (the high 32 bits) and its
+    *posting*, the donors of this worker using it (the low 32 bits: 0 none, ``slot + 1`` one donor, or
+    :data:`SHARED`), so a donor's hashes are looked up once for both; a hash no block stores and no donor uses is
+    not in the map.
+    """
+
+    __slots__ = ("by_block", "hashes", "key", "last_event_id", "shared")
 
     def __init__(self, key: WorkerKey) -> None:
         self.key = key
         self.by_block = U64Map()  # engine block id -> tokens_hash
-        self.counts = U64Map()  # tokens_hash -> engine blocks holding it
-        self.postings = U64Map()  # tokens_hash -> slot of the one donor of this worker using it, or SHARED
+        self.hashes = U64Map()  # tokens_hash -> engine blocks holding it << POST_BITS | posting
         self.shared: dict[int, set[int]] = {}  # tokens_hash -> slots, for hashes several donors use
         self.last_event_id = 0
 
-    def slots(self, held: int | None, tokens_hash: int) -> Collection[int]:
-        """The donor slots of a posting value (``held``, from ``postings``) of ``tokens_hash``."""
-        if held is None:
+    def slots(self, tokens_hash: int, posting: int) -> Collection[int]:
+        """The donor slots of ``tokens_hash``'s ``posting`` (the low bits of its value in ``hashes``)."""
+        if not posting:
             return ()
-        return self.shared[tokens_hash] if held == SHARED else (held,)
+        return self.shared[tokens_hash] if posting == SHARED else (posting - 1,)
 
     def unpost(self, tokens_hash: int, slot: int) -> None:
-        held = self.postings.get(tokens_hash)
-        if held == SHARED:
+        value = self.hashes.get(tokens_hash)
+        if value is None:
+            return
+        posting = value & _POST_MASK
+        if posting == SHARED:
             slots = self.shared[tokens_hash]
             slots.discard(slot)
             if len(slots) == 1:
-                self.postings[tokens_hash] = slots.pop()
+                self.hashes[tokens_hash] = value - SHARED + slots.pop() + 1
                 del self.shared[tokens_hash]
-        elif held == slot:
-            self.postings.pop(tokens_hash)
+        elif posting == slot + 1:
+            if value == posting:
+                self.hashes.pop(tokens_hash)
+            else:
+                self.hashes[tokens_hash] = value - posting
 
 
 class DonorEntry:
@@ -204,11 +219,15 @@ class Residency:
             self.ignored_events["unknown_block"] += len(removed) - len(gone)
             self._drop_hashes(blocks, gone)
         elif isinstance(data, KvCleared):
-            for tokens_hash, held in blocks.postings.items():
-                if tokens_hash in blocks.counts:
-                    self._hash_left(blocks.slots(held, tokens_hash))
+            keys, values = blocks.hashes.arrays()
+            postings = values & np.uint64(_POST_MASK)
+            posted = postings > 0
+            stored = posted & (values > postings)
+            for tokens_hash, posting in zip(keys[stored].tolist(), postings[stored].tolist(), strict=True):
+                self._hash_left(blocks.slots(tokens_hash, posting))
             blocks.by_block.clear()
-            blocks.counts.clear()
+            blocks.hashes.clear()
+            blocks.hashes.put(keys[posted], postings[posted], np.zeros(int(np.count_nonzero(posted)), dtype=bool))
 
     def _receive(self, event: KvEvent) -> _WorkerBlocks | None:
         """Note an event's id on its worker's blocks (counting a gap); those blocks, or None for another tier."""
@@ -250,12 +269,13 @@ class Residency:
         """One more engine block holds each of ``tokens_hashes`` (a hash may repeat)."""
         added = Counter(tokens_hashes)
         keys = list(added)
-        held = blocks.counts.get_many(keys)
-        blocks.counts.set_many(keys, [(h or 0) + added[k] for k, h in zip(keys, held, strict=True)], held)
-        arrived = [k for k, h in zip(keys, held, strict=True) if h is None]
-        for tokens_hash, posting in zip(arrived, blocks.postings.get_many(arrived), strict=True):
-            if posting is not None:
-                self._hash_arrived(blocks.slots(posting, tokens_hash))
+        held = blocks.hashes.get_many(keys)
+        blocks.hashes.set_many(
+            keys, [(h or 0) + (added[k] << POST_BITS) for k, h in zip(keys, held, strict=True)], held
+        )
+        for tokens_hash, value in zip(keys, held, strict=True):
+            if value is not None and value <= _POST_MASK:  # posted, and stored by no block until now
+                self._hash_arrived(blocks.slots(tokens_hash, value))
 
     def _drop_hashes(self, blocks: _WorkerBlocks, tokens_hashes: Sequence[int]) -> None:
         """One engine block fewer holds each of ``tokens_hashes`` (a hash may repeat)."""
@@ -263,14 +283,27 @@ class Residency:
             return
         dropped = Counter(tokens_hashes)
         keys = list(dropped)
-        held = blocks.counts.get_many(keys)
-        kept = [(k, h - dropped[k]) for k, h in zip(keys, held, strict=True) if h is not None and h > dropped[k]]
-        left = [k for k, h in zip(keys, held, strict=True) if h is not None and h <= dropped[k]]
-        blocks.counts.set_many([k for k, _ in kept], [n for _, n in kept], [1] * len(kept))
-        blocks.counts.pop_many(left)
-        for tokens_hash, posting in zip(left, blocks.postings.get_many(left), strict=True):
-            if posting is not None:
-                self._hash_left(blocks.slots(posting, tokens_hash))
+        kept: list[int] = []
+        values: list[int] = []
+        gone: list[int] = []
+        left: list[tuple[int, int]] = []
+        for tokens_hash, value in zip(keys, blocks.hashes.get_many(keys), strict=True):
+            if value is None or value <= _POST_MASK:
+                continue
+            posting = value & _POST_MASK
+            if value >> POST_BITS > dropped[tokens_hash]:
+                kept.append(tokens_hash)
+                values.append(value - (dropped[tokens_hash] << POST_BITS))
+            elif posting:
+                kept.append(tokens_hash)
+                values.append(posting)
+                left.append((tokens_hash, posting))
+            else:
+                gone.append(tokens_hash)
+        blocks.hashes.set_many(kept, values, kept)
+        blocks.hashes.pop_many(gone)
+        for tokens_hash, posting in left:
+            self._hash_left(blocks.slots(tokens_hash, posting))
 
     def reconcile(self, events: Iterable[KvEvent]) -> int:
         """Make every worker's device blocks exactly those of a full index dump; returns the blocks that changed.
@@ -375,26 +408,31 @@ class Residency:
             return
         wanted = [dict.fromkeys(entry.block_hashes) for entry in entries]
         hashes = list(dict.fromkeys(h for distinct in wanted for h in distinct))
-        was = dict(zip(hashes, blocks.postings.get_many(hashes), strict=True))
-        stored = dict(zip(hashes, blocks.counts.get_many(hashes), strict=True))
+        was = dict(zip(hashes, blocks.hashes.get_many(hashes), strict=True))
         posting: dict[int, int] = {}
         for entry, distinct in zip(entries, wanted, strict=True):
-            slot = entry.slot
+            mine = entry.slot + 1
             for tokens_hash in distinct:
-                held = posting.get(tokens_hash, was[tokens_hash])
+                held = posting.get(tokens_hash)
                 if held is None:
-                    posting[tokens_hash] = slot
+                    held = (was[tokens_hash] or 0) & _POST_MASK
+                if not held:
+                    posting[tokens_hash] = mine
                 elif held == SHARED:
-                    blocks.shared[tokens_hash].add(slot)
-                elif held != slot:
+                    blocks.shared[tokens_hash].add(entry.slot)
+                elif held != mine:
                     posting[tokens_hash] = SHARED
-                    blocks.shared[tokens_hash] = {held, slot}
-            entry.missing = sum(1 for h in distinct if stored[h] is None)
+                    blocks.shared[tokens_hash] = {held - 1, entry.slot}
+            entry.missing = sum(1 for h in distinct if (was[h] or 0) <= _POST_MASK)
             if entry.missing == 0:
                 self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
                 self._changes.append((entry.donor_id, True))
-        changed = [h for h, held in posting.items() if held != was[h]]
-        blocks.postings.set_many(changed, [posting[h] for h in changed], [was[h] for h in changed])
+        changed = [h for h, held in posting.items() if held != (was[h] or 0) & _POST_MASK]
+        blocks.hashes.set_many(
+            changed,
+            [(was[h] or 0) - ((was[h] or 0) & _POST_MASK) + posting[h] for h in changed],
+            [was[h] for h in changed],
+        )
 
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
@@ -403,14 +441,17 @@ class Residency:
         if not len(entries) or not lengths.all():
             return False
         hashes = np.frombuffer(b"".join(entry.block_hashes for entry in entries), dtype=np.uint64)  # type: ignore[misc]
-        order = np.argsort(hashes)  # sorted probes: fewer cache misses in the maps' binary searches
+        order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
-        if (ordered[1:] == ordered[:-1]).any() or blocks.postings.lookup(ordered)[0].any():
+        if (ordered[1:] == ordered[:-1]).any():
             return False
-        slots = np.fromiter((entry.slot for entry in entries), dtype=np.uint64, count=len(entries))
-        blocks.postings.add_absent(ordered, np.repeat(slots, lengths)[order])
+        found, values = blocks.hashes.lookup(ordered)
+        if (values & np.uint64(_POST_MASK)).any():
+            return False
+        slots = np.fromiter((entry.slot + 1 for entry in entries), dtype=np.uint64, count=len(entries))
+        blocks.hashes.put(ordered, values | np.repeat(slots, lengths)[order], found)
         absent = np.empty(len(hashes), dtype=bool)
-        absent[order] = ~blocks.counts.lookup(ordered)[0]
+        absent[order] = values == 0  # no block stores it (its posting is 0 too)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         for entry, missing in zip(entries, np.add.reduceat(absent, starts).tolist(), strict=True):
             entry.missing = missing
@@ -422,6 +463,8 @@ class Residency:
     def _take_slot(self) -> int:
         if self._free:
             return self._free.pop()
+        if len(self._slots) >= MAX_SLOTS:
+            raise OverflowError(f"residency holds {MAX_SLOTS} donor slots already")
         self._slots.append(None)
         return len(self._slots) - 1
 

@@ -148,17 +148,23 @@ class U64Map:
 
     def items(self) -> Iterator[tuple[int, int]]:
         """Every ``(key, value)``, in key order (a snapshot: the map may change while it is walked)."""
+        keys, values = self.arrays()
+        return zip(keys.tolist(), values.tolist(), strict=True)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every key and its value as sorted u64 arrays (a snapshot: the map replaces its arrays, never changes them)."""
         self._merge_delta()
         self._merge_overlay()
-        return zip(self._keys.tolist(), self._values.tolist(), strict=True)
+        return self._keys, self._values
 
     # --- writes ----------------------------------------------------------------------------------
-    def add_absent(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Set distinct keys known to be absent (from :meth:`lookup`), given as u64 arrays."""
-        self._len += len(keys)
+    def put(self, keys: np.ndarray, values: np.ndarray, found: np.ndarray) -> None:
+        """Set distinct keys given as u64 arrays; ``found`` (from :meth:`lookup`) says which the map holds already."""
+        self._len += len(keys) - int(np.count_nonzero(found))
         if len(keys) >= _BULK:
             self._merge_delta()
-            self._overlay(keys, values, np.ones(len(keys), dtype=bool), absent=bool(self._live.all()))
+            absent = not found.any() and bool(self._live.all())  # then none of the keys is in the overlay
+            self._overlay(keys, values, np.ones(len(keys), dtype=bool), absent=absent)
             return
         self._delta.update(zip(keys.tolist(), values.tolist(), strict=True))
         if self._gone:
