@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
-from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
+from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, SyncRows
 from .u64map import U64Map
 
 WorkerKey = tuple[int, int]
@@ -118,22 +118,53 @@ class DonorEntry:
     block_hashes: Sequence[int]
     own_embedding: bytes | None
 
-    def __init__(self, registration: DonorRegistration, worker: WorkerKey, slot: int) -> None:
-        r = registration
-        self.donor_id = r.donor_id
-        self.donor_key = r.donor_key
-        self.router_id = sys.intern(r.router_id)
+    def __init__(
+        self,
+        donor_id: str,
+        donor_key: str | None,
+        router_id: str,
+        worker: WorkerKey,
+        deployment: str,
+        namespace: str,
+        num_tokens: int,
+        block_size: int,
+        block_hashes: array[int],
+        embedding: bytes,
+        embedding_dim: int,
+        registered_at: float,
+    ) -> None:
+        self.donor_id = donor_id
+        self.donor_key = donor_key
+        self.router_id = sys.intern(router_id)
         self.worker = worker
-        self.deployment = sys.intern(r.deployment)
-        self.namespace = sys.intern(r.namespace)
-        self.num_tokens = _shared_int(r.num_tokens)
-        self.block_size = _shared_int(r.block_size)
-        self.block_hashes = array("Q", r.block_hashes)
-        self.own_embedding = r.embedding
-        self.embedding_dim = _shared_int(r.embedding_dim)
-        self.registered_at = r.registered_at
-        self.slot = slot
+        self.deployment = sys.intern(deployment)
+        self.namespace = sys.intern(namespace)
+        self.num_tokens = _shared_int(num_tokens)
+        self.block_size = _shared_int(block_size)
+        self.block_hashes = block_hashes
+        self.own_embedding = embedding
+        self.embedding_dim = _shared_int(embedding_dim)
+        self.registered_at = registered_at
+        self.slot = -1  # set by the residency that takes it
         self.missing = 0
+
+    @classmethod
+    def of(cls, r: DonorRegistration, worker: WorkerKey) -> DonorEntry:
+        """The entry of a registration (``worker``: its worker key, shared with the worker's blocks)."""
+        return cls(
+            r.donor_id,
+            r.donor_key,
+            r.router_id,
+            worker,
+            r.deployment,
+            r.namespace,
+            r.num_tokens,
+            r.block_size,
+            array("Q", r.block_hashes),
+            r.embedding,
+            r.embedding_dim,
+            r.registered_at,
+        )
 
     @property
     def worker_id(self) -> int:
@@ -227,7 +258,7 @@ class Residency:
                 self._hash_left(blocks.slots(tokens_hash, posting))
             blocks.by_block.clear()
             blocks.hashes.clear()
-            blocks.hashes.put(keys[posted], postings[posted], np.zeros(int(np.count_nonzero(posted)), dtype=bool))
+            blocks.hashes.assign(keys[posted], postings[posted])
 
     def _receive(self, event: KvEvent) -> _WorkerBlocks | None:
         """Note an event's id on its worker's blocks (counting a gap); those blocks, or None for another tier."""
@@ -382,20 +413,49 @@ class Residency:
     def add_many(self, registrations: Iterable[DonorRegistration]) -> list[str]:
         """:meth:`add_donor` for many registrations (of distinct donors or not), each worker's postings and block
         presence looked up once for all of its donors; returns the donor ids pushed out by the capacity bound."""
+        return self._insert([DonorEntry.of(r, self._blocks((r.worker_id, r.dp_rank)).key) for r in registrations])
+
+    def add_rows(self, rows: SyncRows, picked: Iterable[int]) -> list[str]:
+        """:meth:`add_many` for rows ``picked`` of a sync page, taken from its columns (no registration objects)."""
+        hashes = memoryview(rows.block_hashes)
+        entries = []
+        for i in picked:
+            block_hashes = array("Q")
+            block_hashes.frombytes(hashes[8 * rows.hash_start(i) : 8 * rows.hash_ends[i]])
+            entries.append(
+                DonorEntry(
+                    rows.donor_ids[i],
+                    rows.donor_keys[i],
+                    rows.router_ids[i],
+                    self._blocks((rows.worker_ids[i], rows.dp_ranks[i])).key,
+                    rows.deployment,
+                    rows.namespaces[i],
+                    rows.num_tokens[i],
+                    rows.block_sizes[i],
+                    block_hashes,
+                    rows.embeddings[rows.embedding_start(i) : rows.embedding_ends[i]],
+                    rows.embedding_dims[i],
+                    rows.registered_at[i],
+                )
+            )
+        return self._insert(entries)
+
+    def _insert(self, entries: list[DonorEntry]) -> list[str]:
+        """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity."""
         by_worker: dict[WorkerKey, list[DonorEntry]] = {}
-        for registration in registrations:
-            donor_id = registration.donor_id
-            if donor_id in self._donors:
+        donors = self._donors
+        for entry in entries:
+            donor_id = entry.donor_id
+            if donor_id in donors:
                 self.remove_donor(donor_id)
-            blocks = self._blocks((registration.worker_id, registration.dp_rank))
-            entry = DonorEntry(registration, blocks.key, self._take_slot())
-            self._slots[entry.slot] = self._donors[donor_id] = entry
-            by_worker.setdefault(blocks.key, []).append(entry)
-        for key, entries in by_worker.items():
-            self._post(self._workers[key], entries)
+            entry.slot = self._take_slot()
+            self._slots[entry.slot] = donors[donor_id] = entry
+            by_worker.setdefault(entry.worker, []).append(entry)
+        for key, group in by_worker.items():
+            self._post(self._workers[key], group)
         evicted = []
-        while len(self._donors) > self.capacity:
-            oldest = next(iter(self._donors))
+        while len(donors) > self.capacity:
+            oldest = next(iter(donors))
             self.remove_donor(oldest)
             evicted.append(oldest)
         return evicted
@@ -445,11 +505,11 @@ class Residency:
         ordered = hashes[order]
         if (ordered[1:] == ordered[:-1]).any():
             return False
-        found, values = blocks.hashes.lookup(ordered)
+        values = blocks.hashes.lookup(ordered)[1]
         if (values & np.uint64(_POST_MASK)).any():
             return False
         slots = np.fromiter((entry.slot + 1 for entry in entries), dtype=np.uint64, count=len(entries))
-        blocks.hashes.put(ordered, values | np.repeat(slots, lengths)[order], found)
+        blocks.hashes.assign(ordered, values | np.repeat(slots, lengths)[order])
         absent = np.empty(len(hashes), dtype=bool)
         absent[order] = values == 0  # no block stores it (its posting is 0 too)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))

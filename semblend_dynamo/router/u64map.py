@@ -152,24 +152,35 @@ class U64Map:
         return zip(keys.tolist(), values.tolist(), strict=True)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every key and its value as sorted u64 arrays (a snapshot: the map replaces its arrays, never changes them)."""
+        """Every key and its value as sorted u64 arrays (the map's own: valid until it next changes)."""
         self._merge_delta()
         self._merge_overlay()
         return self._keys, self._values
 
     # --- writes ----------------------------------------------------------------------------------
-    def put(self, keys: np.ndarray, values: np.ndarray, found: np.ndarray) -> None:
-        """Set distinct keys given as u64 arrays; ``found`` (from :meth:`lookup`) says which the map holds already."""
-        self._len += len(keys) - int(np.count_nonzero(found))
-        if len(keys) >= _BULK:
-            self._merge_delta()
-            absent = not found.any() and bool(self._live.all())  # then none of the keys is in the overlay
-            self._overlay(keys, values, np.ones(len(keys), dtype=bool), absent=absent)
+    def assign(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Set distinct keys given as a sorted u64 array: a key a sorted level holds gets its value written in place
+        there (no merge copies it), the others are inserted as :meth:`set_many` inserts them."""
+        if len(keys) < _BULK:
+            self.set_many(keys.tolist(), values.tolist())
             return
-        self._delta.update(zip(keys.tolist(), values.tolist(), strict=True))
-        if self._gone:
-            self._gone.difference_update(keys.tolist())
-        self._changed()
+        self._merge_delta()
+        rest = np.ones(len(keys), dtype=bool)
+        if len(self._over_keys):
+            held, at = _hits(self._over_keys, keys)
+            at = at[held]
+            self._len += len(at) - int(np.count_nonzero(self._live[at]))
+            self._over_values[at] = values[held]
+            self._live[at] = True
+            rest = ~held
+        if len(self._keys):
+            probe = keys[rest]
+            held, at = _hits(self._keys, probe)
+            self._values[at[held]] = values[rest][held]
+            rest[rest] = ~held
+        if rest.any():
+            self._len += int(np.count_nonzero(rest))
+            self._overlay(keys[rest], values[rest], np.ones(int(np.count_nonzero(rest)), dtype=bool), absent=True)
 
     def set_many(self, keys: Sequence[int], values: Sequence[int], held: Sequence[int | None] | None = None) -> None:
         """Set distinct ``keys``; ``held`` (their values now, from :meth:`get_many`) spares looking them up again."""

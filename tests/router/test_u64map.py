@@ -40,8 +40,8 @@ def test_the_map_behaves_as_a_dict_through_merges() -> None:
             assert found.tolist() == [k in d for k in batch]
             assert held.tolist() == [d.get(k, 0) for k in batch]
             values = [rng.randrange(1 << 64) for _ in batch]
-            m.put(probe, np.array(values, dtype=np.uint64), found)  # held keys and absent ones together
-            d.update(zip(batch, values, strict=True))
+            m.assign(np.sort(probe), np.array(values, dtype=np.uint64))  # held keys and absent ones together
+            d.update(zip(sorted(batch), values, strict=True))
         elif op < 0.62:
             assert m.pop(batch[0]) == d.pop(batch[0], None)
         elif op < 0.72:
@@ -64,8 +64,25 @@ def test_bulk_inserts_keep_every_level_bounded() -> None:
     m = U64Map()
     keys = rng.choice(1 << 62, size=200_000, replace=False).astype(np.uint64)
     for batch in np.array_split(keys, 200):
-        m.put(batch, batch + np.uint64(1), np.zeros(len(batch), dtype=bool))
+        m.assign(np.sort(batch), np.sort(batch) + np.uint64(1))
     assert len(m) == len(keys)
     found, values = m.lookup(keys)
     assert found.all() and (values == keys + np.uint64(1)).all()
     assert len(m._over_keys) <= max(u64map._MIN_OVERLAY, u64map._OVERLAY_PER_ROOT * int(len(m._keys) ** 0.5))
+
+
+def test_assign_writes_held_keys_in_place_and_inserts_the_others() -> None:
+    """A late replica's postings land on keys the map holds: their values change where they are, no level grows."""
+    m = U64Map()
+    keys = np.arange(1, 20_001, dtype=np.uint64) * np.uint64(7)
+    m.assign(keys, keys)
+    m.items()  # everything merged into the base level
+    assert len(m._over_keys) == 0
+    held = keys[::3]
+    m.assign(held, held + np.uint64(1))
+    assert len(m._over_keys) == 0 and len(m) == len(keys)
+    new = np.array([3, 5], dtype=np.uint64)
+    m.assign(np.sort(np.concatenate((held[:100], new))), np.sort(np.concatenate((held[:100], new))))
+    assert len(m) == len(keys) + 2
+    assert m.get(int(held[200])) == int(held[200]) + 1 and m.get(int(held[1])) == int(held[1]) and m.get(5) == 5
+    assert m.get(int(keys[1])) == int(keys[1])
