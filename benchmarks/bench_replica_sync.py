@@ -125,7 +125,10 @@ def catalog_state(catalog: Any) -> dict[str, Any]:
 
 
 def resident_count(catalog: Any) -> int:
-    return sum(len(catalog.resident(ns)) for ns in NAMESPACES)
+    """Resident donors over the namespaces (polled while B syncs: a counter, or the live sets of older trees)."""
+    if hasattr(catalog, "resident_count"):
+        return sum(catalog.resident_count(ns) for ns in NAMESPACES)
+    return sum(len(catalog._residency.resident(ns)) for ns in NAMESPACES)
 
 
 def router_config(nats_url: str, index: str, capacity: int) -> Any:

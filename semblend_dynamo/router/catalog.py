@@ -210,9 +210,13 @@ class DonorCatalog:
             return self._residency.snapshot()
 
     def resident(self, namespace: str) -> set[str]:
-        """A copy of the donor ids resident in ``namespace``."""
+        """The donor ids resident in ``namespace`` (a scan of every donor: for debugging and tests)."""
         with self._lock:
-            return set(self._residency.resident(namespace))
+            return self._residency.resident(namespace)
+
+    def resident_count(self, namespace: str) -> int:
+        with self._lock:
+            return self._residency.resident_count(namespace)
 
     # --- the pipeline feed -----------------------------------------------------------------------
     def drain(self, timeout: float | None = None) -> bool:

@@ -146,7 +146,7 @@ class DonorEntry:
         self.embedding_dim = _shared_int(embedding_dim)
         self.registered_at = registered_at
         self.slot = -1  # set by the residency that takes it
-        self.missing = 0
+        self.missing = -1  # hashes not stored on the worker, counted once the residency posts the entry
 
     @classmethod
     def of(cls, r: DonorRegistration, worker: WorkerKey) -> DonorEntry:
@@ -224,7 +224,7 @@ class Residency:
         self._donors: OrderedDict[str, DonorEntry] = OrderedDict()
         self._slots: list[DonorEntry | None] = []
         self._free: list[int] = []
-        self._resident: dict[str, set[str]] = {}
+        self._resident_counts: Counter[str] = Counter()  # resident donors per namespace
         self._changes: list[tuple[str, bool]] = []
         self.event_gaps = 0
         self.ignored_events: Counter[str] = Counter()
@@ -385,8 +385,7 @@ class Residency:
             assert entry is not None
             entry.missing -= 1
             if entry.missing == 0:
-                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
-                self._changes.append((entry.donor_id, True))
+                self._became_resident(entry)
 
     def _hash_left(self, slots: Collection[int]) -> None:
         for slot in slots:
@@ -394,8 +393,12 @@ class Residency:
             assert entry is not None
             entry.missing += 1
             if entry.missing == 1:
-                self._resident[entry.namespace].discard(entry.donor_id)
+                self._resident_counts[entry.namespace] -= 1
                 self._changes.append((entry.donor_id, False))
+
+    def _became_resident(self, entry: DonorEntry) -> None:
+        self._resident_counts[entry.namespace] += 1
+        self._changes.append((entry.donor_id, True))
 
     def take_changes(self) -> list[tuple[str, bool]]:
         """``(donor_id, now_resident)`` transitions since the last call, in order."""
@@ -485,8 +488,7 @@ class Residency:
                     blocks.shared[tokens_hash] = {held - 1, entry.slot}
             entry.missing = sum(1 for h in distinct if (was[h] or 0) <= _POST_MASK)
             if entry.missing == 0:
-                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
-                self._changes.append((entry.donor_id, True))
+                self._became_resident(entry)
         changed = [h for h, held in posting.items() if held != (was[h] or 0) & _POST_MASK]
         blocks.hashes.set_many(
             changed,
@@ -516,8 +518,7 @@ class Residency:
         for entry, missing in zip(entries, np.add.reduceat(absent, starts).tolist(), strict=True):
             entry.missing = missing
             if missing == 0:
-                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
-                self._changes.append((entry.donor_id, True))
+                self._became_resident(entry)
         return True
 
     def _take_slot(self) -> int:
@@ -539,9 +540,8 @@ class Residency:
                 blocks.unpost(tokens_hash, entry.slot)
         self._slots[entry.slot] = None
         self._free.append(entry.slot)
-        resident = self._resident.get(entry.namespace)
-        if resident is not None:
-            resident.discard(donor_id)
+        if entry.missing == 0:
+            self._resident_counts[entry.namespace] -= 1
         return True
 
     # --- workers ---------------------------------------------------------------------------------
@@ -564,8 +564,12 @@ class Residency:
 
     # --- queries ---------------------------------------------------------------------------------
     def resident(self, namespace: str) -> set[str]:
-        """Donor ids resident now in ``namespace`` (a live view: copy it before awaiting)."""
-        return self._resident.get(namespace, set())
+        """Donor ids resident now in ``namespace`` (a scan of every donor: for debugging and tests)."""
+        return {e.donor_id for e in self._donors.values() if e.missing == 0 and e.namespace == namespace}
+
+    def resident_count(self, namespace: str) -> int:
+        """How many donors are resident now in ``namespace``."""
+        return self._resident_counts[namespace]
 
     def is_resident(self, donor_id: str) -> bool:
         entry = self._donors.get(donor_id)

@@ -265,7 +265,7 @@ def test_random_events_and_donors_agree_with_a_plain_model() -> None:
             del donors[donor_id]
         resident = {d for d, (worker, hashes) in donors.items() if set(hashes) <= set(stored[worker].values())}
         assert {d for d in donors if r.is_resident(d)} == resident, step
-        assert r.resident("ns") == resident, step
+        assert r.resident("ns") == resident and r.resident_count("ns") == len(resident), step
         assert {w: r.blocks_on((w, 0)) for w in stored} == {w: len(blocks) for w, blocks in stored.items()}
     for donor_id in list(donors):
         r.remove_donor(donor_id)
