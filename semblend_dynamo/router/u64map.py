@@ -45,6 +45,20 @@ def _hits(keys: np.ndarray, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys[at] == probe, at
 
 
+class _Located:
+    """Where the keys of a bulk lookup are on the sorted levels (valid while the levels' arrays stay the same and
+    the dict of recent changes is empty: :meth:`U64Map.assign` reuses it then)."""
+
+    __slots__ = ("base_at", "base_hit", "over_at", "over_hit", "probe")
+
+    def __init__(
+        self, probe: np.ndarray, over_hit: np.ndarray, over_at: np.ndarray, base_hit: np.ndarray, base_at: np.ndarray
+    ) -> None:
+        self.probe = probe
+        self.over_hit, self.over_at = over_hit, over_at
+        self.base_hit, self.base_at = base_hit, base_at
+
+
 def _interleave(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """Sorted columns ``old`` and ``new`` (keys first, distinct across both) as one sorted set of columns."""
     at = old[0].searchsorted(new[0]) + np.arange(len(new[0]))
@@ -62,7 +76,7 @@ def _interleave(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tup
 class U64Map:
     """``dict[int, int]`` for keys and values in ``[0, 2**64)``, kept compact (see the module docstring)."""
 
-    __slots__ = ("_delta", "_gone", "_keys", "_len", "_live", "_over_keys", "_over_values", "_values")
+    __slots__ = ("_delta", "_gone", "_keys", "_len", "_live", "_located", "_over_keys", "_over_values", "_values")
 
     def __init__(self) -> None:
         self._keys = _empty()  # the base level
@@ -73,6 +87,7 @@ class U64Map:
         self._delta: dict[int, int] = {}
         self._gone: set[int] = set()  # deleted since the last merge (never also in _delta)
         self._len = 0
+        self._located: _Located | None = None  # the last bulk lookup's positions, while the levels stay as they are
 
     def __len__(self) -> int:
         return self._len
@@ -80,18 +95,24 @@ class U64Map:
     # --- reads -----------------------------------------------------------------------------------
     def _levels(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, values)`` of the u64 array ``probe`` on the sorted levels (a value is 0 where not found)."""
-        found = np.zeros(len(probe), dtype=bool)
-        values = np.zeros(len(probe), dtype=_U64)
-        if not len(probe):
-            return found, values
-        if len(self._keys):
-            found, at = _hits(self._keys, probe)
-            values = self._values[at]
-        if len(self._over_keys):
-            over, at = _hits(self._over_keys, probe)
-            found = np.where(over, self._live[at], found)
-            values = np.where(over, self._over_values[at], values)
-        return found, np.where(found, values, _U64(0))
+        found, values, _ = self._locate(probe)
+        return found, values
+
+    def _locate(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Located]:
+        """:meth:`_levels`, with where each probe is on each level."""
+        n = len(probe)
+        found, values = np.zeros(n, dtype=bool), np.zeros(n, dtype=_U64)
+        base_hit = over_hit = found
+        base_at = over_at = np.zeros(n, dtype=np.intp)
+        if n and len(self._keys):
+            base_hit, base_at = _hits(self._keys, probe)
+            found = base_hit
+            values = self._values[base_at]
+        if n and len(self._over_keys):
+            over_hit, over_at = _hits(self._over_keys, probe)
+            found = np.where(over_hit, self._live[over_at], found)
+            values = np.where(over_hit, self._over_values[over_at], values)
+        return found, np.where(found, values, _U64(0)), _Located(probe, over_hit, over_at, base_hit, base_at)
 
     def get(self, key: int) -> int | None:
         held = self._delta.get(key)
@@ -133,6 +154,8 @@ class U64Map:
         """:meth:`get_many` for a u64 array: ``(found, values)`` arrays (a value is 0 where not found)."""
         if len(keys) >= _BULK:
             self._merge_delta()
+            found, values, self._located = self._locate(keys)  # for an assign of the same keys that may follow
+            return found, values
         found, values = self._levels(keys)
         delta, gone = self._delta, self._gone
         if delta or gone:
@@ -160,24 +183,24 @@ class U64Map:
     # --- writes ----------------------------------------------------------------------------------
     def assign(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Set distinct keys given as a sorted u64 array: a key a sorted level holds gets its value written in place
-        there (no merge copies it), the others are inserted as :meth:`set_many` inserts them."""
+        there (no merge copies it), the others are inserted as :meth:`set_many` inserts them. Right after a
+        :meth:`lookup` of the same array, its binary searches are reused."""
         if len(keys) < _BULK:
             self.set_many(keys.tolist(), values.tolist())
             return
         self._merge_delta()
-        rest = np.ones(len(keys), dtype=bool)
-        if len(self._over_keys):
-            held, at = _hits(self._over_keys, keys)
-            at = at[held]
-            self._len += len(at) - int(np.count_nonzero(self._live[at]))
-            self._over_values[at] = values[held]
-            self._live[at] = True
-            rest = ~held
-        if len(self._keys):
-            probe = keys[rest]
-            held, at = _hits(self._keys, probe)
-            self._values[at[held]] = values[rest][held]
-            rest[rest] = ~held
+        located = self._located
+        if located is None or located.probe is not keys:
+            located = self._locate(keys)[2]
+        self._located = None
+        over = located.over_hit
+        at = located.over_at[over]
+        self._len += len(at) - int(np.count_nonzero(self._live[at]))
+        self._over_values[at] = values[over]
+        self._live[at] = True
+        base = located.base_hit & ~over
+        self._values[located.base_at[base]] = values[base]
+        rest = ~(over | base)
         if rest.any():
             self._len += int(np.count_nonzero(rest))
             self._overlay(keys[rest], values[rest], np.ones(int(np.count_nonzero(rest)), dtype=bool), absent=True)
@@ -229,6 +252,7 @@ class U64Map:
         return self.pop_many((key,))[0]
 
     def clear(self) -> None:
+        self._located = None
         self._keys, self._values = _empty(), _empty()
         self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)
         self._delta.clear()
@@ -275,6 +299,7 @@ class U64Map:
                 keep = np.ones(len(held_keys), dtype=bool)
                 keep[at[replaced]] = False
                 held_keys, held_values, held_live = held_keys[keep], held_values[keep], held_live[keep]
+        self._located = None
         self._over_keys, self._over_values, self._live = _interleave(
             (held_keys, held_values, held_live), (keys, values, live)
         )
@@ -293,5 +318,6 @@ class U64Map:
                 keep[at[replaced]] = False
                 keys, values = keys[keep], values[keep]
         live = self._live
+        self._located = None
         self._keys, self._values = _interleave((keys, values), (over[live], self._over_values[live]))
         self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)

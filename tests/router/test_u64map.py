@@ -35,13 +35,16 @@ def test_the_map_behaves_as_a_dict_through_merges() -> None:
             m.set_many(batch, values)
             d.update(zip(batch, values, strict=True))
         elif op < 0.5:
+            batch.sort()
             probe = np.array(batch, dtype=np.uint64)
             found, held = m.lookup(probe)
             assert found.tolist() == [k in d for k in batch]
             assert held.tolist() == [d.get(k, 0) for k in batch]
             values = [rng.randrange(1 << 64) for _ in batch]
-            m.assign(np.sort(probe), np.array(values, dtype=np.uint64))  # held keys and absent ones together
-            d.update(zip(sorted(batch), values, strict=True))
+            if rng.random() < 0.3:  # a change between the lookup and the assign: its positions are not reused
+                m[batch[0]] = d[batch[0]] = rng.randrange(1 << 64)
+            m.assign(probe, np.array(values, dtype=np.uint64))  # held keys and absent ones together
+            d.update(zip(batch, values, strict=True))
         elif op < 0.62:
             assert m.pop(batch[0]) == d.pop(batch[0], None)
         elif op < 0.72:
