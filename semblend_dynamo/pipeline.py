@@ -119,9 +119,8 @@ class DonorDiscovery:
         self.counters: Counter[str] = Counter()
         self._lock = threading.RLock()  # the aligner and _donors: held only briefly, discover() reads under it
         self._writer = threading.RLock()  # serializes donor mutations, index writes included (never under _lock)
-        self._donors: OrderedDict[str, int] = (
-            OrderedDict()
-        )  # donor id -> generation (from 1; 0: a peer's), oldest first
+        # donor id -> generation (from 1; 0: a peer's), oldest first
+        self._donors: OrderedDict[str, int] = OrderedDict()
         self._generation = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-embed") if background else None
         self._pending: set[Future[None]] = set()

@@ -27,8 +27,8 @@ WorkerKey = tuple[int, int]
 
 DEVICE_TIER = "device"
 
-POST_BITS = 32
-_POST_MASK = (1 << POST_BITS) - 1
+_POST_BITS = 32
+_POST_MASK = (1 << _POST_BITS) - 1
 SHARED = _POST_MASK
 """A posting when several donors of the worker use the hash (their slots are in ``_WorkerBlocks.shared``)."""
 MAX_SLOTS = SHARED - 1
@@ -59,7 +59,7 @@ class _WorkerBlocks:
     def __init__(self, key: WorkerKey) -> None:
         self.key = key
         self.by_block = U64Map()  # engine block id -> tokens_hash
-        self.hashes = U64Map()  # tokens_hash -> engine blocks holding it << POST_BITS | posting
+        self.hashes = U64Map()  # tokens_hash -> engine blocks holding it << _POST_BITS | posting
         self.shared: dict[int, set[int]] = {}  # tokens_hash -> slots, for hashes several donors use
         self.last_event_id = 0
 
@@ -302,7 +302,7 @@ class Residency:
         keys = list(added)
         held = blocks.hashes.get_many(keys)
         blocks.hashes.set_many(
-            keys, [(h or 0) + (added[k] << POST_BITS) for k, h in zip(keys, held, strict=True)], held
+            keys, [(h or 0) + (added[k] << _POST_BITS) for k, h in zip(keys, held, strict=True)], held
         )
         for tokens_hash, value in zip(keys, held, strict=True):
             if value is not None and value <= _POST_MASK:  # posted, and stored by no block until now
@@ -322,9 +322,9 @@ class Residency:
             if value is None or value <= _POST_MASK:
                 continue
             posting = value & _POST_MASK
-            if value >> POST_BITS > dropped[tokens_hash]:
+            if value >> _POST_BITS > dropped[tokens_hash]:
                 kept.append(tokens_hash)
-                values.append(value - (dropped[tokens_hash] << POST_BITS))
+                values.append(value - (dropped[tokens_hash] << _POST_BITS))
             elif posting:
                 kept.append(tokens_hash)
                 values.append(posting)
