@@ -19,6 +19,7 @@ from semblend_dynamo.events.schemas import (
     DonorSyncRequest,
     sync_page_bytes,
 )
+from semblend_dynamo.router.handler import SYNC_ADD_CHUNK, sync_chunks
 from semblend_dynamo.router.sync import RETRIES, SyncLimiter, SyncSession, sync_inbox
 from tests.router.test_handler import BLOCK, W1, _router
 
@@ -350,8 +351,6 @@ async def test_a_page_echoing_own_registrations_does_not_add_them_as_peers() -> 
 
 
 def test_a_page_is_added_in_equal_chunks_of_at_most_the_chunk_size() -> None:
-    from semblend_dynamo.router.handler import SYNC_ADD_CHUNK, sync_chunks
-
     assert sync_chunks(0) == []
     assert sync_chunks(10) == [(0, 10)]
     assert sync_chunks(SYNC_ADD_CHUNK) == [(0, SYNC_ADD_CHUNK)]
