@@ -85,11 +85,11 @@ class DonorCatalog:
                 self._add_locked([(r.donor_id, r.registered_at) for r in fresh], self._residency.add_many(fresh))
             return len(fresh)
 
-    def add_rows(self, rows: SyncRows, start: int, stop: int, *, skip_router: str = "") -> int:
+    def add_rows(self, rows: SyncRows, start: int, stop: int, *, skip_router: str | None = None) -> int:
         """:meth:`add_many` for rows ``[start, stop)`` of a sync page, from its columns; rows registered by router
-        ``skip_router`` are left out. Returns how many were added."""
+        ``skip_router`` (if given) are left out. Returns how many were added."""
         with self._lock:
-            kept = [i for i in range(start, stop) if rows.router_ids[i] != skip_router]
+            kept = [i for i in range(start, stop) if skip_router is None or rows.router_ids[i] != skip_router]
             picked = [kept[j] for j in self._fresh((rows.donor_ids[i], rows.registered_at[i]) for i in kept)]
             if picked:
                 added = [(rows.donor_ids[i], rows.registered_at[i]) for i in picked]

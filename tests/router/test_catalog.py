@@ -135,6 +135,8 @@ def test_a_sync_pages_rows_end_where_its_registrations_added_one_by_one_end() ->
         registrations, router_id="peer", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=62
     )
     columns = decode(encode(page), DonorSyncPage, max_bytes=1 << 20).rows()
+    every, _ = _catalog(capacity=100)
+    assert every.add_rows(columns, 0, len(columns)) == len(columns)  # no router skipped (these rows' own is "")
     assert rows.add_rows(columns, 0, 25, skip_router="me") == 25
     assert rows.add_rows(columns, 25, len(columns), skip_router="me") == 35
     for registration in registrations[:60]:
