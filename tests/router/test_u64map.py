@@ -16,6 +16,8 @@ def level_bounds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(u64map, "_MIN_OVERLAY", 8)
         monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
         monkeypatch.setattr(u64map, "_BULK", 6)
+        monkeypatch.setattr(u64map, "_MIN_STEP", 3)
+        monkeypatch.setattr(u64map, "_STEPS", 4)
 
 
 @pytest.mark.usefixtures("level_bounds")
@@ -89,3 +91,35 @@ def test_assign_writes_held_keys_in_place_and_inserts_the_others() -> None:
     assert len(m) == len(keys) + 2
     assert m.get(int(held[200])) == int(held[200]) + 1 and m.get(int(held[1])) == int(held[1]) and m.get(5) == 5
     assert m.get(int(keys[1])) == int(keys[1])
+
+
+def test_the_base_is_rewritten_in_bounded_steps_while_every_lookup_stays_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full overlay is written into a new base a slice per later merge: no single change copies the whole base."""
+    monkeypatch.setattr(u64map, "_MIN_STEP", 1_000)
+    monkeypatch.setattr(u64map, "_STEPS", 4)  # the overlay of a 32K base takes 5 merges of 1,024 to fill
+    rng = np.random.default_rng(5)
+    keys = rng.choice(1 << 62, size=64_000, replace=False).astype(np.uint64)
+    m = U64Map()
+    m.assign(np.sort(keys[:32_000]), np.sort(keys[:32_000]))
+    m.arrays()  # all in the base
+    expected = {int(k): int(k) for k in keys[:32_000]}
+    base, written, steps = m._keys, 0, 0
+    for key in keys[32_000:].tolist():  # single changes: a merge into the overlay every 1,024
+        m[key] = key + 1
+        expected[key] = key + 1
+        if m._keys is not base:
+            break
+        if m._written != written:
+            assert m._written - written <= 8_000 + len(m._frozen_keys)  # a step: a quarter of the base, its new keys
+            written, steps = m._written, steps + 1
+    # three steps wrote into the new base while the old one served every lookup; the fourth completed and replaced it
+    assert m._keys is not base and steps == 3
+    victims = keys[:10].tolist()
+    for key in victims:
+        del expected[key]
+    assert m.pop_many(victims) == [int(k) for k in keys[:10]]
+    probe = rng.permutation(keys)
+    found, values = m.lookup(probe)
+    assert found.tolist() == [int(k) in expected for k in probe.tolist()]
+    assert values.tolist() == [expected.get(int(k), 0) for k in probe.tolist()]
+    assert dict(m.items()) == expected and len(m) == len(expected)
