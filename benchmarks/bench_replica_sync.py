@@ -18,7 +18,8 @@ The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-
 ``git archive``d to a temporary directory), in the same run.
 
 ``--breakdown N`` instead times, in one process, where the CPU of a sync of ``N`` donors goes per donor (the peer
-building pages; the late replica decoding them, building registrations, adding them), with Python's GC on and off.
+building pages; the late replica decoding them, taking their rows as columns, adding them as the handler does), with
+Python's GC on and off.
 
 Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
 [--baseline-donors 10000] [--index none]`` or ``... --breakdown 300000``
@@ -124,7 +125,10 @@ def catalog_state(catalog: Any) -> dict[str, Any]:
 
 
 def resident_count(catalog: Any) -> int:
-    return sum(len(catalog.resident(ns)) for ns in NAMESPACES)
+    """Resident donors over the namespaces (polled while B syncs: a counter, or the live sets of older trees)."""
+    if hasattr(catalog, "resident_count"):
+        return sum(catalog.resident_count(ns) for ns in NAMESPACES)
+    return sum(len(catalog._residency.resident(ns)) for ns in NAMESPACES)
 
 
 def router_config(nats_url: str, index: str, capacity: int) -> Any:
@@ -209,13 +213,14 @@ async def late(args: argparse.Namespace) -> None:
 
 def breakdown(n: int) -> None:
     """Where a sync's CPU goes per donor, in one process (no NATS): the peer building pages from its catalog, the late
-    replica decoding them, building registrations and adding them; the add once with Python's cyclic GC on, once
-    off (the same pages)."""
+    replica decoding them, taking their rows and adding them as the handler does; the add once with Python's cyclic
+    GC on, once off (the same pages)."""
     import gc
 
     from semblend_dynamo.events.codec import decode, encode
     from semblend_dynamo.events.schemas import DonorSyncPage, DonorSyncRequest
     from semblend_dynamo.router.catalog import DonorCatalog
+    from semblend_dynamo.router.handler import sync_chunks
     from semblend_dynamo.router.sync import PageBudget, build_page
 
     peer_catalog = DonorCatalog(n + 1000, None)
@@ -257,14 +262,15 @@ def breakdown(n: int) -> None:
             t0 = time.process_time()
             page = decode(data, DonorSyncPage, max_bytes=1 << 20, deployment="d" * 16)
             t1 = time.process_time()
-            regs = page.registrations()
+            rows = page.rows()
             t2 = time.process_time()
-            late_catalog.add_many(regs)
+            for start, stop in sync_chunks(len(rows)):  # as the handler adds a page
+                late_catalog.add_rows(rows, start, stop)
             t3 = time.process_time()
             decode_s, build_s, add_s = decode_s + t1 - t0, build_s + t2 - t1, add_s + t3 - t2
         gc.enable()
         assert len(late_catalog) == n and resident_count(late_catalog) == n
-        row = {"serve": serve_s, "decode": decode_s, "registrations": build_s, "add_many": add_s}
+        row = {"serve": serve_s, "decode": decode_s, "rows": build_s, "add_rows": add_s}
         print(
             f"{n:,} donors, {len(pages)} pages, GC {'on' if gc_on else 'off'}: CPU us per donor "
             + ", ".join(f"{k} {v / n * 1e6:.1f}" for k, v in row.items())

@@ -119,7 +119,8 @@ class DonorDiscovery:
         self.counters: Counter[str] = Counter()
         self._lock = threading.RLock()  # the aligner and _donors: held only briefly, discover() reads under it
         self._writer = threading.RLock()  # serializes donor mutations, index writes included (never under _lock)
-        self._donors: OrderedDict[str, int] = OrderedDict()  # donor id -> generation, oldest first
+        # donor id -> generation (from 1; 0: a peer's), oldest first
+        self._donors: OrderedDict[str, int] = OrderedDict()
         self._generation = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-embed") if background else None
         self._pending: set[Future[None]] = set()
@@ -228,9 +229,8 @@ class DonorDiscovery:
                 for donor_id in donor_ids:
                     self._donors.pop(donor_id, None)
                     self.aligner.remove_donor(donor_id)
-                for donor_id in ids:
-                    self._generation += 1
-                    self._donors[donor_id] = self._generation
+                for donor_id in ids:  # generations guard background embeddings, which peers' donors never have
+                    self._donors[donor_id] = 0
             for donor_id in set(donor_ids) - set(ids):
                 self.index.delete(donor_id)
             try:

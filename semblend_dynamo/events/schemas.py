@@ -386,53 +386,54 @@ class DonorSyncPage(SemblendEvent):
     def __len__(self) -> int:
         return len(self.donor_ids)
 
+    def rows(self) -> SyncRows:
+        """The page's rows as columns of Python values (already checked by the page's validation)."""
+        c = self.columns()
+        return SyncRows(
+            deployment=self.deployment,
+            donor_ids=self.donor_ids,
+            donor_keys=self.donor_keys,
+            router_ids=[self.router_ids[i] for i in c["router_index"].tolist()],
+            namespaces=[self.namespaces[i] for i in c["namespace_index"].tolist()],
+            worker_ids=c["worker_ids"].tolist(),
+            dp_ranks=c["dp_ranks"].tolist(),
+            num_tokens=c["num_tokens"].tolist(),
+            block_sizes=c["block_sizes"].tolist(),
+            registered_at=c["registered_at"].tolist(),
+            embedding_dims=c["embedding_dims"].tolist(),
+            hash_ends=np.cumsum(c["block_counts"], dtype=np.int64).tolist(),
+            embedding_ends=(2 * np.cumsum(c["embedding_dims"], dtype=np.int64)).tolist(),
+            block_hashes=np.frombuffer(self.block_hashes, dtype=_U8).astype(np.uint64, copy=False).tobytes(),
+            embeddings=self.embeddings,
+        )
+
     def registrations(self) -> list[DonorRegistration]:
         """One :class:`DonorRegistration` per row (already checked by the page's validation: built without it)."""
-        c = self.columns()
-        hashes = np.frombuffer(self.block_hashes, dtype=_U8).tolist()
-        hash_ends = np.cumsum(c["block_counts"], dtype=np.int64).tolist()
-        byte_ends = (2 * np.cumsum(c["embedding_dims"], dtype=np.int64)).tolist()
-        routers = [self.router_ids[i] for i in c["router_index"].tolist()]
-        namespaces = [self.namespaces[i] for i in c["namespace_index"].tolist()]
+        rows = self.rows()
+        hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).tolist()
         out: list[DonorRegistration] = []
-        h0 = e0 = 0
-        for row in zip(
-            self.donor_ids,
-            self.donor_keys,
-            routers,
-            c["worker_ids"].tolist(),
-            c["dp_ranks"].tolist(),
-            namespaces,
-            c["num_tokens"].tolist(),
-            c["block_sizes"].tolist(),
-            hash_ends,
-            byte_ends,
-            c["embedding_dims"].tolist(),
-            c["registered_at"].tolist(),
-            strict=True,
-        ):
-            donor_id, donor_key, router_id, worker_id, dp_rank, namespace, tokens, block_size, h1, e1, dim, at = row
+        for i, donor_id in enumerate(rows.donor_ids):
+            h0, e0 = rows.hash_start(i), rows.embedding_start(i)
             out.append(
                 _trusted_registration(
                     {
                         "schema_": "semblend.donor/v1",
                         "donor_id": donor_id,
-                        "donor_key": donor_key,
-                        "router_id": router_id,
-                        "worker_id": worker_id,
-                        "dp_rank": dp_rank,
-                        "deployment": self.deployment,
-                        "namespace": namespace,
-                        "num_tokens": tokens,
-                        "block_size": block_size,
-                        "block_hashes": hashes[h0:h1],
-                        "embedding": self.embeddings[e0:e1],
-                        "embedding_dim": dim,
-                        "registered_at": at,
+                        "donor_key": rows.donor_keys[i],
+                        "router_id": rows.router_ids[i],
+                        "worker_id": rows.worker_ids[i],
+                        "dp_rank": rows.dp_ranks[i],
+                        "deployment": rows.deployment,
+                        "namespace": rows.namespaces[i],
+                        "num_tokens": rows.num_tokens[i],
+                        "block_size": rows.block_sizes[i],
+                        "block_hashes": hashes[h0 : rows.hash_ends[i]],
+                        "embedding": rows.embeddings[e0 : rows.embedding_ends[i]],
+                        "embedding_dim": rows.embedding_dims[i],
+                        "registered_at": rows.registered_at[i],
                     }
                 )
             )
-            h0, e0 = h1, e1
         return out
 
     @classmethod
@@ -477,6 +478,40 @@ class DonorSyncPage(SemblendEvent):
             embedding_dims=_column([r.embedding_dim for r in regs], _U16),
             embeddings=b"".join(r.embedding for r in regs),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRows:
+    """A sync page's registrations as columns (:meth:`DonorSyncPage.rows`): row ``i`` of every list is donor ``i``.
+
+    ``block_hashes`` holds every donor's hashes as native u64 bytes, donor ``i``'s ending at ``hash_ends[i]`` (in
+    hashes); ``embeddings`` every float16 embedding, donor ``i``'s ending at byte ``embedding_ends[i]``.
+    """
+
+    deployment: str
+    donor_ids: list[str]
+    donor_keys: list[str | None]
+    router_ids: list[str]
+    namespaces: list[str]
+    worker_ids: list[int]
+    dp_ranks: list[int]
+    num_tokens: list[int]
+    block_sizes: list[int]
+    registered_at: list[float]
+    embedding_dims: list[int]
+    hash_ends: list[int]
+    embedding_ends: list[int]
+    block_hashes: bytes
+    embeddings: bytes
+
+    def __len__(self) -> int:
+        return len(self.donor_ids)
+
+    def hash_start(self, i: int) -> int:
+        return self.hash_ends[i - 1] if i else 0
+
+    def embedding_start(self, i: int) -> int:
+        return self.embedding_ends[i - 1] if i else 0
 
 
 def _column(values: list[int] | list[float], dtype: np.dtype) -> bytes:

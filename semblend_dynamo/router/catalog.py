@@ -23,7 +23,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 
-from ..events.schemas import DonorRegistration, KvEvent
+from ..events.schemas import DonorRegistration, KvEvent, SyncRows
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
 from .indexer import PipelineIndexer
@@ -68,9 +68,7 @@ class DonorCatalog:
                 self._local_tokens[donor_id] = local
                 while len(self._local_tokens) > PENDING_LOCAL_DONORS:
                     self._local_tokens.popitem(last=False)
-            self._add_locked([registration])
-            self._sync_pipeline()
-            self.changed = True
+            self._add_locked([(donor_id, registration.registered_at)], self._residency.add_many([registration]))
             return True
 
     def add_many(self, registrations: Iterable[DonorRegistration]) -> int:
@@ -81,22 +79,22 @@ class DonorCatalog:
         in ``registrations``).
         """
         with self._lock:
-            fresh: list[DonorRegistration] = []
-            newest: dict[str, float] = {}
-            for registration in registrations:
-                donor_id = registration.donor_id
-                at = newest.get(donor_id)
-                if at is None and (known := self._residency.donor(donor_id)) is not None:
-                    at = known.registered_at
-                if at is not None and at >= registration.registered_at:
-                    continue
-                newest[donor_id] = registration.registered_at
-                fresh.append(registration)
+            regs = list(registrations)
+            fresh = [regs[i] for i in self._fresh((r.donor_id, r.registered_at) for r in regs)]
             if fresh:
-                self._add_locked(fresh)
-                self._sync_pipeline()
-                self.changed = True
+                self._add_locked([(r.donor_id, r.registered_at) for r in fresh], self._residency.add_many(fresh))
             return len(fresh)
+
+    def add_rows(self, rows: SyncRows, start: int, stop: int, *, skip_router: str | None = None) -> int:
+        """:meth:`add_many` for rows ``[start, stop)`` of a sync page, from its columns; rows registered by router
+        ``skip_router`` (if given) are left out. Returns how many were added."""
+        with self._lock:
+            kept = [i for i in range(start, stop) if skip_router is None or rows.router_ids[i] != skip_router]
+            picked = [kept[j] for j in self._fresh((rows.donor_ids[i], rows.registered_at[i]) for i in kept)]
+            if picked:
+                added = [(rows.donor_ids[i], rows.registered_at[i]) for i in picked]
+                self._add_locked(added, self._residency.add_rows(rows, picked))
+            return len(picked)
 
     def forget(self, donor_id: str) -> bool:
         """A donor is gone (evicted on its worker, reported gone by a connector). False if unknown."""
@@ -212,9 +210,13 @@ class DonorCatalog:
             return self._residency.snapshot()
 
     def resident(self, namespace: str) -> set[str]:
-        """A copy of the donor ids resident in ``namespace``."""
+        """The donor ids resident in ``namespace`` (a scan of every donor: for debugging and tests)."""
         with self._lock:
-            return set(self._residency.resident(namespace))
+            return self._residency.resident(namespace)
+
+    def resident_count(self, namespace: str) -> int:
+        with self._lock:
+            return self._residency.resident_count(namespace)
 
     # --- the pipeline feed -----------------------------------------------------------------------
     def drain(self, timeout: float | None = None) -> bool:
@@ -235,21 +237,39 @@ class DonorCatalog:
             self.changed = True
 
     # --- internals (lock held) -------------------------------------------------------------------
-    def _add_locked(self, registrations: Collection[DonorRegistration]) -> None:
-        """Residency takes ``registrations`` (each newer than what is known of its donor); each gets the next cursor,
-        which stays the donor's unless it was evicted or replaced later in the batch."""
-        for evicted in self._residency.add_many(registrations):
-            self._forget_locked(evicted)
-        for registration in registrations:
+    def _fresh(self, donors: Iterable[tuple[str, float]]) -> list[int]:
+        """The positions of the ``(donor_id, registered_at)`` pairs newer than what is known of their donors (the
+        catalog's copy, or an earlier pair of the same donor)."""
+        picked: list[int] = []
+        newest: dict[str, float] = {}
+        for i, (donor_id, registered_at) in enumerate(donors):
+            at = newest.get(donor_id)
+            if at is None and (known := self._residency.donor(donor_id)) is not None:
+                at = known.registered_at
+            if at is not None and at >= registered_at:
+                continue
+            newest[donor_id] = registered_at
+            picked.append(i)
+        return picked
+
+    def _add_locked(self, added: list[tuple[str, float]], evicted: list[str]) -> None:
+        """Residency took the ``(donor_id, registered_at)`` pairs ``added`` and pushed out ``evicted``: each pair gets
+        the next cursor, which stays the donor's unless it was evicted or replaced later in the batch; then the
+        pipeline follows."""
+        for donor_id in evicted:
+            self._forget_locked(donor_id)
+        for donor_id, registered_at in added:
             self._seq += 1
-            entry = self._residency.donor(registration.donor_id)
-            if entry is not None and entry.registered_at == registration.registered_at:
+            entry = self._residency.donor(donor_id)
+            if entry is not None and entry.registered_at == registered_at:
                 self._order.append(self._seq)
                 self._order_entries.append(entry)
         if len(self._order) > 2 * len(self._residency) + 1024:
             keep = [i for i, entry in enumerate(self._order_entries) if self._residency.donor(entry.donor_id) is entry]
             self._order = array("q", (self._order[i] for i in keep))
             self._order_entries = [self._order_entries[i] for i in keep]
+        self._sync_pipeline()
+        self.changed = True
 
     def _current(self, entry: DonorEntry) -> DonorEntry | None:
         """``entry`` if it is still the catalog's, carrying its embedding (read back from the search index once the

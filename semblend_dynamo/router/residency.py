@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
-from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
+from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, SyncRows
 from .u64map import U64Map
 
 WorkerKey = tuple[int, int]
@@ -27,8 +27,12 @@ WorkerKey = tuple[int, int]
 
 DEVICE_TIER = "device"
 
-SHARED = (1 << 64) - 1
-"""A posting's value when several donors of the worker use the hash (their slots are in ``_WorkerBlocks.shared``)."""
+_POST_BITS = 32
+_POST_MASK = (1 << _POST_BITS) - 1
+SHARED = _POST_MASK
+"""A posting when several donors of the worker use the hash (their slots are in ``_WorkerBlocks.shared``)."""
+MAX_SLOTS = SHARED - 1
+"""Donor slots a residency can hand out (a posting is a slot plus one, and 0 means none)."""
 
 _SMALL: dict[int, int] = {}
 
@@ -42,34 +46,45 @@ def _shared_int(value: int) -> int:
 
 
 class _WorkerBlocks:
-    """One worker rank's device blocks and the donors using them, in compact maps (:class:`U64Map`)."""
+    """One worker rank's device blocks and the donors using them, in compact maps (:class:`U64Map`).
 
-    __slots__ = ("by_block", "counts", "key", "last_event_id", "postings", "shared")
+    ``hashes`` holds, per ``tokens_hash``, both how many engine blocks store it (the high 32 bits) and its
+    *posting*, the donors of this worker using it (the low 32 bits: 0 none, ``slot + 1`` one donor, or
+    :data:`SHARED`), so a donor's hashes are looked up once for both; a hash no block stores and no donor uses is
+    not in the map.
+    """
+
+    __slots__ = ("by_block", "hashes", "key", "last_event_id", "shared")
 
     def __init__(self, key: WorkerKey) -> None:
         self.key = key
         self.by_block = U64Map()  # engine block id -> tokens_hash
-        self.counts = U64Map()  # tokens_hash -> engine blocks holding it
-        self.postings = U64Map()  # tokens_hash -> slot of the one donor of this worker using it, or SHARED
+        self.hashes = U64Map()  # tokens_hash -> engine blocks holding it << _POST_BITS | posting
         self.shared: dict[int, set[int]] = {}  # tokens_hash -> slots, for hashes several donors use
         self.last_event_id = 0
 
-    def slots(self, held: int | None, tokens_hash: int) -> Collection[int]:
-        """The donor slots of a posting value (``held``, from ``postings``) of ``tokens_hash``."""
-        if held is None:
+    def slots(self, tokens_hash: int, posting: int) -> Collection[int]:
+        """The donor slots of ``tokens_hash``'s ``posting`` (the low bits of its value in ``hashes``)."""
+        if not posting:
             return ()
-        return self.shared[tokens_hash] if held == SHARED else (held,)
+        return self.shared[tokens_hash] if posting == SHARED else (posting - 1,)
 
     def unpost(self, tokens_hash: int, slot: int) -> None:
-        held = self.postings.get(tokens_hash)
-        if held == SHARED:
+        value = self.hashes.get(tokens_hash)
+        if value is None:
+            return
+        posting = value & _POST_MASK
+        if posting == SHARED:
             slots = self.shared[tokens_hash]
             slots.discard(slot)
             if len(slots) == 1:
-                self.postings[tokens_hash] = slots.pop()
+                self.hashes[tokens_hash] = value - SHARED + slots.pop() + 1
                 del self.shared[tokens_hash]
-        elif held == slot:
-            self.postings.pop(tokens_hash)
+        elif posting == slot + 1:
+            if value == posting:
+                self.hashes.pop(tokens_hash)
+            else:
+                self.hashes[tokens_hash] = value - posting
 
 
 class DonorEntry:
@@ -103,22 +118,53 @@ class DonorEntry:
     block_hashes: Sequence[int]
     own_embedding: bytes | None
 
-    def __init__(self, registration: DonorRegistration, worker: WorkerKey, slot: int) -> None:
-        r = registration
-        self.donor_id = r.donor_id
-        self.donor_key = r.donor_key
-        self.router_id = sys.intern(r.router_id)
+    def __init__(
+        self,
+        donor_id: str,
+        donor_key: str | None,
+        router_id: str,
+        worker: WorkerKey,
+        deployment: str,
+        namespace: str,
+        num_tokens: int,
+        block_size: int,
+        block_hashes: array[int],
+        embedding: bytes,
+        embedding_dim: int,
+        registered_at: float,
+    ) -> None:
+        self.donor_id = donor_id
+        self.donor_key = donor_key
+        self.router_id = sys.intern(router_id)
         self.worker = worker
-        self.deployment = sys.intern(r.deployment)
-        self.namespace = sys.intern(r.namespace)
-        self.num_tokens = _shared_int(r.num_tokens)
-        self.block_size = _shared_int(r.block_size)
-        self.block_hashes = array("Q", r.block_hashes)
-        self.own_embedding = r.embedding
-        self.embedding_dim = _shared_int(r.embedding_dim)
-        self.registered_at = r.registered_at
-        self.slot = slot
-        self.missing = 0
+        self.deployment = sys.intern(deployment)
+        self.namespace = sys.intern(namespace)
+        self.num_tokens = _shared_int(num_tokens)
+        self.block_size = _shared_int(block_size)
+        self.block_hashes = block_hashes
+        self.own_embedding = embedding
+        self.embedding_dim = _shared_int(embedding_dim)
+        self.registered_at = registered_at
+        self.slot = -1  # set by the residency that takes it
+        self.missing = -1  # hashes not stored on the worker, counted once the residency posts the entry
+
+    @classmethod
+    def of(cls, r: DonorRegistration, worker: WorkerKey) -> DonorEntry:
+        """The entry of a registration (``worker``: its worker key, shared with the worker's blocks)."""
+        return cls(
+            r.donor_id,
+            r.donor_key,
+            r.router_id,
+            worker,
+            r.deployment,
+            r.namespace,
+            r.num_tokens,
+            r.block_size,
+            array("Q", r.block_hashes),
+            r.embedding,
+            r.embedding_dim,
+            r.registered_at,
+        )
 
     @property
     def worker_id(self) -> int:
@@ -178,7 +224,7 @@ class Residency:
         self._donors: OrderedDict[str, DonorEntry] = OrderedDict()
         self._slots: list[DonorEntry | None] = []
         self._free: list[int] = []
-        self._resident: dict[str, set[str]] = {}
+        self._resident_counts: Counter[str] = Counter()  # resident donors per namespace
         self._changes: list[tuple[str, bool]] = []
         self.event_gaps = 0
         self.ignored_events: Counter[str] = Counter()
@@ -204,11 +250,15 @@ class Residency:
             self.ignored_events["unknown_block"] += len(removed) - len(gone)
             self._drop_hashes(blocks, gone)
         elif isinstance(data, KvCleared):
-            for tokens_hash, held in blocks.postings.items():
-                if tokens_hash in blocks.counts:
-                    self._hash_left(blocks.slots(held, tokens_hash))
+            keys, values = blocks.hashes.arrays()
+            postings = values & np.uint64(_POST_MASK)
+            posted = postings > 0
+            stored = posted & (values > postings)
+            for tokens_hash, posting in zip(keys[stored].tolist(), postings[stored].tolist(), strict=True):
+                self._hash_left(blocks.slots(tokens_hash, posting))
             blocks.by_block.clear()
-            blocks.counts.clear()
+            blocks.hashes.clear()
+            blocks.hashes.assign(keys[posted], postings[posted])
 
     def _receive(self, event: KvEvent) -> _WorkerBlocks | None:
         """Note an event's id on its worker's blocks (counting a gap); those blocks, or None for another tier."""
@@ -250,12 +300,13 @@ class Residency:
         """One more engine block holds each of ``tokens_hashes`` (a hash may repeat)."""
         added = Counter(tokens_hashes)
         keys = list(added)
-        held = blocks.counts.get_many(keys)
-        blocks.counts.set_many(keys, [(h or 0) + added[k] for k, h in zip(keys, held, strict=True)], held)
-        arrived = [k for k, h in zip(keys, held, strict=True) if h is None]
-        for tokens_hash, posting in zip(arrived, blocks.postings.get_many(arrived), strict=True):
-            if posting is not None:
-                self._hash_arrived(blocks.slots(posting, tokens_hash))
+        held = blocks.hashes.get_many(keys)
+        blocks.hashes.set_many(
+            keys, [(h or 0) + (added[k] << _POST_BITS) for k, h in zip(keys, held, strict=True)], held
+        )
+        for tokens_hash, value in zip(keys, held, strict=True):
+            if value is not None and value <= _POST_MASK:  # posted, and stored by no block until now
+                self._hash_arrived(blocks.slots(tokens_hash, value))
 
     def _drop_hashes(self, blocks: _WorkerBlocks, tokens_hashes: Sequence[int]) -> None:
         """One engine block fewer holds each of ``tokens_hashes`` (a hash may repeat)."""
@@ -263,14 +314,27 @@ class Residency:
             return
         dropped = Counter(tokens_hashes)
         keys = list(dropped)
-        held = blocks.counts.get_many(keys)
-        kept = [(k, h - dropped[k]) for k, h in zip(keys, held, strict=True) if h is not None and h > dropped[k]]
-        left = [k for k, h in zip(keys, held, strict=True) if h is not None and h <= dropped[k]]
-        blocks.counts.set_many([k for k, _ in kept], [n for _, n in kept], [1] * len(kept))
-        blocks.counts.pop_many(left)
-        for tokens_hash, posting in zip(left, blocks.postings.get_many(left), strict=True):
-            if posting is not None:
-                self._hash_left(blocks.slots(posting, tokens_hash))
+        kept: list[int] = []
+        values: list[int] = []
+        gone: list[int] = []
+        left: list[tuple[int, int]] = []
+        for tokens_hash, value in zip(keys, blocks.hashes.get_many(keys), strict=True):
+            if value is None or value <= _POST_MASK:
+                continue
+            posting = value & _POST_MASK
+            if value >> _POST_BITS > dropped[tokens_hash]:
+                kept.append(tokens_hash)
+                values.append(value - (dropped[tokens_hash] << _POST_BITS))
+            elif posting:
+                kept.append(tokens_hash)
+                values.append(posting)
+                left.append((tokens_hash, posting))
+            else:
+                gone.append(tokens_hash)
+        blocks.hashes.set_many(kept, values, kept)
+        blocks.hashes.pop_many(gone)
+        for tokens_hash, posting in left:
+            self._hash_left(blocks.slots(tokens_hash, posting))
 
     def reconcile(self, events: Iterable[KvEvent]) -> int:
         """Make every worker's device blocks exactly those of a full index dump; returns the blocks that changed.
@@ -321,8 +385,7 @@ class Residency:
             assert entry is not None
             entry.missing -= 1
             if entry.missing == 0:
-                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
-                self._changes.append((entry.donor_id, True))
+                self._became_resident(entry)
 
     def _hash_left(self, slots: Collection[int]) -> None:
         for slot in slots:
@@ -330,8 +393,12 @@ class Residency:
             assert entry is not None
             entry.missing += 1
             if entry.missing == 1:
-                self._resident[entry.namespace].discard(entry.donor_id)
+                self._resident_counts[entry.namespace] -= 1
                 self._changes.append((entry.donor_id, False))
+
+    def _became_resident(self, entry: DonorEntry) -> None:
+        self._resident_counts[entry.namespace] += 1
+        self._changes.append((entry.donor_id, True))
 
     def take_changes(self) -> list[tuple[str, bool]]:
         """``(donor_id, now_resident)`` transitions since the last call, in order."""
@@ -349,20 +416,49 @@ class Residency:
     def add_many(self, registrations: Iterable[DonorRegistration]) -> list[str]:
         """:meth:`add_donor` for many registrations (of distinct donors or not), each worker's postings and block
         presence looked up once for all of its donors; returns the donor ids pushed out by the capacity bound."""
+        return self._insert([DonorEntry.of(r, self._blocks((r.worker_id, r.dp_rank)).key) for r in registrations])
+
+    def add_rows(self, rows: SyncRows, picked: Iterable[int]) -> list[str]:
+        """:meth:`add_many` for rows ``picked`` of a sync page, taken from its columns (no registration objects)."""
+        hashes = memoryview(rows.block_hashes)
+        entries = []
+        for i in picked:
+            block_hashes = array("Q")
+            block_hashes.frombytes(hashes[8 * rows.hash_start(i) : 8 * rows.hash_ends[i]])
+            entries.append(
+                DonorEntry(
+                    rows.donor_ids[i],
+                    rows.donor_keys[i],
+                    rows.router_ids[i],
+                    self._blocks((rows.worker_ids[i], rows.dp_ranks[i])).key,
+                    rows.deployment,
+                    rows.namespaces[i],
+                    rows.num_tokens[i],
+                    rows.block_sizes[i],
+                    block_hashes,
+                    rows.embeddings[rows.embedding_start(i) : rows.embedding_ends[i]],
+                    rows.embedding_dims[i],
+                    rows.registered_at[i],
+                )
+            )
+        return self._insert(entries)
+
+    def _insert(self, entries: list[DonorEntry]) -> list[str]:
+        """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity."""
         by_worker: dict[WorkerKey, list[DonorEntry]] = {}
-        for registration in registrations:
-            donor_id = registration.donor_id
-            if donor_id in self._donors:
+        donors = self._donors
+        for entry in entries:
+            donor_id = entry.donor_id
+            if donor_id in donors:
                 self.remove_donor(donor_id)
-            blocks = self._blocks((registration.worker_id, registration.dp_rank))
-            entry = DonorEntry(registration, blocks.key, self._take_slot())
-            self._slots[entry.slot] = self._donors[donor_id] = entry
-            by_worker.setdefault(blocks.key, []).append(entry)
-        for key, entries in by_worker.items():
-            self._post(self._workers[key], entries)
+            entry.slot = self._take_slot()
+            self._slots[entry.slot] = donors[donor_id] = entry
+            by_worker.setdefault(entry.worker, []).append(entry)
+        for key, group in by_worker.items():
+            self._post(self._workers[key], group)
         evicted = []
-        while len(self._donors) > self.capacity:
-            oldest = next(iter(self._donors))
+        while len(donors) > self.capacity:
+            oldest = next(iter(donors))
             self.remove_donor(oldest)
             evicted.append(oldest)
         return evicted
@@ -375,26 +471,30 @@ class Residency:
             return
         wanted = [dict.fromkeys(entry.block_hashes) for entry in entries]
         hashes = list(dict.fromkeys(h for distinct in wanted for h in distinct))
-        was = dict(zip(hashes, blocks.postings.get_many(hashes), strict=True))
-        stored = dict(zip(hashes, blocks.counts.get_many(hashes), strict=True))
+        was = dict(zip(hashes, blocks.hashes.get_many(hashes), strict=True))
         posting: dict[int, int] = {}
         for entry, distinct in zip(entries, wanted, strict=True):
-            slot = entry.slot
+            mine = entry.slot + 1
             for tokens_hash in distinct:
-                held = posting.get(tokens_hash, was[tokens_hash])
+                held = posting.get(tokens_hash)
                 if held is None:
-                    posting[tokens_hash] = slot
+                    held = (was[tokens_hash] or 0) & _POST_MASK
+                if not held:
+                    posting[tokens_hash] = mine
                 elif held == SHARED:
-                    blocks.shared[tokens_hash].add(slot)
-                elif held != slot:
+                    blocks.shared[tokens_hash].add(entry.slot)
+                elif held != mine:
                     posting[tokens_hash] = SHARED
-                    blocks.shared[tokens_hash] = {held, slot}
-            entry.missing = sum(1 for h in distinct if stored[h] is None)
+                    blocks.shared[tokens_hash] = {held - 1, entry.slot}
+            entry.missing = sum(1 for h in distinct if (was[h] or 0) <= _POST_MASK)
             if entry.missing == 0:
-                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
-                self._changes.append((entry.donor_id, True))
-        changed = [h for h, held in posting.items() if held != was[h]]
-        blocks.postings.set_many(changed, [posting[h] for h in changed], [was[h] for h in changed])
+                self._became_resident(entry)
+        changed = [h for h, held in posting.items() if held != (was[h] or 0) & _POST_MASK]
+        blocks.hashes.set_many(
+            changed,
+            [(was[h] or 0) - ((was[h] or 0) & _POST_MASK) + posting[h] for h in changed],
+            [was[h] for h in changed],
+        )
 
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
@@ -403,25 +503,29 @@ class Residency:
         if not len(entries) or not lengths.all():
             return False
         hashes = np.frombuffer(b"".join(entry.block_hashes for entry in entries), dtype=np.uint64)  # type: ignore[misc]
-        order = np.argsort(hashes)  # sorted probes: fewer cache misses in the maps' binary searches
+        order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
-        if (ordered[1:] == ordered[:-1]).any() or blocks.postings.lookup(ordered)[0].any():
+        if (ordered[1:] == ordered[:-1]).any():
             return False
-        slots = np.fromiter((entry.slot for entry in entries), dtype=np.uint64, count=len(entries))
-        blocks.postings.add_absent(ordered, np.repeat(slots, lengths)[order])
+        values = blocks.hashes.lookup(ordered)[1]
+        if (values & np.uint64(_POST_MASK)).any():
+            return False
+        slots = np.fromiter((entry.slot + 1 for entry in entries), dtype=np.uint64, count=len(entries))
+        blocks.hashes.assign(ordered, values | np.repeat(slots, lengths)[order])
         absent = np.empty(len(hashes), dtype=bool)
-        absent[order] = ~blocks.counts.lookup(ordered)[0]
+        absent[order] = values == 0  # no block stores it (its posting is 0 too)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         for entry, missing in zip(entries, np.add.reduceat(absent, starts).tolist(), strict=True):
             entry.missing = missing
             if missing == 0:
-                self._resident.setdefault(entry.namespace, set()).add(entry.donor_id)
-                self._changes.append((entry.donor_id, True))
+                self._became_resident(entry)
         return True
 
     def _take_slot(self) -> int:
         if self._free:
             return self._free.pop()
+        if len(self._slots) >= MAX_SLOTS:
+            raise OverflowError(f"residency holds {MAX_SLOTS} donor slots already")
         self._slots.append(None)
         return len(self._slots) - 1
 
@@ -436,9 +540,8 @@ class Residency:
                 blocks.unpost(tokens_hash, entry.slot)
         self._slots[entry.slot] = None
         self._free.append(entry.slot)
-        resident = self._resident.get(entry.namespace)
-        if resident is not None:
-            resident.discard(donor_id)
+        if entry.missing == 0:
+            self._resident_counts[entry.namespace] -= 1
         return True
 
     # --- workers ---------------------------------------------------------------------------------
@@ -461,8 +564,12 @@ class Residency:
 
     # --- queries ---------------------------------------------------------------------------------
     def resident(self, namespace: str) -> set[str]:
-        """Donor ids resident now in ``namespace`` (a live view: copy it before awaiting)."""
-        return self._resident.get(namespace, set())
+        """Donor ids resident now in ``namespace`` (a scan of every donor: for debugging and tests)."""
+        return {e.donor_id for e in self._donors.values() if e.missing == 0 and e.namespace == namespace}
+
+    def resident_count(self, namespace: str) -> int:
+        """How many donors are resident now in ``namespace``."""
+        return self._resident_counts[namespace]
 
     def is_resident(self, donor_id: str) -> bool:
         entry = self._donors.get(donor_id)

@@ -7,11 +7,18 @@ entries in sorted numpy arrays (16 bytes an entry) on two levels, newest first:
   more than 1,024 changes (or an eighth of the map);
 * a sorted *overlay* level of up to ``32·√n`` entries (at least 4,096), each a value or a deletion, that overrides
   the base; batches of 64 changes or more go straight into it as arrays;
-* the sorted *base* level, rewritten only when the overlay outgrows its bound.
+* the sorted *base* level, rewritten when the overlay outgrows its bound.
 
 So a merge copies the overlay (``O(√n)``) per 1,024 changes and the base (``O(n)``) per ``√n`` changes: a change costs
 ``O(√n)`` element copies amortized (a single base level would cost ``O(n/1024)``, quadratic in bulk inserts), and a
 lookup is a dict probe plus two binary searches.
+
+The base is rewritten in steps, never all at once (at 800K entries one rewrite took ~25 ms, held the GIL, and so
+stalled the router's event loop): the full overlay is *frozen* as a level between the overlay and the base, a new
+overlay starts, and each later merge into the overlay also writes the next slice of the new base (``max(65,536,
+n/16)`` base entries with the frozen entries of their key range) into a separate array, so the old base serves every
+lookup until the new one is complete and replaces it. A step is sized so that the rewrite ends well before the new
+overlay fills; if it has not, the rest is written then.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ _OVERLAY_PER_ROOT = 32
 """The overlay is merged into the base past ``max(_MIN_OVERLAY, _OVERLAY_PER_ROOT·√base)`` entries (about
 ``√(1024·n)``, which balances the two merges' copying)."""
 _BULK = 64
+_MIN_STEP = 65_536
+_STEPS = 16
+"""A base rewrite writes ``max(_MIN_STEP, n // _STEPS)`` base entries a step."""
 """A batch of at least this many keys is merged into the overlay at once (and a lookup of as many first merges the
 dict, to probe arrays only)."""
 
@@ -43,6 +53,20 @@ def _hits(keys: np.ndarray, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(found, at)``: whether each of ``probe`` is in the sorted non-empty ``keys``, and where."""
     at = np.minimum(keys.searchsorted(probe), len(keys) - 1)
     return keys[at] == probe, at
+
+
+class _Located:
+    """Where the keys of a bulk lookup are on the sorted levels (valid while the levels' arrays stay the same and
+    the dict of recent changes is empty: :meth:`U64Map.assign` reuses it then)."""
+
+    __slots__ = ("base_at", "base_hit", "over_at", "over_hit", "probe")
+
+    def __init__(
+        self, probe: np.ndarray, over_hit: np.ndarray, over_at: np.ndarray, base_hit: np.ndarray, base_at: np.ndarray
+    ) -> None:
+        self.probe = probe
+        self.over_hit, self.over_at = over_hit, over_at
+        self.base_hit, self.base_at = base_hit, base_at
 
 
 def _interleave(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -62,7 +86,24 @@ def _interleave(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tup
 class U64Map:
     """``dict[int, int]`` for keys and values in ``[0, 2**64)``, kept compact (see the module docstring)."""
 
-    __slots__ = ("_delta", "_gone", "_keys", "_len", "_live", "_over_keys", "_over_values", "_values")
+    __slots__ = (
+        "_delta",
+        "_done",
+        "_frozen_keys",
+        "_frozen_live",
+        "_frozen_values",
+        "_gone",
+        "_keys",
+        "_len",
+        "_live",
+        "_located",
+        "_next_keys",
+        "_next_values",
+        "_over_keys",
+        "_over_values",
+        "_values",
+        "_written",
+    )
 
     def __init__(self) -> None:
         self._keys = _empty()  # the base level
@@ -73,6 +114,18 @@ class U64Map:
         self._delta: dict[int, int] = {}
         self._gone: set[int] = set()  # deleted since the last merge (never also in _delta)
         self._len = 0
+        self._located: _Located | None = None  # the last bulk lookup's positions, while the levels stay as they are
+        self._reset_rewrite()
+
+    def _reset_rewrite(self) -> None:
+        """No base rewrite in progress: no frozen level, no new base."""
+        self._frozen_keys = _empty()  # the overlay being written into the new base; _frozen_live as _live
+        self._frozen_values = _empty()
+        self._frozen_live = np.empty(0, dtype=bool)
+        self._next_keys = _empty()  # the new base, written up to _written
+        self._next_values = _empty()
+        self._done = (0, 0)  # base and frozen entries written so far
+        self._written = 0
 
     def __len__(self) -> int:
         return self._len
@@ -80,18 +133,28 @@ class U64Map:
     # --- reads -----------------------------------------------------------------------------------
     def _levels(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, values)`` of the u64 array ``probe`` on the sorted levels (a value is 0 where not found)."""
-        found = np.zeros(len(probe), dtype=bool)
-        values = np.zeros(len(probe), dtype=_U64)
-        if not len(probe):
-            return found, values
-        if len(self._keys):
-            found, at = _hits(self._keys, probe)
-            values = self._values[at]
-        if len(self._over_keys):
-            over, at = _hits(self._over_keys, probe)
-            found = np.where(over, self._live[at], found)
-            values = np.where(over, self._over_values[at], values)
-        return found, np.where(found, values, _U64(0))
+        found, values, _ = self._locate(probe)
+        return found, values
+
+    def _locate(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Located]:
+        """:meth:`_levels`, with where each probe is on each level."""
+        n = len(probe)
+        found, values = np.zeros(n, dtype=bool), np.zeros(n, dtype=_U64)
+        base_hit = over_hit = found
+        base_at = over_at = np.zeros(n, dtype=np.intp)
+        if n and len(self._keys):
+            base_hit, base_at = _hits(self._keys, probe)
+            found = base_hit
+            values = self._values[base_at]
+        if n and len(self._frozen_keys):
+            frozen, at = _hits(self._frozen_keys, probe)
+            found = np.where(frozen, self._frozen_live[at], found)
+            values = np.where(frozen, self._frozen_values[at], values)
+        if n and len(self._over_keys):
+            over_hit, over_at = _hits(self._over_keys, probe)
+            found = np.where(over_hit, self._live[over_at], found)
+            values = np.where(over_hit, self._over_values[over_at], values)
+        return found, np.where(found, values, _U64(0)), _Located(probe, over_hit, over_at, base_hit, base_at)
 
     def get(self, key: int) -> int | None:
         held = self._delta.get(key)
@@ -100,11 +163,14 @@ class U64Map:
         if self._gone and key in self._gone:
             return None
         probe = _U64(key)  # a Python int would make searchsorted compare every key as a float64 (O(n), inexact)
-        keys = self._over_keys
-        if len(keys):
-            i = int(keys.searchsorted(probe))
-            if i < len(keys) and int(keys[i]) == key:
-                return int(self._over_values[i]) if self._live[i] else None
+        for keys, values, live in (
+            (self._over_keys, self._over_values, self._live),
+            (self._frozen_keys, self._frozen_values, self._frozen_live),
+        ):
+            if len(keys):
+                i = int(keys.searchsorted(probe))
+                if i < len(keys) and int(keys[i]) == key:
+                    return int(values[i]) if live[i] else None
         keys = self._keys
         if len(keys):
             i = int(keys.searchsorted(probe))
@@ -113,7 +179,7 @@ class U64Map:
         return None
 
     def _levels_many(self, keys: Sequence[int]) -> list[int | None]:
-        if not keys or not (len(self._keys) or len(self._over_keys)):
+        if not keys or not (len(self._keys) or len(self._over_keys) or len(self._frozen_keys)):
             return [None] * len(keys)
         found, values = self._levels(np.asarray(keys, dtype=_U64))
         return [v if f else None for v, f in zip(values.tolist(), found.tolist(), strict=True)]
@@ -134,6 +200,8 @@ class U64Map:
         """:meth:`get_many` for a u64 array: ``(found, values)`` arrays (a value is 0 where not found)."""
         if len(keys) >= _BULK:
             self._merge_delta()
+            found, values, self._located = self._locate(keys)  # for an assign of the same keys that may follow
+            return found, values
         found, values = self._levels(keys)
         delta, gone = self._delta, self._gone
         if delta or gone:
@@ -149,22 +217,42 @@ class U64Map:
 
     def items(self) -> Iterator[tuple[int, int]]:
         """Every ``(key, value)``, in key order (a snapshot: the map may change while it is walked)."""
+        keys, values = self.arrays()
+        return zip(keys.tolist(), values.tolist(), strict=True)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every key and its value as sorted u64 arrays (the map's own: valid until it next changes)."""
         self._merge_delta()
         self._merge_overlay()
-        return zip(self._keys.tolist(), self._values.tolist(), strict=True)
+        self._finish_rewrite()
+        return self._keys, self._values
 
     # --- writes ----------------------------------------------------------------------------------
-    def add_absent(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Set distinct keys known to be absent (from :meth:`lookup`), given as u64 arrays."""
-        self._len += len(keys)
-        if len(keys) >= _BULK:
-            self._merge_delta()
-            self._overlay(keys, values, np.ones(len(keys), dtype=bool), absent=bool(self._live.all()))
+    def assign(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Set distinct keys given as a sorted u64 array: a key a sorted level holds gets its value written in place
+        there (no merge copies it), the others are inserted as :meth:`set_many` inserts them. Right after a
+        :meth:`lookup` of the same array, its binary searches are reused."""
+        if len(keys) < _BULK:
+            self.set_many(keys.tolist(), values.tolist())
             return
-        self._delta.update(zip(keys.tolist(), values.tolist(), strict=True))
-        if self._gone:
-            self._gone.difference_update(keys.tolist())
-        self._changed()
+        self._merge_delta()
+        if len(self._frozen_keys):  # values written in place must be in the base that stays
+            self._finish_rewrite()
+        located = self._located
+        if located is None or located.probe is not keys:
+            located = self._locate(keys)[2]
+        self._located = None
+        over = located.over_hit
+        at = located.over_at[over]
+        self._len += len(at) - int(np.count_nonzero(self._live[at]))
+        self._over_values[at] = values[over]
+        self._live[at] = True
+        base = located.base_hit & ~over
+        self._values[located.base_at[base]] = values[base]
+        rest = ~(over | base)
+        if rest.any():
+            self._len += int(np.count_nonzero(rest))
+            self._overlay(keys[rest], values[rest], np.ones(int(np.count_nonzero(rest)), dtype=bool), absent=True)
 
     def set_many(self, keys: Sequence[int], values: Sequence[int], held: Sequence[int | None] | None = None) -> None:
         """Set distinct ``keys``; ``held`` (their values now, from :meth:`get_many`) spares looking them up again."""
@@ -213,11 +301,13 @@ class U64Map:
         return self.pop_many((key,))[0]
 
     def clear(self) -> None:
+        self._located = None
         self._keys, self._values = _empty(), _empty()
         self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)
         self._delta.clear()
         self._gone.clear()
         self._len = 0
+        self._reset_rewrite()
 
     # --- merges ----------------------------------------------------------------------------------
     def _changed(self) -> None:
@@ -236,7 +326,7 @@ class U64Map:
         if gone:
             deleted = np.fromiter(gone, dtype=_U64, count=len(gone))
             held = np.zeros(len(deleted), dtype=bool)
-            for level in (self._keys, self._over_keys):
+            for level in (self._keys, self._frozen_keys, self._over_keys):
                 if len(level):
                     held |= _hits(level, deleted)[0]
             deleted = deleted[held]
@@ -259,23 +349,56 @@ class U64Map:
                 keep = np.ones(len(held_keys), dtype=bool)
                 keep[at[replaced]] = False
                 held_keys, held_values, held_live = held_keys[keep], held_values[keep], held_live[keep]
+        self._located = None
         self._over_keys, self._over_values, self._live = _interleave(
             (held_keys, held_values, held_live), (keys, values, live)
         )
         if len(self._over_keys) > max(_MIN_OVERLAY, _OVERLAY_PER_ROOT * isqrt(len(self._keys))):
             self._merge_overlay()
+        elif len(self._frozen_keys):
+            self._rewrite_step()
 
     def _merge_overlay(self) -> None:
-        over = self._over_keys
-        if not len(over):
+        """Freeze the overlay and start rewriting the base with it (finishing a rewrite still in progress first)."""
+        if not len(self._over_keys):
             return
-        keys, values = self._keys, self._values
-        if len(keys):
-            replaced, at = _hits(keys, over)
-            if replaced.any():
-                keep = np.ones(len(keys), dtype=bool)
-                keep[at[replaced]] = False
-                keys, values = keys[keep], values[keep]
+        self._finish_rewrite()
         live = self._live
-        self._keys, self._values = _interleave((keys, values), (over[live], self._over_values[live]))
+        self._located = None
+        self._frozen_keys, self._frozen_values, self._frozen_live = self._over_keys, self._over_values, live
         self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)
+        size = len(self._keys) + int(np.count_nonzero(live))  # at most: frozen keys may replace base keys
+        self._next_keys = np.empty(size, dtype=_U64)
+        self._next_values = np.empty(size, dtype=_U64)
+        self._rewrite_step()
+
+    def _finish_rewrite(self) -> None:
+        while len(self._frozen_keys):
+            self._rewrite_step()
+
+    def _rewrite_step(self) -> None:
+        """Write the next slice of base entries, merged with the frozen entries of their key range, into the new
+        base; the last step makes the new base the base."""
+        keys, frozen = self._keys, self._frozen_keys
+        base_at, frozen_at = self._done
+        base_end = min(len(keys), base_at + max(_MIN_STEP, len(keys) // _STEPS))
+        # frozen keys below the next step's first base key belong to this step (an equal key replaces it there)
+        frozen_end = int(frozen.searchsorted(keys[base_end])) if base_end < len(keys) else len(frozen)
+        old = (keys[base_at:base_end], self._values[base_at:base_end])
+        new_keys = frozen[frozen_at:frozen_end]
+        if len(new_keys) and len(old[0]):
+            replaced, at = _hits(old[0], new_keys)
+            if replaced.any():
+                keep = np.ones(len(old[0]), dtype=bool)
+                keep[at[replaced]] = False
+                old = (old[0][keep], old[1][keep])
+        live = self._frozen_live[frozen_at:frozen_end]
+        merged_keys, merged_values = _interleave(old, (new_keys[live], self._frozen_values[frozen_at:frozen_end][live]))
+        end = self._written + len(merged_keys)
+        self._next_keys[self._written : end] = merged_keys
+        self._next_values[self._written : end] = merged_values
+        self._written, self._done = end, (base_end, frozen_end)
+        if base_end == len(keys) and frozen_end == len(frozen):
+            self._keys, self._values = self._next_keys[:end], self._next_values[:end]
+            self._located = None
+            self._reset_rewrite()

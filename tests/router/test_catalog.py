@@ -7,7 +7,8 @@ import threading
 import numpy as np
 
 from semblend_dynamo.config import SemblendConfig
-from semblend_dynamo.events.schemas import KvEvent, KvRemoved
+from semblend_dynamo.events.codec import decode, encode
+from semblend_dynamo.events.schemas import DonorSyncPage, KvEvent, KvRemoved
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
 from tests.support.catalog_donors import W1
@@ -116,6 +117,40 @@ def test_add_many_ends_where_adding_one_by_one_ends() -> None:
         assert discovery.counters["donor_embedding_errors"] == 1
     order = [[(seq, entry.donor_id) for seq, entry in catalog.page(0, 100)[0]] for catalog in (one, many)]
     assert order[0] == order[1] and len(order[0]) == 50
+
+
+def test_a_sync_pages_rows_end_where_its_registrations_added_one_by_one_end() -> None:
+    """``add_rows`` (the sync page's columns, in chunks) against ``add`` of the page's registrations: the same
+    catalog, resident sets, cursor order and pipeline; rows of the replica's own router and older copies are left
+    out."""
+    one, dim = _catalog(capacity=50)
+    rows, _ = _catalog(capacity=50)
+    for catalog in (one, rows):
+        catalog.apply_kv_events([_stored(1, *range(1, 40))])
+        catalog.add(_donor("known", [2], dim, registered_at=5.0))
+    registrations = [_donor(f"d{i}", [i % 70 + 1, 3], dim, registered_at=float(i)) for i in range(60)]
+    registrations += [_donor("known", [4], dim, registered_at=4.0)]  # older than the catalog's copy
+    registrations += [_donor("mine", [6], dim).model_copy(update={"router_id": "me"})]
+    page = DonorSyncPage.of(
+        registrations, router_id="peer", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=62
+    )
+    columns = decode(encode(page), DonorSyncPage, max_bytes=1 << 20).rows()
+    every, _ = _catalog(capacity=100)
+    assert every.add_rows(columns, 0, len(columns)) == len(columns)  # no router skipped (these rows' own is "")
+    assert rows.add_rows(columns, 0, 25, skip_router="me") == 25
+    assert rows.add_rows(columns, 25, len(columns), skip_router="me") == 35
+    for registration in registrations[:60]:
+        one.add(registration)
+    assert one.snapshot() == rows.snapshot() and len(rows) == 50 and "mine" not in rows
+    assert one.resident("ns") == rows.resident("ns")
+    order = [[(seq, entry.donor_id) for seq, entry in catalog.page(0, 100)[0]] for catalog in (one, rows)]
+    assert order[0] == order[1]
+    for catalog in (one, rows):
+        assert catalog.drain(10)
+        index = catalog.indexer.discovery.index if catalog.indexer else None
+        assert index is not None and all(d in index for d in catalog.resident("ns"))
+    entry = rows.resident_donor("d10")
+    assert entry is not None and entry.with_embedding(registrations[10].embedding).registration == registrations[10]
 
 
 def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_from_the_index() -> None:

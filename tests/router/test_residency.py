@@ -216,3 +216,59 @@ def test_donors_sharing_a_block_follow_it_together_and_alone_once_one_leaves() -
     r.apply(ev.removed(1))
     r.apply(ev.stored(1))
     assert r.resident("ns") == set() and r.take_changes()[-1] == ("b", True)
+
+
+def test_random_events_and_donors_agree_with_a_plain_model() -> None:
+    """Stores (some re-storing an engine block with another hash), removals, clears, donors added in batches (sharing
+    hashes or not) and removed: a donor is resident exactly while every hash of it is stored on its worker."""
+    rng = random.Random(5)
+    r = Residency(capacity=10_000)
+    events = {w: Events(w) for w in (W1, W2)}
+    stored: dict[int, dict[int, int]] = {W1: {}, W2: {}}  # worker -> engine block -> tokens_hash
+    donors: dict[str, tuple[int, list[int]]] = {}
+    for step in range(3000):
+        op, w = rng.random(), rng.choice((W1, W2))
+        if op < 0.35:
+            engine = rng.sample(range(60), rng.randrange(1, 8))
+            hashes = [rng.randrange(1, 40) for _ in engine]
+            r.apply(
+                KvEvent(
+                    worker_id=w,
+                    event_id=events[w].event_id + 1,
+                    data=KvStored(block_hashes=engine, tokens_hashes=hashes),
+                )
+            )
+            events[w].event_id += 1
+            stored[w].update(zip(engine, hashes, strict=True))
+        elif op < 0.55:
+            engine = rng.sample(range(60), rng.randrange(1, 6))
+            r.apply(KvEvent(worker_id=w, event_id=events[w].event_id + 1, data=KvRemoved(block_hashes=engine)))
+            events[w].event_id += 1
+            for block in engine:
+                stored[w].pop(block, None)
+        elif op < 0.57:
+            r.apply(events[w].cleared())
+            stored[w].clear()
+        elif op < 0.85:
+            batch = []
+            for _ in range(rng.randrange(1, 6)):
+                donor_id = f"d{rng.randrange(200)}"
+                worker = rng.choice((W1, W2))
+                pool = range(1, 40) if rng.random() < 0.7 else range(1000 + 100 * step, 1100 + 100 * step)
+                hashes = rng.sample(pool, rng.randrange(1, 5)) if rng.random() < 0.97 else []
+                batch.append(_donor(donor_id, worker, hashes))
+                donors[donor_id] = (worker, hashes)
+            r.add_many(batch)
+        elif donors:
+            donor_id = rng.choice(sorted(donors))
+            assert r.remove_donor(donor_id)
+            del donors[donor_id]
+        resident = {d for d, (worker, hashes) in donors.items() if set(hashes) <= set(stored[worker].values())}
+        assert {d for d in donors if r.is_resident(d)} == resident, step
+        assert r.resident("ns") == resident and r.resident_count("ns") == len(resident), step
+        assert {w: r.blocks_on((w, 0)) for w in stored} == {w: len(blocks) for w, blocks in stored.items()}
+    for donor_id in list(donors):
+        r.remove_donor(donor_id)
+    for w in stored:
+        r.apply(events[w].cleared())
+    assert all(len(blocks.hashes) == 0 and not blocks.shared for blocks in r._workers.values())

@@ -19,6 +19,7 @@ from semblend_dynamo.events.schemas import (
     DonorSyncRequest,
     sync_page_bytes,
 )
+from semblend_dynamo.router.handler import SYNC_ADD_CHUNK, sync_chunks
 from semblend_dynamo.router.sync import RETRIES, SyncLimiter, SyncSession, sync_inbox
 from tests.router.test_handler import BLOCK, W1, _router
 
@@ -347,3 +348,11 @@ async def test_a_page_echoing_own_registrations_does_not_add_them_as_peers() -> 
     own = _registration(7).model_copy(update={"router_id": router.router_id})
     await router.on_sync_page(_page([own, _registration(8)]), MsgTestDouble(""))
     assert "peer-7" not in router.catalog and "peer-8" in router.catalog
+
+
+def test_a_page_is_added_in_equal_chunks_of_at_most_the_chunk_size() -> None:
+    assert sync_chunks(0) == []
+    assert sync_chunks(10) == [(0, 10)]
+    assert sync_chunks(SYNC_ADD_CHUNK) == [(0, SYNC_ADD_CHUNK)]
+    chunks = sync_chunks(SYNC_ADD_CHUNK + 2)
+    assert chunks == [(0, SYNC_ADD_CHUNK // 2 + 1), (SYNC_ADD_CHUNK // 2 + 1, SYNC_ADD_CHUNK + 2)]

@@ -16,6 +16,8 @@ def level_bounds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(u64map, "_MIN_OVERLAY", 8)
         monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
         monkeypatch.setattr(u64map, "_BULK", 6)
+        monkeypatch.setattr(u64map, "_MIN_STEP", 3)
+        monkeypatch.setattr(u64map, "_STEPS", 4)
 
 
 @pytest.mark.usefixtures("level_bounds")
@@ -35,14 +37,16 @@ def test_the_map_behaves_as_a_dict_through_merges() -> None:
             m.set_many(batch, values)
             d.update(zip(batch, values, strict=True))
         elif op < 0.5:
+            batch.sort()
             probe = np.array(batch, dtype=np.uint64)
             found, held = m.lookup(probe)
             assert found.tolist() == [k in d for k in batch]
             assert held.tolist() == [d.get(k, 0) for k in batch]
-            absent = [k for k in batch if k not in d]
-            values = [rng.randrange(1 << 64) for _ in absent]
-            m.add_absent(np.array(absent, dtype=np.uint64), np.array(values, dtype=np.uint64))
-            d.update(zip(absent, values, strict=True))
+            values = [rng.randrange(1 << 64) for _ in batch]
+            if rng.random() < 0.3:  # a change between the lookup and the assign: its positions are not reused
+                m[batch[0]] = d[batch[0]] = rng.randrange(1 << 64)
+            m.assign(probe, np.array(values, dtype=np.uint64))  # held keys and absent ones together
+            d.update(zip(batch, values, strict=True))
         elif op < 0.62:
             assert m.pop(batch[0]) == d.pop(batch[0], None)
         elif op < 0.72:
@@ -65,7 +69,7 @@ def test_bulk_inserts_keep_every_level_bounded() -> None:
     m = U64Map()
     keys = rng.choice(1 << 62, size=200_000, replace=False).astype(np.uint64)
     for batch in np.array_split(keys, 200):
-        m.add_absent(batch, batch + np.uint64(1))
+        m.assign(np.sort(batch), np.sort(batch) + np.uint64(1))
     assert len(m) == len(keys)
     found, values = m.lookup(keys)
     assert found.all() and (values == keys + np.uint64(1)).all()
@@ -81,3 +85,52 @@ def test_single_lookups_compare_keys_as_u64_not_as_floats() -> None:
     for key in keys.tolist():
         assert m.get(key) == key and key in m
     assert m.get((1 << 62) + 2) is None and ((1 << 62) + 2) not in m
+
+
+def test_assign_writes_held_keys_in_place_and_inserts_the_others() -> None:
+    """A late replica's postings land on keys the map holds: their values change where they are, no level grows."""
+    m = U64Map()
+    keys = np.arange(1, 20_001, dtype=np.uint64) * np.uint64(7)
+    m.assign(keys, keys)
+    m.items()  # everything merged into the base level
+    assert len(m._over_keys) == 0
+    held = keys[::3]
+    m.assign(held, held + np.uint64(1))
+    assert len(m._over_keys) == 0 and len(m) == len(keys)
+    new = np.array([3, 5], dtype=np.uint64)
+    m.assign(np.sort(np.concatenate((held[:100], new))), np.sort(np.concatenate((held[:100], new))))
+    assert len(m) == len(keys) + 2
+    assert m.get(int(held[200])) == int(held[200]) + 1 and m.get(int(held[1])) == int(held[1]) and m.get(5) == 5
+    assert m.get(int(keys[1])) == int(keys[1])
+
+
+def test_the_base_is_rewritten_in_bounded_steps_while_every_lookup_stays_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full overlay is written into a new base a slice per later merge: no single change copies the whole base."""
+    monkeypatch.setattr(u64map, "_MIN_STEP", 1_000)
+    monkeypatch.setattr(u64map, "_STEPS", 4)  # the overlay of a 32K base takes 5 merges of 1,024 to fill
+    rng = np.random.default_rng(5)
+    keys = rng.choice(1 << 62, size=64_000, replace=False).astype(np.uint64)
+    m = U64Map()
+    m.assign(np.sort(keys[:32_000]), np.sort(keys[:32_000]))
+    m.arrays()  # all in the base
+    expected = {int(k): int(k) for k in keys[:32_000]}
+    base, written, steps = m._keys, 0, 0
+    for key in keys[32_000:].tolist():  # single changes: a merge into the overlay every 1,024
+        m[key] = key + 1
+        expected[key] = key + 1
+        if m._keys is not base:
+            break
+        if m._written != written:
+            assert m._written - written <= 8_000 + len(m._frozen_keys)  # a step: a quarter of the base, its new keys
+            written, steps = m._written, steps + 1
+    # three steps wrote into the new base while the old one served every lookup; the fourth completed and replaced it
+    assert m._keys is not base and steps == 3
+    victims = keys[:10].tolist()
+    for key in victims:
+        del expected[key]
+    assert m.pop_many(victims) == [int(k) for k in keys[:10]]
+    probe = rng.permutation(keys)
+    found, values = m.lookup(probe)
+    assert found.tolist() == [int(k) in expected for k in probe.tolist()]
+    assert values.tolist() == [expected.get(int(k), 0) for k in probe.tolist()]
+    assert dict(m.items()) == expected and len(m) == len(expected)
