@@ -225,6 +225,8 @@ class Residency:
         self._slots: list[DonorEntry | None] = []
         self._free: list[int] = []
         self._resident_counts: Counter[str] = Counter()  # resident donors per namespace
+        self._worker_donors: Counter[WorkerKey] = Counter()  # donors per worker rank (no key at 0)
+        self._worker_resident: Counter[WorkerKey] = Counter()  # resident donors per worker rank
         self._changes: list[tuple[str, bool]] = []
         self.event_gaps = 0
         self.ignored_events: Counter[str] = Counter()
@@ -394,10 +396,12 @@ class Residency:
             entry.missing += 1
             if entry.missing == 1:
                 self._resident_counts[entry.namespace] -= 1
+                self._worker_resident[entry.worker] -= 1
                 self._changes.append((entry.donor_id, False))
 
     def _became_resident(self, entry: DonorEntry) -> None:
         self._resident_counts[entry.namespace] += 1
+        self._worker_resident[entry.worker] += 1
         self._changes.append((entry.donor_id, True))
 
     def take_changes(self) -> list[tuple[str, bool]]:
@@ -453,6 +457,7 @@ class Residency:
                 self.remove_donor(donor_id)
             entry.slot = self._take_slot()
             self._slots[entry.slot] = donors[donor_id] = entry
+            self._worker_donors[entry.worker] += 1
             by_worker.setdefault(entry.worker, []).append(entry)
         for key, group in by_worker.items():
             self._post(self._workers[key], group)
@@ -542,13 +547,18 @@ class Residency:
         self._free.append(entry.slot)
         if entry.missing == 0:
             self._resident_counts[entry.namespace] -= 1
+            self._worker_resident[entry.worker] -= 1
+        self._worker_donors[entry.worker] -= 1
+        if not self._worker_donors[entry.worker]:
+            del self._worker_donors[entry.worker]
+            self._worker_resident.pop(entry.worker, None)
         return True
 
     # --- workers ---------------------------------------------------------------------------------
     def retain_workers(self, live_worker_ids: Collection[int]) -> list[str]:
         """Forget every worker not in ``live_worker_ids`` (discovery changed); returns the donors removed."""
-        gone = {key for key in self._workers if key[0] not in live_worker_ids}
-        gone |= {entry.worker for entry in self._donors.values() if entry.worker[0] not in live_worker_ids}
+        # called every discovery poll: per-worker counts, never a walk over the donors
+        gone = {key for key in (*self._workers, *self._worker_donors) if key[0] not in live_worker_ids}
         removed: list[str] = []
         for key in gone:
             removed += self.remove_worker(key)
@@ -596,12 +606,7 @@ class Residency:
 
     def donors_per_worker(self) -> dict[WorkerKey, tuple[int, int]]:
         """``(donors, resident donors)`` per worker rank."""
-        out: dict[WorkerKey, list[int]] = {}
-        for entry in self._donors.values():
-            counts = out.setdefault(entry.worker, [0, 0])
-            counts[0] += 1
-            counts[1] += entry.missing == 0
-        return {key: (c[0], c[1]) for key, c in out.items()}
+        return {key: (count, self._worker_resident[key]) for key, count in self._worker_donors.items()}
 
     def snapshot(self) -> list[dict[str, object]]:
         """The catalog in a canonical order (for /debug/donors and replica comparisons)."""

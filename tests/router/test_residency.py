@@ -89,8 +89,11 @@ def test_cleared_and_worker_departure() -> None:
     assert r.resident("ns") == {"a", "b"}
     r.apply(ev1.cleared())
     assert r.resident("ns") == {"b"} and "a" in r
-    assert r.retain_workers({W1}) == ["b"]
+    r.add_donor(_donor("c", W2 + 1, [3]))  # a worker with donors and no blocks yet
+    assert r.donors_per_worker() == {(W1, 0): (1, 0), (W2, 0): (1, 1), (W2 + 1, 0): (1, 0)}
+    assert sorted(r.retain_workers({W1})) == ["b", "c"]
     assert "b" not in r and r.resident("ns") == set() and r.blocks_on((W2, 0)) == 0
+    assert r.donors_per_worker() == {(W1, 0): (1, 0)} and r.retain_workers({W1}) == []
 
 
 def test_namespaces_are_separate_and_capacity_evicts_oldest() -> None:
@@ -267,6 +270,11 @@ def test_random_events_and_donors_agree_with_a_plain_model() -> None:
         assert {d for d in donors if r.is_resident(d)} == resident, step
         assert r.resident("ns") == resident and r.resident_count("ns") == len(resident), step
         assert {w: r.blocks_on((w, 0)) for w in stored} == {w: len(blocks) for w, blocks in stored.items()}
+        per_worker = {
+            (w, 0): (sum(1 for worker, _ in donors.values() if worker == w), sum(donors[d][0] == w for d in resident))
+            for w in stored
+        }
+        assert r.donors_per_worker() == {key: held for key, held in per_worker.items() if held[0]}, step
     for donor_id in list(donors):
         r.remove_donor(donor_id)
     for w in stored:
