@@ -13,11 +13,17 @@ Bounds: at most ``max_pending`` queued adds, of which at most ``max_local`` carr
 them is dropped and counted (the donor stays in the catalog, out of the pipeline: it is not found, never wrong).
 Removals are never dropped: one is queued only for a donor an add was queued for, so they are bounded by the
 donors the pipeline can hold. :meth:`close` applies what is queued (within its timeout) and counts what is left.
+
+Memory: a bulk of changes (a late replica's sync, a burst of registrations) leaves freed heap that glibc keeps (at
+1M donors ~470 B a donor of a replica's RSS, docs/benchmarks.md); once the queue is empty after ``TRIM_AFTER``
+applied changes the thread hands it back to the OS (``malloc_trim``; nothing where the C library is not glibc).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import threading
 import time
@@ -40,6 +46,20 @@ BATCH = 256
 """Changes taken per turn; peers' embeddings of one namespace among them are inserted in one batch."""
 MAX_DEFER_S = 0.005
 """Longest a background step waits for the loop to finish deciding requests (so it cannot starve under load)."""
+TRIM_AFTER = 10_000
+"""Changes applied before the heap is trimmed, the next time the queue is empty."""
+
+
+def trim_heap() -> bool:
+    """Hand the heap's free memory back to the OS (glibc's ``malloc_trim(0)``, without the GIL); False where the C
+    library has no ``malloc_trim``."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(ctypes.c_size_t(0))
+    return True
 
 
 class RequestGate:
@@ -123,7 +143,7 @@ class PipelineIndexer:
         self.max_pending = max_pending
         self.max_local = max_local
         self.counters: Counter[str] = Counter()
-        """``dropped:<kind>:<reason>`` per change not applied, ``applied``, ``errors``, ``evicted``."""
+        """``dropped:<kind>:<reason>`` per change not applied, ``applied``, ``errors``, ``evicted``, ``heap_trims``."""
         self.on_dropped: Callable[[str, str], None] | None = None
         """Told ``(kind, reason)`` of each change dropped (the router's metric)."""
         self.gate: RequestGate | None = None
@@ -136,6 +156,7 @@ class PipelineIndexer:
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._since_trim = 0
 
     # --- called by the catalog (its lock held): never waits for the pipeline -----------------------
     def add_local(
@@ -257,6 +278,10 @@ class PipelineIndexer:
                 except Exception:
                     self.counters["errors"] += 1
                     log.exception("pipeline indexer: reporting %d indexed donors failed", len(owners))
+            self._since_trim += len(batch)
+            if self._since_trim >= TRIM_AFTER and not self._queue:  # still busy: drain() waits for the trim
+                self._since_trim = 0
+                self.counters["heap_trims"] += trim_heap()
             with self._cond:
                 for change in batch:
                     if not isinstance(change, _Remove):

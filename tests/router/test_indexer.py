@@ -11,9 +11,10 @@ import numpy as np
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.pipeline import DonorDiscovery
+from semblend_dynamo.router import indexer as indexer_module
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
-from semblend_dynamo.router.indexer import PipelineIndexer, RequestGate
+from semblend_dynamo.router.indexer import PipelineIndexer, RequestGate, trim_heap
 from tests.support.catalog_donors import registration, stored
 
 NS = NamespaceKey(model_id="m", tokens_per_block=16)
@@ -208,3 +209,20 @@ def test_donors_the_index_evicts_leave_the_catalog() -> None:
     resident = catalog.resident("ns")
     assert len(resident) == 2 and resident == {d for d in resident if d in discovery.index}
     assert all(f"d{i}" not in catalog for i in (1, 2, 3))
+
+
+def test_the_heap_is_trimmed_once_a_bulk_of_changes_is_applied_and_the_queue_is_empty(monkeypatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(indexer_module, "TRIM_AFTER", 3)
+    monkeypatch.setattr(indexer_module, "trim_heap", lambda: trims.append(1) or True)
+    discovery = RecordingDiscovery()
+    indexer, _ = _indexer(discovery)
+    indexer.add_peer("p0", "ns", _vector())
+    indexer.add_peer("p1", "ns", _vector())
+    assert indexer.drain(10) and trims == []  # 2 changes: not yet
+    indexer.add_peer("p2", "ns", _vector())
+    indexer.remove("p0")
+    assert indexer.drain(10) and trims == [1] and indexer.counters["heap_trims"] == 1
+    indexer.add_peer("p3", "ns", _vector())
+    assert indexer.drain(10) and trims == [1]  # counted afresh after a trim
+    assert trim_heap() is True  # glibc here: the real call runs
