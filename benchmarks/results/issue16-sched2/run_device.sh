@@ -4,7 +4,7 @@
 # Stage from a checkout of branch sched2 (here), then run on the device with carry [".stage/sched2"]:
 #   mkdir -p .stage/sched2/wheels && cp benchmarks/results/issue16-sched2/run_device.sh .stage/sched2/
 #   cp .stage/wheelsB/*.whl .stage/dynwheels/prometheus_client-*.whl .stage/sched2/wheels/
-#   cp benchmarks/results/issue16-sched2/lockstep_ab.py .stage/sched2/
+#   cp benchmarks/results/sched3/lockstep_ab.py .stage/sched2/   # run with no-finish, as these runs were
 #   git diff --name-only main...sched2 -- semblend_dynamo trtllm_connector benchmarks/bench_connector.py \
 #     | xargs -I{} cp --parents {} .stage/sched2/overlay/
 # Then the paired A/B (lockstep_ab.py: both trees' schedulers in two processes, decisions alternating one by one).
@@ -34,6 +34,6 @@ for run in $(seq 1 "$runs"); do
 done
 for mode in exact shifted; do
   PYTHONPATH=/tmp/ab16/main/.pp:/tmp/site timeout 240 python3 "$root"/.stage/sched2/lockstep_ab.py $mode 1000 \
-    /tmp/ab16/main python3 /tmp/ab16/sched2 python3 > "$OUT/lockstep_$mode.txt" 2>&1
+    /tmp/ab16/main python3 /tmp/ab16/sched2 python3 no-finish > "$OUT/lockstep_$mode.txt" 2>&1
   cat "$OUT/lockstep_$mode.txt"
 done

@@ -5,8 +5,8 @@ scheduler and prompts (same seeds, so the same prompts), then the driver alterna
 so both see the same machine load and the same cache pressure from the other. Prints p50/p99 per case and how often
 B was faster in a pair. A process is started with ``--worker MODE N FINISH`` in its tree (its ``benchmarks/`` on the
 path). After its iteration each request is finished without offering its blocks (``request_finished(request, [])``,
-as bench_connector does), unless ``no-finish`` is given (the issue16-sched2 version of this script: per-request state
-then grows for the whole run). Copied from ``benchmarks/results/issue16-sched2/lockstep_ab.py`` with that step added.
+as bench_connector does), unless ``no-finish`` is given (how the issue16-sched2 runs were made: per-request state
+then grows for the whole run).
 """
 
 from __future__ import annotations
