@@ -17,10 +17,11 @@ from semblend_dynamo.router.residency import Residency
 N = 50_000
 
 
-def registration(i: int, hashes: list[list[int]], embedding: str, dim: int) -> DonorRegistration:
+def registration(i: int, hashes: list[list[int]], embedding: str, dim: int, worker_id: int = 1) -> DonorRegistration:
+    """Donor ``d<i>`` of 16 blocks (``hashes[i]``) on ``worker_id``."""
     return DonorRegistration(
         donor_id=f"d{i}",
-        worker_id=1,
+        worker_id=worker_id,
         deployment="d",
         namespace="ns",
         num_tokens=512,
@@ -59,4 +60,5 @@ def main() -> None:
     report("kv-event removing one donor's 16 blocks", removed)
 
 
-main()
+if __name__ == "__main__":
+    main()

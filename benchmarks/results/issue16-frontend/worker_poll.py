@@ -11,6 +11,8 @@ import numpy as np
 
 sys.path.insert(0, sys.argv[1])
 
+from residency_churn import registration  # beside this script
+
 from semblend_dynamo.events.schemas import DonorRegistration
 from semblend_dynamo.router.residency import Residency
 
@@ -21,22 +23,7 @@ def main() -> None:
     residency = Residency(N)
     hashes = np.random.default_rng(0).integers(1, 1 << 62, size=(N, 16)).tolist()
     embedding, dim = DonorRegistration.pack_embedding(np.ones(8, dtype=np.float32) / 8**0.5)
-    residency.add_many(
-        [
-            DonorRegistration(
-                donor_id=f"d{i}",
-                worker_id=1 + i % 2,
-                deployment="d",
-                namespace="ns",
-                num_tokens=512,
-                block_size=32,
-                block_hashes=hashes[i],
-                embedding=embedding,
-                embedding_dim=dim,
-            )
-            for i in range(N)
-        ]
-    )
+    residency.add_many([registration(i, hashes, embedding, dim, worker_id=1 + i % 2) for i in range(N)])
     for name, call in (
         ("retain_workers (no change)", lambda: residency.retain_workers({1, 2})),
         ("donors_per_worker", residency.donors_per_worker),
