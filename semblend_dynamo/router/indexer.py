@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import threading
 import time
@@ -53,9 +52,7 @@ TRIM_AFTER = 10_000
 def trim_heap() -> bool:
     """Hand the heap's free memory back to the OS (glibc's ``malloc_trim(0)``, without the GIL); False where the C
     library has no ``malloc_trim``."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    trim = getattr(libc, "malloc_trim", None)
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own symbols: no library search
     if trim is None:
         return False
     trim(ctypes.c_size_t(0))
