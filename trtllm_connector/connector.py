@@ -346,7 +346,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
         # One conversion of the token list: the u32 array is both the request key's input and the prompt the
-        # lookups compare with the donors' int64 arrays (numpy compares across widths; only the aligner takes int64).
+        # lookups compare with the donors' u32 arrays (only the aligner takes int64).
         prompt_u32 = self._prompts[request_id] = u32_tokens(read_prompt(request))
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
@@ -959,7 +959,7 @@ def _exact_run(donor: Donor, prompt: np.ndarray, donor_start: int, target_start:
     """The token-exact run from a hinted span's start (the hinted length is advisory: the run may be longer)."""
     if donor_start >= len(donor.tokens) or target_start >= len(prompt):
         return None
-    run = shared_prefix(donor.tokens[donor_start:], prompt[target_start:])
+    run = shared_prefix(donor.tokens_u32[donor_start:], prompt[target_start:])
     return (
         Span(donor_id=donor.donor_id, donor_start=donor_start, target_start=target_start, length=run) if run else None
     )
