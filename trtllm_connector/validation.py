@@ -127,7 +127,8 @@ def validate_load(
         tokens = donor.tokens_u32
         if not tokens_checked and not _same(target[start:stop], tokens[d0 : d0 + n]):
             raise Declined(DeclineReason.NO_CANDIDATE, f"{span.donor_id}: span tokens differ")
-        exact = donor.lineage is Lineage.EXACT and d0 == start and _same(target[:start], tokens[:d0])
+        # The same context before: nothing to compare from position 0 (an exact hit's usual start).
+        exact = donor.lineage is Lineage.EXACT and d0 == start and (not start or _same(target[:start], tokens[:d0]))
         if exact_only and not exact:
             why = (
                 "an approximate donor"
