@@ -5,7 +5,8 @@
 the mode given, exact by default), compiles a copy of ``SemBlendConnectorScheduler._decide`` with a checkpoint after
 every top-level statement, runs N decisions of the case given (default 2,000 hits)
 with bench_connector's per-request calls, and prints the median and p90 µs per checkpoint over the decisions after
-the first 200. The checkpoints add ~0.1 µs each.
+the first 200, then the decisions at or above the p99 of the whole and the steps that made them slow (mean excess over
+each step's median). The checkpoints add ~0.1 µs each.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from trtllm_connector.harness import HarnessRequest
 SKIP = (")", "]", "}", "else", "except", "elif")
 
 
-def instrumented(times: dict[int, list[int]], state: dict[str, int]) -> tuple[types.FunctionType, list[str]]:
+def instrumented(times: dict[int, int], state: dict[str, int]) -> tuple[types.FunctionType, list[str]]:
     lines = textwrap.dedent(inspect.getsource(cm.SemBlendConnectorScheduler._decide)).splitlines()
     out = []
     for i, line in enumerate(lines):
@@ -51,7 +52,7 @@ def instrumented(times: dict[int, list[int]], state: dict[str, int]) -> tuple[ty
 
     def checkpoint(i: int) -> None:
         now = time.perf_counter_ns()
-        times[i].append(now - state["t"])
+        times[i] = now - state["t"]
         state["t"] = time.perf_counter_ns()
 
     namespace = dict(cm.__dict__, _CP=checkpoint)
@@ -65,7 +66,8 @@ def main() -> None:
     case = sys.argv[3] if len(sys.argv) > 3 else "hit"
     args = argparse.Namespace(prompt_tokens=8192, pinned_blocks=10_000, requests=n, mode=mode, audit="file")
     sched, donors = bc.build_scheduler(args, Path(tempfile.mkdtemp()) / "audit.jsonl")
-    times: dict[int, list[int]] = collections.defaultdict(list)
+    times: dict[int, int] = {}  # checkpoint -> ns since the previous one, for the decision under way
+    decisions: list[dict[int, int]] = []
     state = {"t": 0}
     decide, lines = instrumented(times, state)
     sched._decide = types.MethodType(decide, sched)  # type: ignore[method-assign]
@@ -82,21 +84,38 @@ def main() -> None:
     block = 20_000
     for i, tokens in enumerate(hits):
         request = HarnessRequest(10_000_000 + i, tokens)
+        times.clear()
         state["t"] = time.perf_counter_ns()
         sched.get_num_new_matched_tokens(request, 0)
-        if i == 200:
-            times.clear()
+        if i >= 200:
+            decisions.append(dict(times))
         sched.update_state_after_alloc(request, list(range(block, block + 256)))
         block += 256
         sched.build_connector_meta(SchedulerOutput())
         sched.request_finished(request, [])
-    medians = 0.0
-    for i in sorted(times):
-        v = sorted(times[i])
-        medians += v[len(v) // 2] / 1e3
+    report(decisions, lines)
+
+
+def report(decisions: list[dict[int, int]], lines: list[str]) -> None:
+    """Median and p90 per checkpoint; then the decisions at or above the p99 of the sum and which steps made them."""
+    steps: dict[int, list[int]] = collections.defaultdict(list)
+    for d in decisions:
+        for i, ns in d.items():
+            steps[i].append(ns)
+    median = {i: sorted(v)[len(v) // 2] for i, v in steps.items()}
+    for i in sorted(steps):
+        v = sorted(steps[i])
         where = lines[i].strip()[:90] if i else "entry"
-        print(f"{v[len(v) // 2] / 1e3:7.2f} {v[int(len(v) * 0.9)] / 1e3:7.2f}  up to line {i}: {where}")
-    print(f"sum of medians {medians:.1f}")
+        print(f"{median[i] / 1e3:7.2f} {v[int(len(v) * 0.9)] / 1e3:7.2f}  up to line {i}: {where}")
+    totals = sorted(sum(d.values()) for d in decisions)
+    p50, p99 = totals[len(totals) // 2], totals[int(len(totals) * 0.99)]
+    print(f"sum of medians {sum(median.values()) / 1e3:.1f}; sum per decision p50 {p50 / 1e3:.1f}, p99 {p99 / 1e3:.1f}")
+    tail = [d for d in decisions if sum(d.values()) >= p99]
+    excess = {i: sum(d.get(i, 0) - median[i] for d in tail) / len(tail) for i in steps}
+    print(f"the {len(tail)} decisions at or above the p99: mean excess over each step's median, largest first")
+    for i in sorted(excess, key=lambda i: -excess[i])[:6]:
+        where = lines[i].strip()[:90] if i else "entry"
+        print(f"{excess[i] / 1e3:9.1f}  up to line {i}: {where}")
 
 
 if __name__ == "__main__":
