@@ -408,6 +408,7 @@ class SpanAligner:
         self.max_postings = max_postings
         self.max_diagonals = max_diagonals
         self.native = _native.LIBRARY is not None if native is None else native
+        self._scan_buffer: np.ndarray | None = None  # the compiled core's work buffer, kept between alignments
         self._donors: dict[str, _Donor] = {}
         self._by_serial: dict[int, _Donor] = {}
         self._tables: dict[str, _ChunkTable] = {}
@@ -559,7 +560,10 @@ class SpanAligner:
 
     def _native_candidates(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None) -> list[_Candidate]:
         """:meth:`_candidates` in the compiled core, but for the postings of chunks several donors share."""
-        scan = _native.Scan(t, self.anchor_tokens, self.block_size, self.min_span_tokens, self.max_diagonals)
+        scan = _native.Scan(
+            t, self.anchor_tokens, self.block_size, self.min_span_tokens, self.max_diagonals, self._scan_buffer
+        )
+        self._scan_buffer = scan.buffer  # alignments never overlap (see the class): the next one reuses it
         positions, hashes = scan.hits(
             table.native_view(), None if allowed is None else np.array(sorted(allowed), dtype=np.int64)
         )

@@ -55,7 +55,9 @@ class Donor:
     request_id: int
     namespace: NamespaceKey
     namespace_digest: str
-    tokens: np.ndarray  # int64, read-only
+    tokens: np.ndarray  # int64, read-only: the span aligner's array
+    tokens_u32: np.ndarray
+    """The same tokens as uint32, read-only: what a decision compares with the prompt (also uint32), half the bytes."""
     block_ids: tuple[int, ...]
     generation: int
     pinned_at: float
@@ -137,7 +139,8 @@ class DonorRegistry:
 
         Exact-equivalent KV is only ever a shared prefix, so exact mode needs no span search: donors are keyed by
         their first block, and the newest ``max_candidates`` with the target's first block are compared directly.
-        ``target`` holds the token ids as integers of any width (the connector passes its uint32 prompt).
+        ``target`` holds the token ids as integers of any width; it is compared with the donors' uint32 arrays (the
+        connector passes its uint32 prompt: same width, no conversion).
         """
         tpb = self.tokens_per_block
         if len(target) < tpb:
@@ -145,7 +148,7 @@ class DonorRegistry:
         best, best_len = "", 0
         candidates = self._by_first_block.get((namespace_digest, _block_key(target[:tpb])), ())
         for donor_id in reversed(candidates[-max_candidates:]):
-            tokens = self._live[donor_id].tokens
+            tokens = self._live[donor_id].tokens_u32
             length = shared_prefix(tokens, target)
             if length > best_len:
                 best, best_len = donor_id, length
@@ -190,7 +193,9 @@ class DonorRegistry:
                 tokens_u32 = u32_tokens(tokens)
             except (OverflowError, TypeError) as exc:
                 raise ValueError(f"token ids must be integers in [0, 2**32): {exc}") from None
-        token_array = np.frombuffer(tokens_u32, dtype=np.uint32).astype(np.int64)
+        token_u32 = np.frombuffer(tokens_u32, dtype=np.uint32).copy()  # ours: the caller may change its array
+        token_u32.flags.writeable = False
+        token_array = token_u32.astype(np.int64)
         token_array.flags.writeable = False
         self._largest = max(self._largest, need)
         self._generation += 1
@@ -201,6 +206,7 @@ class DonorRegistry:
             namespace=namespace,
             namespace_digest=namespace.digest(),
             tokens=token_array,
+            tokens_u32=token_u32,
             block_ids=tuple(block_ids),
             generation=self._generation,
             pinned_at=now,
@@ -314,7 +320,7 @@ class DonorRegistry:
         return donor
 
     def _first_block_key(self, donor: Donor) -> tuple[str, bytes]:
-        return donor.namespace_digest, _block_key(donor.tokens[: self.tokens_per_block])
+        return donor.namespace_digest, _block_key(donor.tokens_u32[: self.tokens_per_block])
 
 
 def _block_key(tokens: np.ndarray) -> bytes:

@@ -133,10 +133,18 @@ class Scan:
 
     ``hits()`` screens and looks up every window; ``diagonals()`` groups (with the hits the caller found on shared
     chunks), ranks and de-duplicates; ``runs()`` compares the chosen diagonals token by token.
-    ``t`` must stay alive and unchanged while the scan is used.
+    ``t`` must stay alive and unchanged while the scan is used, and ``buffer`` (when given) used by no other scan.
     """
 
-    def __init__(self, t: np.ndarray, anchor: int, block_size: int, min_span: int, max_diagonals: int) -> None:
+    def __init__(
+        self,
+        t: np.ndarray,
+        anchor: int,
+        block_size: int,
+        min_span: int,
+        max_diagonals: int,
+        buffer: np.ndarray | None = None,
+    ) -> None:
         self.t = t
         self.anchor = anchor
         self.block_size = block_size
@@ -150,7 +158,8 @@ class Scan:
         self._runs_at = self._rows_at + 5 * max_diagonals
         # A window holds at most (size + 1) // (min_span + 1) runs of min_span tokens.
         size = self._runs_at + 3 * max_diagonals * ((t.size + 1) // (min_span + 1))
-        self.buffer = np.empty(size, dtype=np.int64)  # only the parts written are touched
+        # Only the parts written are touched; ``buffer``, an earlier scan's, serves again when it is large enough.
+        self.buffer = buffer if buffer is not None and buffer.size >= size else np.empty(size, dtype=np.int64)
         self._address = _address(self.buffer)
         self._t_address = _address(t)
         self.n_hits = 0
@@ -174,6 +183,8 @@ class Scan:
         if failed:
             raise MemoryError("span aligner: out of memory")
         self.n_hits, n_shared = self.buffer[:2].tolist()
+        if not n_shared:  # nearly always: five array operations fewer
+            return [], []
         shared = self.buffer[self._shared_at : self._shared_at + 2 * n_shared].view(np.uint64)
         return shared[0::2].tolist(), shared[1::2].tolist()
 

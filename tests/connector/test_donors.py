@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from semblend_dynamo.events.schemas import request_key
+from semblend_dynamo.events.schemas import request_key, u32_tokens
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.outcomes import DeclineReason
 from trtllm_connector.donors import DonorRegistry
@@ -83,6 +83,17 @@ def test_admit_keeps_the_tokens_as_a_read_only_int64_array_and_the_prompts_reque
     assert donor is not None and donor.tokens.dtype == np.int64 and donor.tokens.tolist() == tokens
     assert not donor.tokens.flags.writeable
     assert donor.key == request_key(tokens) and reg.by_key(request_key(tokens)) is donor
+
+
+def test_admit_keeps_a_read_only_uint32_copy_of_a_u32_prompt_array() -> None:
+    reg, _ = _registry()
+    tokens = [7, 2**32 - 1, 0, 31999] * 4
+    prompt = u32_tokens(tokens)  # what the connector hands over: the array it decided on
+    donor = reg.admit(1, NS, prompt, [0, 1]).donor
+    assert donor is not None and donor.tokens_u32.dtype == np.uint32 and donor.tokens_u32.tolist() == tokens
+    assert not donor.tokens_u32.flags.writeable and donor.tokens.tolist() == tokens
+    prompt[0] = 8  # the caller's array stays the caller's
+    assert donor.tokens_u32[0] == 7 and donor.tokens[0] == 7
 
 
 @pytest.mark.parametrize("bad", [-1, 2**32, 1.5])

@@ -171,3 +171,17 @@ def test_same_spans_at_the_edge_sizes(size: int) -> None:
         for max_spans in (1, 8):
             aligners.check("ns", target, max_spans=max_spans)
             aligners.check("ns", target, candidates=["ones"], max_spans=max_spans)
+
+
+def test_same_spans_for_targets_of_changing_length() -> None:
+    """The compiled core's work buffer is kept between alignments: a long target, then shorter ones (the buffer holds
+    the earlier scan's rows past what they write), then longer ones again (it grows) give the reference's spans."""
+    rng = random.Random(5)
+    aligners = Aligners(block_size=8, min_span_tokens=16, max_postings=2)
+    donors = [[rng.randrange(60) for _ in range(rng.randrange(40, 400))] for _ in range(12)]
+    shared = [rng.randrange(60) for _ in range(48)]  # chunks several donors share: the postings path
+    for i, tokens in enumerate(donors):
+        aligners.add_donor(f"d{i}", "ns", shared + tokens if i % 3 == 0 else tokens)
+    for n in (600, 40, 600, 17, 250, 1200, 33, 1200):
+        aligners.check("ns", shared + mosaic(rng, donors, n, 60))
+        aligners.check("ns", mosaic(rng, donors, n, 60), candidates=["d0", "d4"])
