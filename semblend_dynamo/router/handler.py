@@ -307,10 +307,22 @@ class SemanticRouter:
     async def decide(self, routed: RoutedRequest) -> Decision:
         """Exact first, then (if needed and possible) the semantic stage; never raises."""
         t0 = time.perf_counter()
+        refused = self.policy.may_seek(routed.tenancy)
+        if refused is None and self.discovery is None:
+            refused = DeclineReason.SEMANTIC_DISABLED
+        elif refused is None and not self.link.connected:
+            refused = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
+        overlap = self.kv_router.get_overlap_scores(
+            routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
+        )
+        # Dynamo's load query needs neither the exact answer nor the spans: it runs on Dynamo's runtime, asked with
+        # the exact query, so its answer comes back while the loop waits for that one (not while it searches spans).
+        loads = None
+        if refused is None:
+            loads = asyncio.ensure_future(self.kv_router.get_potential_loads(routed.tokens))
+            loads.add_done_callback(_retrieve)
         try:
-            scores = await self.kv_router.get_overlap_scores(
-                routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
-            )
+            scores = await overlap
             exact_blocks = max((int(w.get("device_blocks", 0)) for w in scores.get("workers", [])), default=0)
         except Exception as exc:
             log.warning("exact overlap query failed (%s); routing without it", exc)
@@ -322,19 +334,14 @@ class SemanticRouter:
         if exact_tokens / len(routed.tokens) >= self.cfg.exact_route_threshold:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
             decision.reason = DeclineReason.EXACT_PREFIX_WINS
+            if loads is not None:
+                loads.cancel()
             return decision
         if exact_blocks:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
-        refused = self.policy.may_seek(routed.tenancy)
-        if refused is not None or self.discovery is None:
-            decision.reason = refused or DeclineReason.SEMANTIC_DISABLED
+        if loads is None:
+            decision.reason = refused
             return decision
-        if not self.link.connected:
-            decision.reason = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
-            return decision
-        # Dynamo's load query does not need the spans: it runs on Dynamo's runtime while the loop searches them.
-        loads = asyncio.ensure_future(self.kv_router.get_potential_loads(routed.tokens))
-        loads.add_done_callback(_retrieve)
         try:
             await self._semantic(routed, decision, exact_tokens, loads)
         except Exception:
@@ -342,6 +349,7 @@ class SemanticRouter:
             decision.reason = DeclineReason.INTERNAL_ERROR
             decision.hint = None
             decision.allowed_worker = None
+        loads.cancel()  # unanswered and no longer needed (no donor, discovery only): nothing to wait for
         return decision
 
     async def _semantic(
@@ -453,8 +461,8 @@ class SemanticRouter:
     async def _within_load(self, loads: Awaitable[list[dict[str, int]]], worker_id: int, decision: Decision) -> bool:
         """False when the donor's worker is busier than the least loaded one by more than the slack.
 
-        ``loads``: Dynamo's potential loads for the request, asked for before the spans were searched; the ``load``
-        stage is what the request still waited for them afterwards.
+        ``loads``: Dynamo's potential loads for the request, asked for with the exact query; the ``load`` stage is
+        what the request still waited for them after its span search.
         """
         t0 = time.perf_counter()
         rows = await loads

@@ -196,6 +196,38 @@ async def test_the_load_query_is_asked_before_the_spans_are_searched_and_its_fai
     assert decision.reason is DeclineReason.INTERNAL_ERROR and decision.allowed_worker is None
 
 
+async def test_the_load_query_is_asked_with_the_exact_query_and_dropped_when_exact_wins() -> None:
+    router, kv = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    loop = asyncio.get_running_loop()
+    asked: list[str] = []
+    overlap: asyncio.Future[dict[str, Any]] = loop.create_future()
+    answer: asyncio.Future[list[dict[str, int]]] = loop.create_future()
+
+    def exact(token_ids: list[int], **_: Any) -> asyncio.Future[dict[str, Any]]:
+        asked.append("exact")
+        return overlap
+
+    def loads(token_ids: list[int]) -> asyncio.Future[list[dict[str, int]]]:
+        asked.append("loads")
+        return answer
+
+    kv.get_overlap_scores = exact  # type: ignore[method-assign]
+    kv.get_potential_loads = loads  # type: ignore[method-assign]
+    deciding = asyncio.ensure_future(router.decide(router.parse({"token_ids": _prompt((2, 1, 0))})))
+    await asyncio.sleep(0)
+    assert asked == ["exact", "loads"] and not deciding.done()  # both in flight before the exact answer is back
+    answer.set_result([{"worker_id": W1, "dp_rank": 0, "active_requests": 0}])
+    overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 0}]})
+    assert (await deciding).outcome is Outcome.SEMANTIC_PLACEMENT
+
+    overlap = loop.create_future()
+    overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 20}]})
+    answer = loop.create_future()
+    decision = await router.decide(router.parse({"token_ids": _prompt((1, 0, 2))}))
+    assert decision.outcome is Outcome.EXACT_PREFIX_ROUTE and answer.cancelled()
+
+
 async def test_exact_prefix_wins_and_another_tenant_sees_nothing() -> None:
     router, kv = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
