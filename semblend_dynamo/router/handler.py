@@ -312,17 +312,14 @@ class SemanticRouter:
             refused = DeclineReason.SEMANTIC_DISABLED
         elif refused is None and not self.link.connected:
             refused = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
-        overlap = self.kv_router.get_overlap_scores(
-            routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
-        )
-        # Dynamo's load query needs neither the exact answer nor the spans: it runs on Dynamo's runtime, asked with
-        # the exact query, so its answer comes back while the loop waits for that one (not while it searches spans).
-        loads = None
-        if refused is None:
-            loads = asyncio.ensure_future(self.kv_router.get_potential_loads(routed.tokens))
-            loads.add_done_callback(_retrieve)
+        # Dynamo's load query needs neither the exact answer nor the spans. Asked first, it runs on Dynamo's runtime
+        # beside the exact query and its answer comes back while the loop waits for that one, not during the span
+        # search (where its delivery, which needs the GIL, would interrupt the search).
+        loads = None if refused is not None else self._ask_loads(routed)
         try:
-            scores = await overlap
+            scores = await self.kv_router.get_overlap_scores(
+                routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
+            )
             exact_blocks = max((int(w.get("device_blocks", 0)) for w in scores.get("workers", [])), default=0)
         except Exception as exc:
             log.warning("exact overlap query failed (%s); routing without it", exc)
@@ -351,6 +348,17 @@ class SemanticRouter:
             decision.allowed_worker = None
         loads.cancel()  # unanswered and no longer needed (no donor, discovery only): nothing to wait for
         return decision
+
+    def _ask_loads(self, routed: RoutedRequest) -> asyncio.Future[list[dict[str, int]]]:
+        """Dynamo's potential loads for the request, asked now; an error comes out where they are awaited."""
+        loads: asyncio.Future[list[dict[str, int]]]
+        try:
+            loads = asyncio.ensure_future(self.kv_router.get_potential_loads(routed.tokens))
+        except Exception as exc:
+            loads = asyncio.get_running_loop().create_future()
+            loads.set_exception(exc)
+        loads.add_done_callback(_retrieve)
+        return loads
 
     async def _semantic(
         self, routed: RoutedRequest, decision: Decision, exact_tokens: int, loads: Awaitable[list[dict[str, int]]]

@@ -216,7 +216,7 @@ async def test_the_load_query_is_asked_with_the_exact_query_and_dropped_when_exa
     kv.get_potential_loads = loads  # type: ignore[method-assign]
     deciding = asyncio.ensure_future(router.decide(router.parse({"token_ids": _prompt((2, 1, 0))})))
     await asyncio.sleep(0)
-    assert asked == ["exact", "loads"] and not deciding.done()  # both in flight before the exact answer is back
+    assert asked == ["loads", "exact"] and not deciding.done()  # both in flight before the exact answer is back
     answer.set_result([{"worker_id": W1, "dp_rank": 0, "active_requests": 0}])
     overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 0}]})
     assert (await deciding).outcome is Outcome.SEMANTIC_PLACEMENT
@@ -226,6 +226,15 @@ async def test_the_load_query_is_asked_with_the_exact_query_and_dropped_when_exa
     answer = loop.create_future()
     decision = await router.decide(router.parse({"token_ids": _prompt((1, 0, 2))}))
     assert decision.outcome is Outcome.EXACT_PREFIX_ROUTE and answer.cancelled()
+
+    def refusing(token_ids: list[int]) -> Any:
+        raise TypeError("token ids the runtime cannot take")
+
+    kv.get_potential_loads = refusing  # type: ignore[method-assign]
+    overlap = loop.create_future()
+    overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 0}]})
+    decision = await router.decide(router.parse({"token_ids": _prompt((0, 2, 1))}))
+    assert decision.reason is DeclineReason.INTERNAL_ERROR and decision.allowed_worker is None
 
 
 async def test_exact_prefix_wins_and_another_tenant_sees_nothing() -> None:
