@@ -258,7 +258,6 @@ class SemanticRouter:
             parsed_us = (time.perf_counter() - t0) * 1e6
             decision = await self.decide(routed)
         decision.latency_us["parse"] = parsed_us
-        self.metrics.stage_latency.labels("parse").observe(parsed_us / 1e6)
         forwarded = self.forward_request(request, routed, decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
@@ -266,7 +265,6 @@ class SemanticRouter:
             t_hint = time.perf_counter()
             await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
             decision.latency_us["hint"] = (time.perf_counter() - t_hint) * 1e6
-            self.metrics.stage_latency.labels("hint").observe(decision.latency_us["hint"] / 1e6)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
         served: tuple[int, int] | None = None
         finished = False
@@ -326,7 +324,6 @@ class SemanticRouter:
             exact_blocks = 0
         decision = Decision(Outcome.COLD_FALLBACK, exact_blocks=exact_blocks)
         decision.latency_us["exact"] = (time.perf_counter() - t0) * 1e6
-        self.metrics.stage_latency.labels("exact").observe(decision.latency_us["exact"] / 1e6)
         exact_tokens = exact_blocks * self.cfg.block_size
         if exact_tokens / len(routed.tokens) >= self.cfg.exact_route_threshold:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
@@ -392,7 +389,6 @@ class SemanticRouter:
                     tenancy=routed.tenancy,
                 )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
-        self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)
         decision.reason = result.decision.reason
         donor = self.catalog.resident_donor(result.primary_donor) if result.primary_donor else None
         if donor is None:
@@ -475,7 +471,6 @@ class SemanticRouter:
         t0 = time.perf_counter()
         rows = await loads
         decision.latency_us["load"] = (time.perf_counter() - t0) * 1e6
-        self.metrics.stage_latency.labels("load").observe(decision.latency_us["load"] / 1e6)
         active = {int(w["worker_id"]): int(w.get("active_requests", 0)) for w in rows}
         if worker_id not in active:
             return False
@@ -533,7 +528,6 @@ class SemanticRouter:
             return forwarded
         finally:
             decision.latency_us["chain_steps"] = (time.perf_counter() - t0) * 1e6
-            self.metrics.stage_latency.labels("chain_steps").observe(decision.latency_us["chain_steps"] / 1e6)
 
     def _chain_failed(self, forwarded: dict[str, Any], routed: RoutedRequest, decision: Decision) -> dict[str, Any]:
         assert routed.tenancy.tenant is not None
@@ -553,7 +547,6 @@ class SemanticRouter:
             async for out in stream:
                 if first:
                     decision.latency_us["forward_first_response"] = (time.perf_counter() - t0) * 1e6
-                    self.metrics.stage_latency.labels("forward_first_response").observe(time.perf_counter() - t0)
                     first = False
                 yield out
             return
@@ -577,7 +570,8 @@ class SemanticRouter:
         self.metrics.decisions.labels(decision.outcome.value).inc()
         if decision.reason is not None:
             self.metrics.declines.labels(decision.reason.value).inc()
-        self.metrics.stage_latency.labels("total_added").observe(decision.latency_us.get("total_added", 0.0) / 1e6)
+        for stage, us in decision.latency_us.items():  # observed here, after the stream: off the request's path
+            self.metrics.stage_latency.labels(stage).observe(us / 1e6)
         if decision.hint is not None:
             hinted = sum(length for _, _, length in decision.hint.spans) // self.cfg.block_size
             self.metrics.hinted_blocks.labels(f"{decision.hint.worker_id:x}", decision.outcome.value).inc(hinted)

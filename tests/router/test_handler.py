@@ -393,6 +393,8 @@ async def test_chain_runs_its_steps_on_the_donor_worker_under_one_salt_then_the_
     timed = ("parse", "exact", "semantic", "chain_steps", "hint")
     assert set(timed) <= stages.keys()
     assert sum(stages[s] for s in timed) <= stages["total_added"]
+    for stage in (*timed, "total_added", "forward_first_response"):  # each stage observed once, after the request
+        assert router.metrics.stage_latency.labels(stage)._sum.get() == pytest.approx(stages[stage] / 1e6)
 
 
 async def test_only_the_chained_request_becomes_a_donor_under_the_salt_it_ran_with() -> None:
