@@ -314,6 +314,7 @@ class SemanticRouter:
         # beside the exact query and its answer comes back while the loop waits for that one, not during the span
         # search (where its delivery, which needs the GIL, would interrupt the search).
         loads = None if refused is not None else self._ask_loads(routed)
+        t_exact = time.perf_counter()
         try:
             scores = await self.kv_router.get_overlap_scores(
                 routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
@@ -323,7 +324,9 @@ class SemanticRouter:
             log.warning("exact overlap query failed (%s); routing without it", exc)
             exact_blocks = 0
         decision = Decision(Outcome.COLD_FALLBACK, exact_blocks=exact_blocks)
-        decision.latency_us["exact"] = (time.perf_counter() - t0) * 1e6
+        decision.latency_us["exact"] = (time.perf_counter() - t_exact) * 1e6
+        if loads is not None:
+            decision.latency_us["ask_loads"] = (t_exact - t0) * 1e6
         exact_tokens = exact_blocks * self.cfg.block_size
         if exact_tokens / len(routed.tokens) >= self.cfg.exact_route_threshold:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
@@ -344,6 +347,7 @@ class SemanticRouter:
             decision.hint = None
             decision.allowed_worker = None
         loads.cancel()  # unanswered and no longer needed (no donor, discovery only): nothing to wait for
+        decision.latency_us["decide"] = (time.perf_counter() - t0) * 1e6
         return decision
 
     def _ask_loads(self, routed: RoutedRequest) -> asyncio.Future[list[dict[str, int]]]:

@@ -390,10 +390,17 @@ async def test_chain_runs_its_steps_on_the_donor_worker_under_one_salt_then_the_
     assert evidence.hint == hints[-1][1] and evidence.worker_id == W1
     assert router.metrics.chain_steps.labels("ok")._value.get() == 2
     stages = evidence.stage_latency_us  # every stage before forwarding is timed and inside the total
-    timed = ("parse", "exact", "semantic", "chain_steps", "hint")
+    timed = ("parse", "ask_loads", "exact", "semantic", "load", "chain_steps", "hint")
     assert set(timed) <= stages.keys()
     assert sum(stages[s] for s in timed) <= stages["total_added"]
-    for stage in (*timed, "total_added", "forward_first_response"):  # each stage observed once, after the request
+    assert sum(stages[s] for s in ("ask_loads", "exact", "semantic", "load")) <= stages["decide"]
+    assert stages["parse"] + stages["decide"] + stages["chain_steps"] + stages["hint"] <= stages["total_added"]
+    for stage in (
+        *timed,
+        "decide",
+        "total_added",
+        "forward_first_response",
+    ):  # each stage observed once, after the request
         assert router.metrics.stage_latency.labels(stage)._sum.get() == pytest.approx(stages[stage] / 1e6)
 
 
