@@ -469,8 +469,8 @@ class SemanticRouter:
     async def _within_load(self, loads: Awaitable[list[dict[str, int]]], worker_id: int, decision: Decision) -> bool:
         """False when the donor's worker is busier than the least loaded one by more than the slack.
 
-        ``loads``: Dynamo's potential loads for the request, asked for with the exact query; the ``load`` stage is
-        what the request still waited for them after its span search.
+        ``loads``: Dynamo's potential loads for the request, asked just before the exact query; the ``load`` stage
+        is what the request still waited for them after its span search.
         """
         t0 = time.perf_counter()
         rows = await loads
