@@ -3,11 +3,12 @@
 A ``SemanticRouter`` with ``--donors`` resident donors of 512 tokens (index capacity 100K or more: usearch HNSW, as in
 production) serves ``--requests`` sequential 8,192-token span-path prompts (each reorders 8 donors among random
 tokens); finished prompts do not become donors (``min_donor_tokens`` above the prompt), so what is timed is the
-decision alone. Dynamo's KvRouter is a stand-in answering after one loop turn (no exact overlap, one idle worker).
+decision alone. Dynamo's KvRouter is a stand-in (no exact overlap, one idle worker) answering at once, or with
+``--runtime-ms`` from another thread that long after each query, as Dynamo's runtime does (``RuntimeStandIn``).
 
 Per run: the router's own stage times of each request (``Decision.latency_us``, what its ``routed`` log line
-carries: ``exact``, ``semantic``, ``load``, ``total_added`` = arrival -> forwarded) at p50/p99, and the CPU time of
-the loop's thread per request. ``--profile``: the functions taking the most time in one extra pass (cProfile).
+carries: ``parse``, ``ask_loads``, ``exact``, ``semantic``, ``load``, ``decide``, ``hint`` (to a link publishing
+nowhere), ``total_added`` = arrival -> forwarded; a stage the code does not time reads 0) at p50/p99, and the CPU time of the loop's thread per request. ``--profile``: the functions taking the most time in one extra pass (cProfile).
 
 ``--compare REF`` runs the code of git ``REF`` (exported to a temporary directory) and of this tree in turns,
 ``--repeat`` times each (before, after, before, after, ...), each in its own process. ``--compare numpy`` runs this
@@ -37,7 +38,7 @@ import numpy as np
 from router_under_test import BLOCK, ROOT, TARGET_TOKENS, export_ref, make_router, seed, use_code
 from router_under_test import span_target as make_target
 
-STAGES = ("exact", "semantic", "load", "total_added")
+STAGES = ("parse", "ask_loads", "exact", "semantic", "load", "decide", "hint", "total_added")
 
 
 async def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,7 +53,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         min_donor_tokens=TARGET_TOKENS + 1,
         index_capacity=max(2 * args.donors, 100_000),
     )
-    router = make_router(cfg, loop_turns=False)
+    router = make_router(cfg, loop_turns=False, runtime_s=args.runtime_ms / 1000)
     rng = np.random.default_rng(7)
     donors, setup_s = await seed(router, args.donors, rng)
 
@@ -127,6 +128,7 @@ def parent(args: argparse.Namespace) -> None:
             for label, code, name, env in codes:
                 cmd = [sys.executable, __file__, "--child", "--code", code]
                 cmd += ["--donors", str(args.donors), "--requests", str(args.requests)]
+                cmd += ["--runtime-ms", str(args.runtime_ms)]
                 cmd += ["--profile"] if args.profile else []
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout
                 result = json.loads(out.splitlines()[-1])
@@ -141,12 +143,16 @@ def parent(args: argparse.Namespace) -> None:
         f"load {os.getloadavg()[0]:.1f}"
     )
     print(f"# {args.donors:,} resident donors of 512 tokens; {args.requests} sequential 8K span-path requests per run")
+    print(
+        f"# Dynamo's queries answered {f'by a runtime stand-in after {args.runtime_ms} ms' if args.runtime_ms else 'at once'}"
+    )
     print()
     print(
-        "| code | exact ms p50 / p99 | semantic ms p50 / p99 | load ms p50 / p99 | total_added ms p50 / p99 | "
-        "loop CPU ms per request | placed | setup s |"
+        "| code | "
+        + " | ".join(f"{stage} ms p50 / p99" for stage in STAGES)
+        + " | loop CPU ms per request | placed | setup s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|" + "---|" * (len(STAGES) + 3))
     print("\n".join(rows))
 
 
@@ -159,6 +165,13 @@ def main() -> None:
         "--compare", default="", help="a git ref whose code runs as the baseline, or numpy: this tree's numpy aligner"
     )
     parser.add_argument("--profile", action="store_true", help="add a cProfile pass to each run")
+    parser.add_argument(
+        "--runtime-ms",
+        type=float,
+        default=0.0,
+        help="answer Dynamo's queries from another thread this long after they are asked, as Dynamo's runtime does "
+        "(0: at once, on the loop)",
+    )
     parser.add_argument("--raw", default="", help="directory for each run's raw JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)

@@ -12,6 +12,9 @@ import gc
 import subprocess
 import sys
 import time
+from array import array
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +43,11 @@ def export_ref(ref: str, into: str) -> None:
     subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
 
 
-def make_router(cfg: Any, *, loop_turns: bool) -> Any:
+def make_router(cfg: Any, *, loop_turns: bool, runtime_s: float = 0.0) -> Any:
     """A router whose Dynamo KvRouter is a stand-in (no exact overlap, one idle worker) and whose NATS link is
     connected and publishes nowhere; ``loop_turns``: the stand-in's queries and stream each take one loop turn, as an
-    awaited call into Dynamo's runtime does."""
+    awaited call into Dynamo's runtime does. ``runtime_s`` > 0: they are answered as Dynamo's runtime answers
+    instead (:class:`RuntimeStandIn`), ``runtime_s`` after they are asked."""
     from semblend_dynamo.events.link import NatsLink
     from semblend_dynamo.events.publisher import EvidencePublisher
     from semblend_dynamo.namespace import NamespaceKey
@@ -56,25 +60,46 @@ def make_router(cfg: Any, *, loop_turns: bool) -> Any:
         if loop_turns:
             await asyncio.sleep(0)
 
+    def overlap() -> dict[str, Any]:
+        return {"workers": [{"worker_id": WORKER, "dp_rank": 0, "device_blocks": 0}]}
+
+    def loads() -> list[dict[str, int]]:
+        return [{"worker_id": WORKER, "dp_rank": 0, "active_requests": 0}]
+
+    async def stream() -> Any:
+        await turn()
+        yield {"token_ids": [1], "routing_data": {"worker_id": {"decode_worker_id": WORKER}}}
+
     class KvRouterStandIn:
         """Dynamo's KvRouter as the router sees it."""
 
         async def get_overlap_scores(self, token_ids: list[int], **_: Any) -> dict[str, Any]:
             await turn()
-            return {"workers": [{"worker_id": WORKER, "dp_rank": 0, "device_blocks": 0}]}
+            return overlap()
 
         async def get_potential_loads(self, token_ids: list[int]) -> list[dict[str, int]]:
-            return [{"worker_id": WORKER, "dp_rank": 0, "active_requests": 0}]
+            return loads()
 
         async def generate_from_request(self, request: dict[str, Any]) -> Any:
-            async def stream() -> Any:
-                await turn()
-                yield {"token_ids": [1], "routing_data": {"worker_id": {"decode_worker_id": WORKER}}}
-
             return stream()
 
         async def dump_events(self) -> str:
             return "[]"
+
+    class KvRouterOnRuntime(KvRouterStandIn):
+        """The same answers, each from :class:`RuntimeStandIn`."""
+
+        def __init__(self) -> None:
+            self.runtime = RuntimeStandIn(runtime_s)
+
+        def get_overlap_scores(self, token_ids: list[int], **_: Any) -> Any:  # type: ignore[override]
+            return self.runtime.ask(token_ids, overlap)
+
+        def get_potential_loads(self, token_ids: list[int]) -> Any:  # type: ignore[override]
+            return self.runtime.ask(token_ids, loads)
+
+        def generate_from_request(self, request: dict[str, Any]) -> Any:  # type: ignore[override]
+            return self.runtime.ask(request["token_ids"], stream)
 
     class LinkStandIn(NatsLink):
         """Connected, publishing nowhere."""
@@ -92,7 +117,7 @@ def make_router(cfg: Any, *, loop_turns: bool) -> Any:
     publisher.start()
     return SemanticRouter(
         cfg,
-        kv_router=KvRouterStandIn(),
+        kv_router=KvRouterOnRuntime() if runtime_s > 0 else KvRouterStandIn(),
         discovery=discovery,
         catalog=DonorCatalog(cfg.index_capacity, discovery),
         link=link,
@@ -101,6 +126,30 @@ def make_router(cfg: Any, *, loop_turns: bool) -> Any:
         namespace_of=lambda lora, salt: NamespaceKey(model_id=cfg.model_id, tokens_per_block=BLOCK, cache_salt=salt),
         deployment="bench",
     )
+
+
+class RuntimeStandIn:
+    """Dynamo's runtime as its Python bindings behave: a call copies its token ids (pyo3 converts the list) and
+    returns an asyncio future at once; the query runs on another thread, which builds the answer (holding the GIL)
+    ``latency_s`` later and hands it to the loop with ``call_soon_threadsafe``."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+        self.threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runtime-stand-in")
+
+    def ask(self, token_ids: list[int], answer: Callable[[], Any]) -> asyncio.Future[Any]:
+        array("I", token_ids)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        deadline = time.perf_counter() + self.latency_s
+
+        def run() -> None:
+            time.sleep(max(0.0, deadline - time.perf_counter()))
+            value = answer()
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(value))
+
+        self.threads.submit(run)
+        return future
 
 
 async def seed(router: Any, n: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:

@@ -226,7 +226,17 @@ def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
         return f"{s50:.2f} / {s99:.2f} | {e50:.2f} / {e99:.2f} | {s50 - e50:.2f} | {s99 - e99:.2f}"
 
     lines.append(f"| inside the Frontend (received -> completed) | {cells(fe['sem'], fe['exact'])} |")
-    for stage in ("total_added", "parse", "exact", "semantic", "load", "hint", "forward_first_response"):
+    for stage in (
+        "total_added",
+        "parse",
+        "ask_loads",
+        "exact",
+        "semantic",
+        "load",
+        "decide",
+        "hint",
+        "forward_first_response",
+    ):
         sem = [s[stage] for s in stages["sem"] if stage in s]
         exact = [s.get(stage, 0.0) for s in stages["exact"]]
         lines.append(f"| router stage `{stage}` | {cells(sem, exact)} |")

@@ -74,17 +74,38 @@ class NatsLink:
         """Wait (at most ``timeout`` s) until everything published so far is written to the server's connection, with
         no server round trip; raises on no connection/timeout.
 
-        nats-py buffers a publish for its flusher task; this waits for that task to write and drain the buffer
-        (its ``_flush_pending(force_flush=True)``, pinned by ``tests/router/test_events.py``), and falls back to
-        :meth:`flush` on a nats-py without it.
+        nats-py buffers a publish for its flusher task. When the socket takes the buffer at once (the usual case),
+        this writes it here, as that task would, without giving the event loop a turn (:meth:`_write_now`);
+        otherwise it waits for that task to write and drain the buffer (its ``_flush_pending(force_flush=True)``),
+        and falls back to :meth:`flush` on a nats-py without it. Both pinned by ``tests/router/test_events.py``.
         """
         if not self.connected or self._nc is None:
             raise ConnectionError("NATS is not connected")
+        if self._write_now():
+            return
         write = getattr(self._nc, "_flush_pending", None)
         if write is None:
             await self.flush(timeout)
             return
         await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(write(force_flush=True))), timeout)
+
+    def _write_now(self) -> bool:
+        """Hand nats-py's buffered commands to the socket now, as its flusher task does (which then finds nothing to
+        write); True when the kernel took all of it. False (nothing done) on a nats-py or transport without these
+        internals or while it is reconnecting (its buffer is then replayed on reconnect)."""
+        nc = self._nc
+        writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+        pending = getattr(nc, "_pending", None)
+        if nc is None or writer is None or not isinstance(pending, list) or not nc.is_connected:
+            return False
+        transport = writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            return False  # the socket is behind already: the flusher task writes in order
+        if pending:
+            writer.writelines(pending)
+            nc._pending = []
+            nc._pending_data_size = 0
+        return not transport.get_write_buffer_size()
 
     async def flush(self, timeout: float) -> None:
         """Wait until the server has everything published so far (one round trip); raises on no connection/timeout."""

@@ -258,7 +258,6 @@ class SemanticRouter:
             parsed_us = (time.perf_counter() - t0) * 1e6
             decision = await self.decide(routed)
         decision.latency_us["parse"] = parsed_us
-        self.metrics.stage_latency.labels("parse").observe(parsed_us / 1e6)
         forwarded = self.forward_request(request, routed, decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
@@ -266,7 +265,6 @@ class SemanticRouter:
             t_hint = time.perf_counter()
             await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
             decision.latency_us["hint"] = (time.perf_counter() - t_hint) * 1e6
-            self.metrics.stage_latency.labels("hint").observe(decision.latency_us["hint"] / 1e6)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
         served: tuple[int, int] | None = None
         finished = False
@@ -307,6 +305,16 @@ class SemanticRouter:
     async def decide(self, routed: RoutedRequest) -> Decision:
         """Exact first, then (if needed and possible) the semantic stage; never raises."""
         t0 = time.perf_counter()
+        refused = self.policy.may_seek(routed.tenancy)
+        if refused is None and self.discovery is None:
+            refused = DeclineReason.SEMANTIC_DISABLED
+        elif refused is None and not self.link.connected:
+            refused = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
+        # Dynamo's load query needs neither the exact answer nor the spans. Asked first, it runs on Dynamo's runtime
+        # beside the exact query and its answer comes back while the loop waits for that one, not during the span
+        # search (where its delivery, which needs the GIL, would interrupt the search).
+        loads = None if refused is not None else self._ask_loads(routed)
+        t_exact = time.perf_counter()
         try:
             scores = await self.kv_router.get_overlap_scores(
                 routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
@@ -316,25 +324,21 @@ class SemanticRouter:
             log.warning("exact overlap query failed (%s); routing without it", exc)
             exact_blocks = 0
         decision = Decision(Outcome.COLD_FALLBACK, exact_blocks=exact_blocks)
-        decision.latency_us["exact"] = (time.perf_counter() - t0) * 1e6
-        self.metrics.stage_latency.labels("exact").observe(decision.latency_us["exact"] / 1e6)
+        decision.latency_us["exact"] = (time.perf_counter() - t_exact) * 1e6
+        if loads is not None:
+            decision.latency_us["ask_loads"] = (t_exact - t0) * 1e6
         exact_tokens = exact_blocks * self.cfg.block_size
         if exact_tokens / len(routed.tokens) >= self.cfg.exact_route_threshold:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
             decision.reason = DeclineReason.EXACT_PREFIX_WINS
+            if loads is not None:
+                loads.cancel()
             return decision
         if exact_blocks:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
-        refused = self.policy.may_seek(routed.tenancy)
-        if refused is not None or self.discovery is None:
-            decision.reason = refused or DeclineReason.SEMANTIC_DISABLED
+        if loads is None:
+            decision.reason = refused
             return decision
-        if not self.link.connected:
-            decision.reason = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
-            return decision
-        # Dynamo's load query does not need the spans: it runs on Dynamo's runtime while the loop searches them.
-        loads = asyncio.ensure_future(self.kv_router.get_potential_loads(routed.tokens))
-        loads.add_done_callback(_retrieve)
         try:
             await self._semantic(routed, decision, exact_tokens, loads)
         except Exception:
@@ -342,7 +346,20 @@ class SemanticRouter:
             decision.reason = DeclineReason.INTERNAL_ERROR
             decision.hint = None
             decision.allowed_worker = None
+        loads.cancel()  # unanswered and no longer needed (no donor, discovery only): nothing to wait for
+        decision.latency_us["decide"] = (time.perf_counter() - t0) * 1e6
         return decision
+
+    def _ask_loads(self, routed: RoutedRequest) -> asyncio.Future[list[dict[str, int]]]:
+        """Dynamo's potential loads for the request, asked now; an error comes out where they are awaited."""
+        loads: asyncio.Future[list[dict[str, int]]]
+        try:
+            loads = asyncio.ensure_future(self.kv_router.get_potential_loads(routed.tokens))
+        except Exception as exc:
+            loads = asyncio.get_running_loop().create_future()
+            loads.set_exception(exc)
+        loads.add_done_callback(_retrieve)
+        return loads
 
     async def _semantic(
         self, routed: RoutedRequest, decision: Decision, exact_tokens: int, loads: Awaitable[list[dict[str, int]]]
@@ -376,7 +393,6 @@ class SemanticRouter:
                     tenancy=routed.tenancy,
                 )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
-        self.metrics.stage_latency.labels("semantic").observe(decision.latency_us["semantic"] / 1e6)
         decision.reason = result.decision.reason
         donor = self.catalog.resident_donor(result.primary_donor) if result.primary_donor else None
         if donor is None:
@@ -453,13 +469,12 @@ class SemanticRouter:
     async def _within_load(self, loads: Awaitable[list[dict[str, int]]], worker_id: int, decision: Decision) -> bool:
         """False when the donor's worker is busier than the least loaded one by more than the slack.
 
-        ``loads``: Dynamo's potential loads for the request, asked for before the spans were searched; the ``load``
-        stage is what the request still waited for them afterwards.
+        ``loads``: Dynamo's potential loads for the request, asked just before the exact query; the ``load`` stage
+        is what the request still waited for them after its span search.
         """
         t0 = time.perf_counter()
         rows = await loads
         decision.latency_us["load"] = (time.perf_counter() - t0) * 1e6
-        self.metrics.stage_latency.labels("load").observe(decision.latency_us["load"] / 1e6)
         active = {int(w["worker_id"]): int(w.get("active_requests", 0)) for w in rows}
         if worker_id not in active:
             return False
@@ -517,7 +532,6 @@ class SemanticRouter:
             return forwarded
         finally:
             decision.latency_us["chain_steps"] = (time.perf_counter() - t0) * 1e6
-            self.metrics.stage_latency.labels("chain_steps").observe(decision.latency_us["chain_steps"] / 1e6)
 
     def _chain_failed(self, forwarded: dict[str, Any], routed: RoutedRequest, decision: Decision) -> dict[str, Any]:
         assert routed.tenancy.tenant is not None
@@ -537,7 +551,6 @@ class SemanticRouter:
             async for out in stream:
                 if first:
                     decision.latency_us["forward_first_response"] = (time.perf_counter() - t0) * 1e6
-                    self.metrics.stage_latency.labels("forward_first_response").observe(time.perf_counter() - t0)
                     first = False
                 yield out
             return
@@ -561,7 +574,8 @@ class SemanticRouter:
         self.metrics.decisions.labels(decision.outcome.value).inc()
         if decision.reason is not None:
             self.metrics.declines.labels(decision.reason.value).inc()
-        self.metrics.stage_latency.labels("total_added").observe(decision.latency_us.get("total_added", 0.0) / 1e6)
+        for stage, us in decision.latency_us.items():  # observed here, after the stream: off the request's path
+            self.metrics.stage_latency.labels(stage).observe(us / 1e6)
         if decision.hint is not None:
             hinted = sum(length for _, _, length in decision.hint.spans) // self.cfg.block_size
             self.metrics.hinted_blocks.labels(f"{decision.hint.worker_id:x}", decision.outcome.value).inc(hinted)

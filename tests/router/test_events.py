@@ -347,3 +347,32 @@ async def test_an_urgent_hint_has_left_the_process_when_send_first_returns_and_i
     await link.close()
     assert not await publisher.send_first(subject, _hint(), timeout=2.0)  # no connection: queued, not lost
     assert publisher.backlog == 1
+
+
+@pytest.mark.nats
+async def test_an_urgent_hint_is_written_out_without_giving_the_event_loop_a_turn(nats_server) -> None:
+    """The hint reaches the socket inside ``send_first``: no loop iteration (each costs the request time)."""
+    import asyncio
+
+    import nats
+
+    from semblend_dynamo.events.link import NatsLink
+    from semblend_dynamo.events.publisher import EvidencePublisher
+
+    cfg = SemblendConfig(nats_url=nats_server.url)
+    subject = Subjects.for_config(cfg).hints(7)
+    listener = await nats.connect(nats_server.url)
+    sub = await listener.subscribe(subject)
+    await listener.flush()
+    link = NatsLink(cfg, name="urgent")
+    link.start()
+    await asyncio.wait_for(link.wait_connected(), 10)
+    publisher = EvidencePublisher(link, queue_size=4)
+    loop_turns: list[int] = []
+    asyncio.get_running_loop().call_soon(loop_turns.append, 1)
+    assert await publisher.send_first(subject, _hint(), timeout=2.0)
+    assert loop_turns == []
+    msg = await sub.next_msg(timeout=5)
+    assert isinstance(decode(msg.data, DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
+    await link.close()
+    await listener.close()

@@ -196,6 +196,47 @@ async def test_the_load_query_is_asked_before_the_spans_are_searched_and_its_fai
     assert decision.reason is DeclineReason.INTERNAL_ERROR and decision.allowed_worker is None
 
 
+async def test_the_load_query_is_asked_with_the_exact_query_and_dropped_when_exact_wins() -> None:
+    router, kv = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    loop = asyncio.get_running_loop()
+    asked: list[str] = []
+    overlap: asyncio.Future[dict[str, Any]] = loop.create_future()
+    answer: asyncio.Future[list[dict[str, int]]] = loop.create_future()
+
+    def exact(token_ids: list[int], **_: Any) -> asyncio.Future[dict[str, Any]]:
+        asked.append("exact")
+        return overlap
+
+    def loads(token_ids: list[int]) -> asyncio.Future[list[dict[str, int]]]:
+        asked.append("loads")
+        return answer
+
+    kv.get_overlap_scores = exact  # type: ignore[method-assign]
+    kv.get_potential_loads = loads  # type: ignore[method-assign]
+    deciding = asyncio.ensure_future(router.decide(router.parse({"token_ids": _prompt((2, 1, 0))})))
+    await asyncio.sleep(0)
+    assert asked == ["loads", "exact"] and not deciding.done()  # both in flight before the exact answer is back
+    answer.set_result([{"worker_id": W1, "dp_rank": 0, "active_requests": 0}])
+    overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 0}]})
+    assert (await deciding).outcome is Outcome.SEMANTIC_PLACEMENT
+
+    overlap = loop.create_future()
+    overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 20}]})
+    answer = loop.create_future()
+    decision = await router.decide(router.parse({"token_ids": _prompt((1, 0, 2))}))
+    assert decision.outcome is Outcome.EXACT_PREFIX_ROUTE and answer.cancelled()
+
+    def refusing(token_ids: list[int]) -> Any:
+        raise TypeError("token ids the runtime cannot take")
+
+    kv.get_potential_loads = refusing  # type: ignore[method-assign]
+    overlap = loop.create_future()
+    overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 0}]})
+    decision = await router.decide(router.parse({"token_ids": _prompt((0, 2, 1))}))
+    assert decision.reason is DeclineReason.INTERNAL_ERROR and decision.allowed_worker is None
+
+
 async def test_exact_prefix_wins_and_another_tenant_sees_nothing() -> None:
     router, kv = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
@@ -349,9 +390,18 @@ async def test_chain_runs_its_steps_on_the_donor_worker_under_one_salt_then_the_
     assert evidence.hint == hints[-1][1] and evidence.worker_id == W1
     assert router.metrics.chain_steps.labels("ok")._value.get() == 2
     stages = evidence.stage_latency_us  # every stage before forwarding is timed and inside the total
-    timed = ("parse", "exact", "semantic", "chain_steps", "hint")
+    timed = ("parse", "ask_loads", "exact", "semantic", "load", "chain_steps", "hint")
     assert set(timed) <= stages.keys()
     assert sum(stages[s] for s in timed) <= stages["total_added"]
+    assert sum(stages[s] for s in ("ask_loads", "exact", "semantic", "load")) <= stages["decide"]
+    assert stages["parse"] + stages["decide"] + stages["chain_steps"] + stages["hint"] <= stages["total_added"]
+    for stage in (
+        *timed,
+        "decide",
+        "total_added",
+        "forward_first_response",
+    ):  # each stage observed once, after the request
+        assert router.metrics.stage_latency.labels(stage)._sum.get() == pytest.approx(stages[stage] / 1e6)
 
 
 async def test_only_the_chained_request_becomes_a_donor_under_the_salt_it_ran_with() -> None:
