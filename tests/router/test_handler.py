@@ -171,6 +171,26 @@ async def test_overloaded_donor_worker_is_not_forced() -> None:
     assert decision.allowed_worker is None and decision.hint is not None
 
 
+async def test_the_load_query_carries_one_block_of_the_prompt() -> None:
+    """Only the workers' active requests are read from Dynamo's load query, and they do not depend on the tokens:
+    the query gets the prompt's first block, so the runtime does not copy an 8K-token list a second time."""
+    router, kv = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    asked: list[list[int]] = []
+    answer: asyncio.Future[list[dict[str, int]]] = asyncio.get_running_loop().create_future()
+    answer.set_result([{"worker_id": W1, "dp_rank": 0, "active_requests": 0}])
+
+    def loads(token_ids: list[int]) -> asyncio.Future[list[dict[str, int]]]:
+        asked.append(token_ids)
+        return answer
+
+    kv.get_potential_loads = loads  # type: ignore[method-assign]
+    routed = router.parse({"token_ids": _prompt((2, 1, 0))})
+    decision = await router.decide(routed)
+    assert decision.outcome is Outcome.SEMANTIC_PLACEMENT
+    assert asked == [routed.tokens[: router.cfg.block_size]]
+
+
 async def test_the_load_query_is_asked_before_the_spans_are_searched_and_its_failure_routes_exact_only() -> None:
     router, kv = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
