@@ -185,16 +185,15 @@ class U64Map:
         if not self._dir_steps:
             return _hits(keys, probe)
         assert self._dir is not None
-        # lower bound of each probe, from the start of its run: keys past the run are larger than the probe, so the
-        # search may step beyond the run (never past the base's last key, whose comparison is then harmless)
-        at = self._dir[probe >> self._dir_shift].astype(np.intp)
-        last = len(keys) - 1
-        step = 1 << self._dir_steps
+        # lower bound of each probe in a window of 2**steps - 1 keys from the start of its run (moved back to end at
+        # the base's last key where it would pass it): keys before the run are smaller than the probe, keys after it
+        # larger, and the window covers the longest run
+        width = 1 << self._dir_steps
+        at = np.minimum(self._dir[probe >> self._dir_shift], len(keys) - width).astype(np.intp)
+        step = width
         while step > 1:
             step >>= 1
-            mid = np.minimum(at + (step - 1), last)
-            at += (keys[mid] < probe) * step
-        np.minimum(at, last, out=at)
+            np.add(at, step, out=at, where=keys[at + (step - 1)] < probe)
         return keys[at] == probe, at
 
     def _build_dir(self) -> None:
@@ -203,7 +202,8 @@ class U64Map:
         self._dir_shift = _U64(64 - bits)
         starts = keys.searchsorted(np.arange(1 << bits, dtype=_U64) << self._dir_shift)
         longest = int(np.diff(starts, append=len(keys)).max())
-        self._dir_steps = longest.bit_length() if longest.bit_length() <= _DIR_MAX_STEPS else 0
+        steps = longest.bit_length()
+        self._dir_steps = steps if steps <= _DIR_MAX_STEPS and 1 << steps <= len(keys) else 0
         self._dir = starts.astype(np.int32 if len(keys) < 1 << 31 else np.int64) if self._dir_steps else _empty()
 
     def _set_base(self, keys: np.ndarray, values: np.ndarray) -> None:

@@ -147,15 +147,14 @@ def test_bulk_lookups_through_the_directory_find_what_binary_search_finds(
     monkeypatch.setattr(u64map, "_DIR_MIN", 1024)
     rng = np.random.default_rng(3)
     if spread == "uniform":
-        keys = np.unique(rng.integers(0, 1 << 64, 5000, dtype=np.uint64, endpoint=False))
-        keys = np.concatenate((np.array([0, (1 << 64) - 1], dtype=np.uint64), keys))
-        keys = np.unique(keys)
+        keys = np.unique(rng.integers(1, (1 << 64) - 1, 5000, dtype=np.uint64))
     else:
         keys = np.arange(10, 5010, dtype=np.uint64) * np.uint64(3)
     m = U64Map()
     m.assign(keys, keys ^ np.uint64(0xFFFF))
     m.arrays()  # everything in the base
-    probe = np.unique(np.concatenate((rng.choice(keys, 300), keys[:2], keys[-2:], keys[:50] + np.uint64(1))))
+    beyond = np.array([0, (1 << 64) - 1], dtype=np.uint64)  # below and above every key
+    probe = np.unique(np.concatenate((rng.choice(keys, 300), keys[:2], keys[-2:], keys[:50] + np.uint64(1), beyond)))
     found, values = m.lookup(probe)
     held = np.isin(probe, keys)
     assert (found == held).all() and (values == np.where(held, probe ^ np.uint64(0xFFFF), 0)).all()
