@@ -17,6 +17,7 @@ from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import repeat
+from operator import attrgetter
 from typing import TypeVar
 
 import numpy as np
@@ -215,6 +216,12 @@ class DonorEntry:
         return DonorRegistration.model_construct(**fields)
 
 
+_DONOR_ID = attrgetter("donor_id")
+_NAMESPACE = attrgetter("namespace")
+_WORKER = attrgetter("worker")
+_SLOT = attrgetter("slot")
+_BLOCK_HASHES = attrgetter("block_hashes")
+
 _REGISTRATION_SLOTS = tuple(
     name for name in DonorEntry.__slots__ if name not in ("missing", "own_embedding", "slot", "worker")
 )
@@ -410,9 +417,9 @@ class Residency:
                 self._changes.append((entry.donor_id, False))
 
     def _became_resident(self, entries: Collection[DonorEntry]) -> None:
-        self._resident_counts.update(entry.namespace for entry in entries)
-        self._worker_resident.update(entry.worker for entry in entries)
-        self._changes += ((entry.donor_id, True) for entry in entries)
+        self._resident_counts.update(map(_NAMESPACE, entries))
+        self._worker_resident.update(map(_WORKER, entries))
+        self._changes += zip(map(_DONOR_ID, entries), repeat(True))
 
     def take_changes(self) -> list[tuple[str, bool]]:
         """``(donor_id, now_resident)`` transitions since the last call, in order."""
@@ -474,11 +481,11 @@ class Residency:
     def _insert(self, entries: list[DonorEntry]) -> list[str]:
         """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity."""
         donors = self._donors
-        ids = [entry.donor_id for entry in entries]
+        ids = list(map(_DONOR_ID, entries))
         if len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids)):  # all new (a sync page's usual)
             self._take_slots(entries)
             donors.update(zip(ids, entries, strict=True))
-            self._worker_donors.update(entry.worker for entry in entries)
+            self._worker_donors.update(map(_WORKER, entries))
         else:
             for entry in entries:
                 donor_id = entry.donor_id
@@ -535,10 +542,11 @@ class Residency:
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
         yet (a sync page's usual donors); False, doing nothing, otherwise."""
-        lengths = np.fromiter((len(entry.block_hashes) for entry in entries), dtype=np.int64, count=len(entries))
+        each = list(map(_BLOCK_HASHES, entries))
+        lengths = np.fromiter(map(len, each), dtype=np.int64, count=len(entries))
         if not len(entries) or not lengths.all():
             return False
-        hashes = np.frombuffer(b"".join(entry.block_hashes for entry in entries), dtype=np.uint64)  # type: ignore[misc]
+        hashes = np.frombuffer(b"".join(each), dtype=np.uint64)
         order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
         if (ordered[1:] == ordered[:-1]).any():
@@ -546,8 +554,8 @@ class Residency:
         values = blocks.hashes.lookup(ordered)[1]
         if (values & np.uint64(_POST_MASK)).any():
             return False
-        slots = np.fromiter((entry.slot + 1 for entry in entries), dtype=np.uint64, count=len(entries))
-        blocks.hashes.assign(ordered, values | np.repeat(slots, lengths)[order])
+        postings = np.fromiter(map(_SLOT, entries), dtype=np.uint64, count=len(entries)) + np.uint64(1)
+        blocks.hashes.assign(ordered, values | np.repeat(postings, lengths)[order])
         absent = np.empty(len(hashes), dtype=bool)
         absent[order] = values == 0  # no block stores it (its posting is 0 too)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
