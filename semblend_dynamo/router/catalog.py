@@ -93,7 +93,7 @@ class DonorCatalog:
             if skip_router is not None and skip_router in rows.router_ids[start:stop]:
                 kept = [i for i in kept if rows.router_ids[i] != skip_router]
             ids = [rows.donor_ids[i] for i in kept] if isinstance(kept, list) else rows.donor_ids[start:stop]
-            if len(set(ids)) == len(ids) and not any(map(self._residency.__contains__, ids)):
+            if len(set(ids)) == len(ids) and not self._residency.knows_any(ids):
                 picked = kept  # all new (a sync page's usual)
             else:
                 picked = [kept[j] for j in self._fresh(zip(ids, [rows.registered_at[i] for i in kept], strict=True))]
@@ -267,7 +267,7 @@ class DonorCatalog:
         ids = [donor_id for donor_id, _ in added]
         if not evicted and len(set(ids)) == len(ids):  # each donor's entry is the one residency just took
             self._order.extend(range(self._seq + 1, self._seq + len(ids) + 1))
-            self._order_entries += map(self._residency.entry, ids)
+            self._order_entries += self._residency.entries(ids)
             self._seq += len(ids)
         else:
             for donor_id, registered_at in added:

@@ -636,9 +636,12 @@ class Residency:
     def donor(self, donor_id: str) -> DonorEntry | None:
         return self._donors.get(donor_id)
 
-    def entry(self, donor_id: str) -> DonorEntry:
-        """The entry of a donor known to be held (KeyError otherwise)."""
-        return self._donors[donor_id]
+    def entries(self, donor_ids: Iterable[str]) -> list[DonorEntry]:
+        """The entries of donors known to be held (KeyError otherwise)."""
+        return list(map(self._donors.__getitem__, donor_ids))
+
+    def knows_any(self, donor_ids: Iterable[str]) -> bool:
+        return any(map(self._donors.__contains__, donor_ids))
 
     def donors(self) -> Iterable[DonorEntry]:
         return self._donors.values()

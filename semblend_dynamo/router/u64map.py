@@ -158,13 +158,13 @@ class U64Map:
     def _locate(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Located]:
         """:meth:`_levels`, with where each probe is on each level."""
         n = len(probe)
-        found, values = np.zeros(n, dtype=bool), np.zeros(n, dtype=_U64)
-        base_hit = over_hit = found
-        base_at = over_at = np.zeros(n, dtype=np.intp)
         if n and len(self._keys):
             base_hit, base_at = self._base_hits(probe)
             found = base_hit
             values = self._values[base_at]
+        else:
+            found, values = np.zeros(n, dtype=bool), np.zeros(n, dtype=_U64)
+            base_hit, base_at = found, np.zeros(n, dtype=np.intp)
         if n and len(self._frozen_keys):
             frozen, at = _hits(self._frozen_keys, probe)
             found = np.where(frozen, self._frozen_live[at], found)
@@ -173,6 +173,8 @@ class U64Map:
             over_hit, over_at = _hits(self._over_keys, probe)
             found = np.where(over_hit, self._live[over_at], found)
             values = np.where(over_hit, self._over_values[over_at], values)
+        else:
+            over_hit, over_at = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.intp)
         return found, np.where(found, values, _U64(0)), _Located(probe, over_hit, over_at, base_hit, base_at)
 
     def _base_hits(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
