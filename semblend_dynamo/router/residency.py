@@ -556,6 +556,11 @@ class Residency:
             return False
         postings = np.fromiter(map(_SLOT, entries), dtype=np.uint64, count=len(entries)) + np.uint64(1)
         blocks.hashes.assign(ordered, values | np.repeat(postings, lengths)[order])
+        if values.all():  # every hash stored on the worker (blocks recovered before the sync): all resident
+            for entry in entries:
+                entry.missing = 0
+            self._became_resident(entries)
+            return True
         absent = np.empty(len(hashes), dtype=bool)
         absent[order] = values == 0  # no block stores it (its posting is 0 too)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
