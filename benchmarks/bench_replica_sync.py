@@ -19,7 +19,8 @@ The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-
 
 ``--breakdown N`` instead times, in one process, where the CPU of a sync of ``N`` donors goes per donor (the peer
 building pages; the late replica decoding them, taking their rows as columns, adding them as the handler does), with
-Python's GC on and off.
+Python's GC on, on with what is alive frozen after each page as the handler freezes it (``router/gc_freeze.py``), and
+off.
 
 Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
 [--baseline-donors 10000] [--index none]`` or ``... --breakdown 300000``
@@ -213,13 +214,14 @@ async def late(args: argparse.Namespace) -> None:
 
 def breakdown(n: int) -> None:
     """Where a sync's CPU goes per donor, in one process (no NATS): the peer building pages from its catalog, the late
-    replica decoding them, taking their rows and adding them as the handler does; the add once with Python's cyclic
-    GC on, once off (the same pages)."""
+    replica decoding them, taking their rows and adding them as the handler does; the add with Python's cyclic GC on,
+    on and frozen after each page (as the handler does while pages are awaited), and off (the same pages)."""
     import gc
 
     from semblend_dynamo.events.codec import decode, encode
     from semblend_dynamo.events.schemas import DonorSyncPage, DonorSyncRequest
     from semblend_dynamo.router.catalog import DonorCatalog
+    from semblend_dynamo.router.gc_freeze import SyncGcFreeze
     from semblend_dynamo.router.handler import sync_chunks
     from semblend_dynamo.router.sync import PageBudget, build_page
 
@@ -249,13 +251,14 @@ def breakdown(n: int) -> None:
     serve_s = time.process_time() - started
     del peer_catalog
     gc.collect()
-    for gc_on in (True, False):
+    for gc_mode in ("on", "frozen", "off"):
+        freeze = SyncGcFreeze()
         late_catalog = DonorCatalog(n + 1000, None)
         for first in range(0, n, CHUNK):
             count = min(CHUNK, n - first)
             late_catalog.merge_dump(block_events(first, count, chunk_hashes(first, count)[1]))
         gc.collect()
-        if not gc_on:
+        if gc_mode == "off":
             gc.disable()
         decode_s = build_s = add_s = 0.0
         for data in pages:
@@ -266,13 +269,15 @@ def breakdown(n: int) -> None:
             t2 = time.process_time()
             for start, stop in sync_chunks(len(rows)):  # as the handler adds a page
                 late_catalog.add_rows(rows, start, stop)
+            if gc_mode == "frozen":
+                freeze.page_added(data is not pages[-1])
             t3 = time.process_time()
             decode_s, build_s, add_s = decode_s + t1 - t0, build_s + t2 - t1, add_s + t3 - t2
         gc.enable()
         assert len(late_catalog) == n and resident_count(late_catalog) == n
         row = {"serve": serve_s, "decode": decode_s, "rows": build_s, "add_rows": add_s}
         print(
-            f"{n:,} donors, {len(pages)} pages, GC {'on' if gc_on else 'off'}: CPU us per donor "
+            f"{n:,} donors, {len(pages)} pages, GC {gc_mode}: CPU us per donor "
             + ", ".join(f"{k} {v / n * 1e6:.1f}" for k, v in row.items())
             + f"; late replica total {(decode_s + build_s + add_s):.1f} s",
             flush=True,

@@ -21,7 +21,7 @@ import bisect
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from ..events.schemas import DonorRegistration, KvEvent, SyncRows
 from ..namespace import NamespaceKey
@@ -89,8 +89,14 @@ class DonorCatalog:
         """:meth:`add_many` for rows ``[start, stop)`` of a sync page, from its columns; rows registered by router
         ``skip_router`` (if given) are left out. Returns how many were added."""
         with self._lock:
-            kept = [i for i in range(start, stop) if skip_router is None or rows.router_ids[i] != skip_router]
-            picked = [kept[j] for j in self._fresh((rows.donor_ids[i], rows.registered_at[i]) for i in kept)]
+            kept: Sequence[int] = range(start, stop)
+            if skip_router is not None and skip_router in rows.router_ids[start:stop]:
+                kept = [i for i in kept if rows.router_ids[i] != skip_router]
+            ids = [rows.donor_ids[i] for i in kept] if isinstance(kept, list) else rows.donor_ids[start:stop]
+            if len(set(ids)) == len(ids) and not self._residency.knows_any(ids):
+                picked = kept  # all new (a sync page's usual)
+            else:
+                picked = [kept[j] for j in self._fresh(zip(ids, [rows.registered_at[i] for i in kept], strict=True))]
             if picked:
                 added = [(rows.donor_ids[i], rows.registered_at[i]) for i in picked]
                 self._add_locked(added, self._residency.add_rows(rows, picked))
@@ -258,12 +264,18 @@ class DonorCatalog:
         pipeline follows."""
         for donor_id in evicted:
             self._forget_locked(donor_id)
-        for donor_id, registered_at in added:
-            self._seq += 1
-            entry = self._residency.donor(donor_id)
-            if entry is not None and entry.registered_at == registered_at:
-                self._order.append(self._seq)
-                self._order_entries.append(entry)
+        ids = [donor_id for donor_id, _ in added]
+        if not evicted and len(set(ids)) == len(ids):  # each donor's entry is the one residency just took
+            self._order.extend(range(self._seq + 1, self._seq + len(ids) + 1))
+            self._order_entries += self._residency.entries(ids)
+            self._seq += len(ids)
+        else:
+            for donor_id, registered_at in added:
+                self._seq += 1
+                entry = self._residency.donor(donor_id)
+                if entry is not None and entry.registered_at == registered_at:
+                    self._order.append(self._seq)
+                    self._order_entries.append(entry)
         if len(self._order) > 2 * len(self._residency) + 1024:
             keep = [i for i, entry in enumerate(self._order_entries) if self._residency.donor(entry.donor_id) is entry]
             self._order = array("q", (self._order[i] for i in keep))

@@ -72,6 +72,7 @@ from ..pipeline import DiscoveryResult, DonorDiscovery
 from ..policy import DonorPolicy, Tenancy
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
+from .gc_freeze import SyncGcFreeze
 from .indexer import RequestGate
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
@@ -233,6 +234,7 @@ class SemanticRouter:
         self._sync_limiter = SyncLimiter(cfg.sync_rate_per_s)
         self._sync: SyncSession | None = None
         self._sync_watch: asyncio.Future[None] | None = None
+        self._sync_gc = SyncGcFreeze()
         self.embeddings = (
             PromptEmbeddings(
                 discovery.embed_prompts, queue_size=cfg.embed_queue_size, budget_s=cfg.embed_budget_ms / 1000
@@ -681,6 +683,7 @@ class SemanticRouter:
     def close(self) -> None:
         """Stop the donor thread and the catalog's indexer (what it has queued is applied or counted)."""
         self._donor_executor.shutdown(wait=True, cancel_futures=True)
+        self._sync_gc.thaw()
         self.catalog.close()
 
     # --- event handlers -------------------------------------------------------------------------
@@ -790,6 +793,7 @@ class SemanticRouter:
                 await asyncio.sleep(0)
             self.catalog.add_rows(rows, start, stop, skip_router=self.router_id)
             session.touch()
+        self._sync_gc.page_added(session.active and session is self._sync)
 
     async def request_sync(self) -> None:
         """Called on every NATS (re)connect: ask every peer for its donors (those missed meanwhile)."""
@@ -804,6 +808,7 @@ class SemanticRouter:
             await asyncio.sleep(REPLY_TIMEOUT_S / 2)
             session = self._sync
             if session is None or (not session.active and time.monotonic() - session.started > REPLY_TIMEOUT_S):
+                self._sync_gc.thaw()
                 return
             again, abandoned = session.overdue(REPLY_TIMEOUT_S, RETRIES)
             for peer in abandoned:

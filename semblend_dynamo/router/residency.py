@@ -15,7 +15,10 @@ from __future__ import annotations
 import sys
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
+from itertools import repeat
+from operator import attrgetter
+from typing import TypeVar
 
 import numpy as np
 
@@ -35,6 +38,7 @@ MAX_SLOTS = SHARED - 1
 """Donor slots a residency can hand out (a posting is a slot plus one, and 0 means none)."""
 
 _SMALL: dict[int, int] = {}
+_T = TypeVar("_T")
 
 
 def _shared_int(value: int) -> int:
@@ -43,6 +47,12 @@ def _shared_int(value: int) -> int:
     if held is None:
         held = _SMALL.setdefault(value, value) if len(_SMALL) < 4096 else value
     return held
+
+
+def _shared(values: list[_T], share: Callable[[_T], _T]) -> list[_T]:
+    """``values`` with each one replaced by ``share(value)``, called once per distinct value."""
+    shared = {value: share(value) for value in set(values)}
+    return list(map(shared.__getitem__, values))
 
 
 class _WorkerBlocks:
@@ -133,17 +143,18 @@ class DonorEntry:
         embedding_dim: int,
         registered_at: float,
     ) -> None:
+        """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`)."""
         self.donor_id = donor_id
         self.donor_key = donor_key
-        self.router_id = sys.intern(router_id)
+        self.router_id = router_id
         self.worker = worker
-        self.deployment = sys.intern(deployment)
-        self.namespace = sys.intern(namespace)
-        self.num_tokens = _shared_int(num_tokens)
-        self.block_size = _shared_int(block_size)
+        self.deployment = deployment
+        self.namespace = namespace
+        self.num_tokens = num_tokens
+        self.block_size = block_size
         self.block_hashes = block_hashes
         self.own_embedding = embedding
-        self.embedding_dim = _shared_int(embedding_dim)
+        self.embedding_dim = embedding_dim
         self.registered_at = registered_at
         self.slot = -1  # set by the residency that takes it
         self.missing = -1  # hashes not stored on the worker, counted once the residency posts the entry
@@ -154,15 +165,15 @@ class DonorEntry:
         return cls(
             r.donor_id,
             r.donor_key,
-            r.router_id,
+            sys.intern(r.router_id),
             worker,
-            r.deployment,
-            r.namespace,
-            r.num_tokens,
-            r.block_size,
+            sys.intern(r.deployment),
+            sys.intern(r.namespace),
+            _shared_int(r.num_tokens),
+            _shared_int(r.block_size),
             array("Q", r.block_hashes),
             r.embedding,
-            r.embedding_dim,
+            _shared_int(r.embedding_dim),
             r.registered_at,
         )
 
@@ -204,6 +215,12 @@ class DonorEntry:
         )
         return DonorRegistration.model_construct(**fields)
 
+
+_DONOR_ID = attrgetter("donor_id")
+_NAMESPACE = attrgetter("namespace")
+_WORKER = attrgetter("worker")
+_SLOT = attrgetter("slot")
+_BLOCK_HASHES = attrgetter("block_hashes")
 
 _REGISTRATION_SLOTS = tuple(
     name for name in DonorEntry.__slots__ if name not in ("missing", "own_embedding", "slot", "worker")
@@ -387,7 +404,7 @@ class Residency:
             assert entry is not None
             entry.missing -= 1
             if entry.missing == 0:
-                self._became_resident(entry)
+                self._became_resident((entry,))
 
     def _hash_left(self, slots: Collection[int]) -> None:
         for slot in slots:
@@ -399,10 +416,10 @@ class Residency:
                 self._worker_resident[entry.worker] -= 1
                 self._changes.append((entry.donor_id, False))
 
-    def _became_resident(self, entry: DonorEntry) -> None:
-        self._resident_counts[entry.namespace] += 1
-        self._worker_resident[entry.worker] += 1
-        self._changes.append((entry.donor_id, True))
+    def _became_resident(self, entries: Collection[DonorEntry]) -> None:
+        self._resident_counts.update(map(_NAMESPACE, entries))
+        self._worker_resident.update(map(_WORKER, entries))
+        self._changes += zip(map(_DONOR_ID, entries), repeat(True))
 
     def take_changes(self) -> list[tuple[str, bool]]:
         """``(donor_id, now_resident)`` transitions since the last call, in order."""
@@ -422,42 +439,63 @@ class Residency:
         presence looked up once for all of its donors; returns the donor ids pushed out by the capacity bound."""
         return self._insert([DonorEntry.of(r, self._blocks((r.worker_id, r.dp_rank)).key) for r in registrations])
 
-    def add_rows(self, rows: SyncRows, picked: Iterable[int]) -> list[str]:
+    def add_rows(self, rows: SyncRows, picked: Sequence[int]) -> list[str]:
         """:meth:`add_many` for rows ``picked`` of a sync page, taken from its columns (no registration objects)."""
-        hashes = memoryview(rows.block_hashes)
-        entries = []
-        for i in picked:
-            block_hashes = array("Q")
-            block_hashes.frombytes(hashes[8 * rows.hash_start(i) : 8 * rows.hash_ends[i]])
-            entries.append(
-                DonorEntry(
-                    rows.donor_ids[i],
-                    rows.donor_keys[i],
-                    rows.router_ids[i],
-                    self._blocks((rows.worker_ids[i], rows.dp_ranks[i])).key,
-                    rows.deployment,
-                    rows.namespaces[i],
-                    rows.num_tokens[i],
-                    rows.block_sizes[i],
-                    block_hashes,
-                    rows.embeddings[rows.embedding_start(i) : rows.embedding_ends[i]],
-                    rows.embedding_dims[i],
-                    rows.registered_at[i],
-                )
+        if isinstance(picked, range) and picked.step == 1:
+            first, stop = picked.start, picked.stop
+
+            def take(column: list[_T]) -> list[_T]:
+                return column[first:stop]
+        else:
+
+            def take(column: list[_T]) -> list[_T]:
+                return [column[i] for i in picked]
+
+        hashes = array("Q")
+        hashes.frombytes(rows.block_hashes)
+        hash_ends = take(rows.hash_ends)
+        embedding_ends = take(rows.embedding_ends)
+        hash_starts = take([0, *rows.hash_ends[:-1]])
+        embedding_starts = take([0, *rows.embedding_ends[:-1]])
+        worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
+        keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
+        entries = list(
+            map(
+                DonorEntry,
+                take(rows.donor_ids),
+                take(rows.donor_keys),
+                _shared(take(rows.router_ids), sys.intern),
+                map(keys.__getitem__, worker_keys),
+                repeat(sys.intern(rows.deployment)),
+                _shared(take(rows.namespaces), sys.intern),
+                _shared(take(rows.num_tokens), _shared_int),
+                _shared(take(rows.block_sizes), _shared_int),
+                map(hashes.__getitem__, map(slice, hash_starts, hash_ends)),
+                map(rows.embeddings.__getitem__, map(slice, embedding_starts, embedding_ends)),
+                _shared(take(rows.embedding_dims), _shared_int),
+                take(rows.registered_at),
             )
+        )
         return self._insert(entries)
 
     def _insert(self, entries: list[DonorEntry]) -> list[str]:
         """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity."""
-        by_worker: dict[WorkerKey, list[DonorEntry]] = {}
         donors = self._donors
+        ids = list(map(_DONOR_ID, entries))
+        if len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids)):  # all new (a sync page's usual)
+            self._take_slots(entries)
+            donors.update(zip(ids, entries, strict=True))
+            self._worker_donors.update(map(_WORKER, entries))
+        else:
+            for entry in entries:
+                donor_id = entry.donor_id
+                if donor_id in donors:
+                    self.remove_donor(donor_id)
+                self._take_slots([entry])
+                donors[donor_id] = entry
+                self._worker_donors[entry.worker] += 1
+        by_worker: dict[WorkerKey, list[DonorEntry]] = {}
         for entry in entries:
-            donor_id = entry.donor_id
-            if donor_id in donors:
-                self.remove_donor(donor_id)
-            entry.slot = self._take_slot()
-            self._slots[entry.slot] = donors[donor_id] = entry
-            self._worker_donors[entry.worker] += 1
             by_worker.setdefault(entry.worker, []).append(entry)
         for key, group in by_worker.items():
             self._post(self._workers[key], group)
@@ -493,7 +531,7 @@ class Residency:
                     blocks.shared[tokens_hash] = {held - 1, entry.slot}
             entry.missing = sum(1 for h in distinct if (was[h] or 0) <= _POST_MASK)
             if entry.missing == 0:
-                self._became_resident(entry)
+                self._became_resident((entry,))
         changed = [h for h, held in posting.items() if held != (was[h] or 0) & _POST_MASK]
         blocks.hashes.set_many(
             changed,
@@ -504,10 +542,11 @@ class Residency:
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
         yet (a sync page's usual donors); False, doing nothing, otherwise."""
-        lengths = np.fromiter((len(entry.block_hashes) for entry in entries), dtype=np.int64, count=len(entries))
+        each = list(map(_BLOCK_HASHES, entries))
+        lengths = np.fromiter(map(len, each), dtype=np.int64, count=len(entries))
         if not len(entries) or not lengths.all():
             return False
-        hashes = np.frombuffer(b"".join(entry.block_hashes for entry in entries), dtype=np.uint64)  # type: ignore[misc]
+        hashes = np.frombuffer(b"".join(each), dtype=np.uint64)
         order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
         if (ordered[1:] == ordered[:-1]).any():
@@ -515,24 +554,38 @@ class Residency:
         values = blocks.hashes.lookup(ordered)[1]
         if (values & np.uint64(_POST_MASK)).any():
             return False
-        slots = np.fromiter((entry.slot + 1 for entry in entries), dtype=np.uint64, count=len(entries))
-        blocks.hashes.assign(ordered, values | np.repeat(slots, lengths)[order])
+        postings = np.fromiter(map(_SLOT, entries), dtype=np.uint64, count=len(entries)) + np.uint64(1)
+        blocks.hashes.assign(ordered, values | np.repeat(postings, lengths)[order])
+        if values.all():  # every hash stored on the worker (blocks recovered before the sync): all resident
+            for entry in entries:
+                entry.missing = 0
+            self._became_resident(entries)
+            return True
         absent = np.empty(len(hashes), dtype=bool)
         absent[order] = values == 0  # no block stores it (its posting is 0 too)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        resident = []
         for entry, missing in zip(entries, np.add.reduceat(absent, starts).tolist(), strict=True):
             entry.missing = missing
             if missing == 0:
-                self._became_resident(entry)
+                resident.append(entry)
+        self._became_resident(resident)
         return True
 
-    def _take_slot(self) -> int:
-        if self._free:
-            return self._free.pop()
-        if len(self._slots) >= MAX_SLOTS:
+    def _take_slots(self, entries: list[DonorEntry]) -> None:
+        """Give each entry a slot (freed ones first, most recently freed first) and hold it there."""
+        free, slots = self._free, self._slots
+        reused = min(len(free), len(entries))
+        taken = [free.pop() for _ in range(reused)]
+        grown = len(entries) - reused
+        if len(slots) + grown > MAX_SLOTS:
+            free.extend(reversed(taken))
             raise OverflowError(f"residency holds {MAX_SLOTS} donor slots already")
-        self._slots.append(None)
-        return len(self._slots) - 1
+        taken += range(len(slots), len(slots) + grown)
+        slots += [None] * grown
+        for entry, slot in zip(entries, taken, strict=True):
+            entry.slot = slot
+            slots[slot] = entry
 
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (no change is queued: the caller knows)."""
@@ -587,6 +640,13 @@ class Residency:
 
     def donor(self, donor_id: str) -> DonorEntry | None:
         return self._donors.get(donor_id)
+
+    def entries(self, donor_ids: Iterable[str]) -> list[DonorEntry]:
+        """The entries of donors known to be held (KeyError otherwise)."""
+        return list(map(self._donors.__getitem__, donor_ids))
+
+    def knows_any(self, donor_ids: Iterable[str]) -> bool:
+        return any(map(self._donors.__contains__, donor_ids))
 
     def donors(self) -> Iterable[DonorEntry]:
         return self._donors.values()

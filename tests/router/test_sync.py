@@ -3,6 +3,8 @@ requester's pipelined lanes."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from typing import Any
 
 import msgpack
@@ -19,6 +21,7 @@ from semblend_dynamo.events.schemas import (
     DonorSyncRequest,
     sync_page_bytes,
 )
+from semblend_dynamo.router import handler as handler_module
 from semblend_dynamo.router.handler import SYNC_ADD_CHUNK, sync_chunks
 from semblend_dynamo.router.sync import RETRIES, SyncLimiter, SyncSession, sync_inbox
 from tests.router.test_handler import BLOCK, W1, _router
@@ -340,6 +343,30 @@ async def test_the_requester_asks_each_lane_and_indexes_only_pages_it_asked_for(
     for after, upto in [(15, 25), (25, None)]:
         await router.on_sync_page(_page([], after=after, upto=upto), MsgTestDouble(""))
     assert router.metrics.sync_peers.labels("done")._value.get() == 1
+
+
+async def test_the_collector_skips_what_is_alive_while_pages_are_awaited_and_walks_it_again_after() -> None:
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    assert gc.get_freeze_count() == 0
+    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+    assert gc.get_freeze_count() > 0  # two lanes still to come
+    await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
+    assert gc.get_freeze_count() > 0
+    await router.on_sync_page(_page([_registration(3)], after=10), MsgTestDouble(""))
+    assert gc.get_freeze_count() == 0 and all(f"peer-{i}" in router.catalog for i in (1, 2, 3))
+
+
+async def test_a_sync_whose_peers_go_quiet_thaws_the_collector_when_it_is_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(handler_module, "REPLY_TIMEOUT_S", 0.02)
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+    assert gc.get_freeze_count() > 0
+    await asyncio.wait_for(router._sync_watch, 5)  # the peer is asked again, then given up
+    assert gc.get_freeze_count() == 0 and router.metrics.sync_peers.labels("abandoned")._value.get() == 1
 
 
 async def test_a_page_echoing_own_registrations_does_not_add_them_as_peers() -> None:

@@ -18,6 +18,8 @@ def level_bounds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(u64map, "_BULK", 6)
         monkeypatch.setattr(u64map, "_MIN_STEP", 3)
         monkeypatch.setattr(u64map, "_STEPS", 4)
+        monkeypatch.setattr(u64map, "_DIR_MIN", 16)
+        monkeypatch.setattr(u64map, "_DIR_RUN_BITS", 1)
 
 
 @pytest.mark.usefixtures("level_bounds")
@@ -134,3 +136,26 @@ def test_the_base_is_rewritten_in_bounded_steps_while_every_lookup_stays_right(m
     assert found.tolist() == [int(k) in expected for k in probe.tolist()]
     assert values.tolist() == [expected.get(int(k), 0) for k in probe.tolist()]
     assert dict(m.items()) == expected and len(m) == len(expected)
+
+
+@pytest.mark.parametrize("spread", ["uniform", "bunched"])
+def test_bulk_lookups_through_the_directory_find_what_binary_search_finds(
+    spread: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large base is searched through its directory when its keys are uniform (block hashes), by binary search
+    when they bunch into long runs (e.g. small sequential block ids); either way every probe gets its own answer."""
+    monkeypatch.setattr(u64map, "_DIR_MIN", 1024)
+    rng = np.random.default_rng(3)
+    if spread == "uniform":
+        keys = np.unique(rng.integers(1, (1 << 64) - 1, 5000, dtype=np.uint64))
+    else:
+        keys = np.arange(10, 5010, dtype=np.uint64) * np.uint64(3)
+    m = U64Map()
+    m.assign(keys, keys ^ np.uint64(0xFFFF))
+    m.arrays()  # everything in the base
+    beyond = np.array([0, (1 << 64) - 1], dtype=np.uint64)  # below and above every key
+    probe = np.unique(np.concatenate((rng.choice(keys, 300), keys[:2], keys[-2:], keys[:50] + np.uint64(1), beyond)))
+    found, values = m.lookup(probe)
+    held = np.isin(probe, keys)
+    assert (found == held).all() and (values == np.where(held, probe ^ np.uint64(0xFFFF), 0)).all()
+    assert (m._dir_steps > 0) == (spread == "uniform")
