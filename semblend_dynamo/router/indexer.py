@@ -293,6 +293,8 @@ class PipelineIndexer:
                     if not isinstance(change, _Remove):
                         self._adds -= 1
                         self._locals -= isinstance(change, _Local)
+                if not self._latest:  # a dict keeps its largest table: a bulk's would stay behind
+                    self._latest = {}
                 self._busy = False
                 self._cond.notify_all()
 
