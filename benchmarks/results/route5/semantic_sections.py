@@ -110,7 +110,7 @@ async def main(args: argparse.Namespace) -> None:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     print(
-        f"# {args.donors:,} donors, {args.requests} requests, tree {Path(args.tree).name}, evict {args.evict_mb} MB, "
+        f"# {args.donors:,} donors, {args.requests} requests, tree {Path(args.tree).resolve().name}, evict {args.evict_mb} MB, "
         f"{len(diagonals)} diagonals, {len(spans)} spans, {len(positions)} shared hits, gc frozen {gc.get_freeze_count()}"
     )
     print("| section | µs p50 | p99 |\n|---|---|---|")
