@@ -38,9 +38,17 @@ def use_code(code: str) -> None:
 
 
 def export_ref(ref: str, into: str) -> None:
-    """The tree of git ``ref`` of this repository, extracted into ``into``."""
+    """The tree of git ``ref`` of this repository, extracted into ``into``, with its span aligner's compiled core built
+    (git does not hold the library: without it the baseline would run the numpy aligner)."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    native = Path(into) / "semblend_dynamo" / "_native"
+    if (native / "build.py").exists():
+        # cwd first on sys.path: the exported package builds its own span_aligner.c into its own folder
+        subprocess.run(
+            [sys.executable, "-m", "semblend_dynamo._native", "build"], cwd=into, capture_output=True, check=True
+        )
+        assert any(native.glob("*.so")), f"{ref}: the span aligner's library was not built"
 
 
 def make_router(cfg: Any, *, loop_turns: bool, runtime_s: float = 0.0) -> Any:

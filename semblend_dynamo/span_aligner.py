@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -113,6 +114,9 @@ class _Candidate:
     start: int  # target side, block-aligned
     end: int
     delta: int
+
+
+_START = operator.attrgetter("start")
 
 
 class _IdTable:
@@ -707,6 +711,9 @@ class SpanAligner:
 
     def _choose(self, found: list[_Candidate], max_spans: int) -> list[_Candidate]:
         """Greedy cover: longest first, then a donor already used, then delta 0, then newest donor."""
+        by_start = sorted(found, key=_START)
+        if len(found) <= max_spans and all(a.end <= b.start for a, b in itertools.pairwise(by_start)):
+            return by_start  # nothing overlaps (the usual case): the greedy cover would take every one, unclipped
         chosen: list[_Candidate] = []
         used: set[int] = set()
         remaining = found
