@@ -10,8 +10,9 @@
 # STAGES="bench probes" then STAGES=paired.
 # Stage from a checkout of main with branch sched3 available (here), then run on the device with carry [".stage/sched3"]:
 #   mkdir -p .stage/sched3/wheels .stage/sched3/overlay
-#   for f in run_device.sh lockstep_ab.py decide_steps.py decision_probes.py; do
+#   for f in run_device.sh lockstep_ab.py decision_probes.py; do
 #     git show sched3:benchmarks/results/sched3/$f > .stage/sched3/$f; done
+#   cp benchmarks/results/sched4/decide_steps.py .stage/sched3/  # its successor: defaults give the same run
 #   cp <cp312 wheels: pydantic, pydantic_core, annotated_types, typing_inspection, xxhash, PyYAML, msgpack,
 #       prometheus_client, tqdm> .stage/sched3/wheels/
 #   git diff --name-only main...sched3 -- semblend_dynamo trtllm_connector benchmarks/bench_connector.py \
