@@ -5,10 +5,9 @@ blocks, 16 Dynamo block hashes each, a 384-d float16 embedding, spread over 64 w
 blocks through kv-events so all of them are resident (the worker block maps are part of what a replica holds), and
 reports the process's RSS growth per donor, once the pipeline's indexer thread has indexed them all, against the empty
 replica measured in the same run (usearch's native index included; also after glibc's ``malloc_trim``, which returns
-freed heap pages) and, with ``--trace``, the Python heap's (``tracemalloc``; ``--trace-lines N`` also prints the N
-source lines whose allocations grew most, in bytes a donor). Each size runs in a fresh process.
+freed heap pages) and, with ``--trace``, the Python heap's (``tracemalloc``). Each size runs in a fresh process.
 
-Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace [--trace-lines 15]] [--index-dtype f16]``
+Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace] [--index-dtype f16]``
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8", trace_lines: int = 0) -> dict[str, object]:
+def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str, object]:
     """Register ``n`` donors (generated in chunks and dropped after, as a replica decodes and drops messages), store
     their blocks through kv-events, and report memory per donor against the empty replica."""
     gc.collect()
@@ -78,7 +77,6 @@ def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8", trace_lines
     catalog = DonorCatalog(n + 16, discovery)
     gc.collect()
     empty_rss, empty_heap = rss_bytes(), tracemalloc.get_traced_memory()[0] if trace else 0
-    empty_snapshot = tracemalloc.take_snapshot() if trace and trace_lines else None
     started = time.perf_counter()
     next_block = [0] * WORKERS
     ids: list[str] = []
@@ -99,11 +97,6 @@ def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8", trace_lines
     seconds = time.perf_counter() - started
     gc.collect()
     heap = (tracemalloc.get_traced_memory()[0] - empty_heap) / n if trace else float("nan")
-    if empty_snapshot is not None:
-        for stat in tracemalloc.take_snapshot().compare_to(empty_snapshot, "lineno")[:trace_lines]:
-            frame = stat.traceback[0]
-            where = "/".join(frame.filename.rsplit("/", 2)[-2:])
-            print(f"  {stat.size_diff / n:8.1f} B a donor  {where}:{frame.lineno}", flush=True)
     if trace:
         tracemalloc.stop()
     rss = rss_bytes()
@@ -126,11 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--donors", default="10000,100000")
     parser.add_argument("--trace", action="store_true", help="also count Python heap bytes (tracemalloc; slower)")
-    parser.add_argument("--trace-lines", type=int, default=0, help="with --trace: the top N lines of heap growth")
     parser.add_argument("--index-dtype", default="i8", choices=("f16", "i8"), help="the search index's vector storage")
     args = parser.parse_args(argv)
     for n in (int(x) for x in args.donors.split(",")):
-        row = measure(n, trace=args.trace, index_dtype=args.index_dtype, trace_lines=args.trace_lines)
+        row = measure(n, trace=args.trace, index_dtype=args.index_dtype)
         print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     return 0
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
@@ -51,13 +50,7 @@ class _Partition(Protocol):
 
     def add(self, keys: np.ndarray, vectors: np.ndarray) -> None: ...
 
-    def remove(self, key: int) -> list[int]:
-        """Drop a key; returns the keys no longer held at all (free to be added again), this one or a batch."""
-        ...
-
-    def held_removed(self) -> list[int]:
-        """Keys removed but still held (the partition is being dropped: they become free)."""
-        ...
+    def remove(self, key: int) -> None: ...
 
     def vector(self, key: int) -> np.ndarray:
         """The stored vector of a key as float32."""
@@ -94,7 +87,7 @@ class _NumpyPartition:
             self._slot[key] = self._n + i
         self._n = need
 
-    def remove(self, key: int) -> list[int]:
+    def remove(self, key: int) -> None:
         slot = self._slot.pop(key)
         last = self._n - 1
         if slot != last:
@@ -103,10 +96,6 @@ class _NumpyPartition:
             self._keys[slot] = moved
             self._slot[moved] = slot
         self._n = last
-        return [key]
-
-    def held_removed(self) -> list[int]:
-        return []
 
     def vector(self, key: int) -> np.ndarray:
         return self._vectors[self._slot[key]].copy()
@@ -165,27 +154,23 @@ class _UsearchPartition:
     def add(self, keys: np.ndarray, vectors: np.ndarray) -> None:
         self._index.add(keys.astype(np.uint64), self._stored(vectors), threads=0 if len(keys) > 1 else 1)
 
-    def remove(self, key: int) -> list[int]:
+    def remove(self, key: int) -> None:
         self._pending.add(key)
-        return self.flush_removals() if len(self._pending) >= self.REMOVE_BATCH else []
-
-    def held_removed(self) -> list[int]:
-        return list(self._pending)
+        if len(self._pending) >= self.REMOVE_BATCH:
+            self.flush_removals()
 
     def vector(self, key: int) -> np.ndarray:
         stored = np.asarray(self._index.get(key), dtype=np.float32).reshape(-1)
         return stored / np.float32(np.linalg.norm(stored)) if self._i8 else stored
 
-    def flush_removals(self) -> list[int]:
-        """Hand the pending removals to usearch at once and pay its post-removal pass here; returns their keys."""
+    def flush_removals(self) -> None:
+        """Hand the pending removals to usearch at once and pay its post-removal pass here."""
         if not self._pending:
-            return []
-        removed = list(self._pending)
-        self._index.remove(np.array(removed, dtype=np.uint64))
+            return
+        self._index.remove(np.fromiter(self._pending, dtype=np.uint64, count=len(self._pending)))
         self._pending.clear()
         if len(self._index):
             self._index.search(self._probe, 1, threads=1)
-        return removed
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         # Over-fetch by at most k (a beam of k + 256 costs ~5x); when pending keys crowd the answer, fetch them all.
@@ -275,16 +260,12 @@ class DonorIndex:
         self._connectivity = connectivity
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
-        # Flat structures of strings and ints only: per-donor tuples would be objects the garbage collector must walk,
-        # and at 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search).
-        # Keys are dense and reused once no partition holds them, so key -> donor and key -> namespace are a list and
-        # an array indexed by key, not two more dicts a donor.
+        # Flat maps of strings and ints only: per-donor tuples would be objects the garbage collector must walk, and at
+        # 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search).
         self._lru: OrderedDict[str, int] = OrderedDict()  # donor id -> key, least recently used first
-        self._ids: list[str | None] = []  # key -> donor id (None: not indexed now)
-        self._key_namespace = array("I")  # key -> code of its namespace
-        self._free_keys = array("q")  # keys no partition holds, below len(_ids)
-        self._codes: dict[str, int] = {}  # namespace -> code, while it has a partition
-        self._namespaces: list[str | None] = []  # code -> namespace (None: code free)
+        self._ids: dict[int, str] = {}  # key -> donor id
+        self._key_namespace: dict[int, str] = {}
+        self._next_key = 0
 
     @classmethod
     def from_config(cls, cfg: Any, dim: int) -> DonorIndex:
@@ -344,17 +325,16 @@ class DonorIndex:
         with self._lock:
             for donor_id in ids:
                 self._remove_locked(donor_id)
-            keys = self._take_keys(len(ids))
+            keys = np.arange(self._next_key, self._next_key + len(ids), dtype=np.int64)
+            self._next_key += len(ids)
             part = self._partitions.get(namespace)
             if part is None:
                 part = self._partitions[namespace] = self._new_partition()
-                self._assign_code(namespace)
             part.add(keys, unit)
-            code = self._codes[namespace]
             for donor_id, key in zip(ids, keys.tolist(), strict=True):
                 self._lru[donor_id] = key
                 self._ids[key] = donor_id
-                self._key_namespace[key] = code
+                self._key_namespace[key] = namespace
             evicted = dropped
             while len(self._lru) > self.capacity:
                 old_id = next(iter(self._lru))
@@ -371,40 +351,13 @@ class DonorIndex:
         key = self._lru.pop(donor_id, None)
         if key is None:
             return False
-        self._ids[key] = None
-        code = self._key_namespace[key]
-        namespace = self._namespaces[code]
-        assert namespace is not None
+        del self._ids[key]
+        namespace = self._key_namespace.pop(key)
         part = self._partitions[namespace]
-        self._free_keys.extend(part.remove(key))
+        part.remove(key)
         if len(part) == 0:
-            self._free_keys.extend(part.held_removed())
-            del self._partitions[namespace], self._codes[namespace]
-            self._namespaces[code] = None
+            del self._partitions[namespace]
         return True
-
-    def _take_keys(self, count: int) -> np.ndarray:
-        """``count`` keys no partition holds: freed ones first (a usearch key only once usearch dropped it, so a
-        removal waiting in its batch never hits the key's next donor), then new ones."""
-        reused = min(count, len(self._free_keys))
-        keys = np.empty(count, dtype=np.int64)
-        if reused:
-            keys[:reused] = np.frombuffer(self._free_keys, dtype=np.int64)[-reused:]
-            del self._free_keys[-reused:]
-        first = len(self._ids)
-        keys[reused:] = np.arange(first, first + count - reused, dtype=np.int64)
-        self._ids.extend([None] * (count - reused))
-        self._key_namespace.frombytes(bytes(self._key_namespace.itemsize * (count - reused)))
-        return keys
-
-    def _assign_code(self, namespace: str) -> None:
-        if None in self._namespaces:
-            code = self._namespaces.index(None)
-            self._namespaces[code] = namespace
-        else:
-            code = len(self._namespaces)
-            self._namespaces.append(namespace)
-        self._codes[namespace] = code
 
     def _new_partition(self) -> _Partition:
         if self.backend is IndexBackend.USEARCH:
@@ -427,10 +380,9 @@ class DonorIndex:
             if part is None:
                 return []
             keys, sims = part.search(query, k)
-            code = self._codes[namespace]
             hits = []
             for key, sim in zip(keys.tolist(), sims.tolist(), strict=True):
-                donor_id = self._ids[key] if key < len(self._ids) and self._key_namespace[key] == code else None
+                donor_id = self._ids.get(key)
                 if donor_id is None:  # defensive: an ANN backend returning a removed key
                     continue
                 self._lru.move_to_end(donor_id)
@@ -464,15 +416,10 @@ class DonorIndex:
         """
         with self._lock:
             key = self._lru.get(donor_id)
-            return None if key is None else self._partitions[self._namespace_locked(key)].vector(key)
+            return None if key is None else self._partitions[self._key_namespace[key]].vector(key)
 
     def namespace_of(self, donor_id: str) -> str | None:
         """The namespace a donor is indexed under, or None."""
         with self._lock:
             key = self._lru.get(donor_id)
-            return self._namespace_locked(key) if key is not None else None
-
-    def _namespace_locked(self, key: int) -> str:
-        namespace = self._namespaces[self._key_namespace[key]]
-        assert namespace is not None
-        return namespace
+            return self._key_namespace[key] if key is not None else None

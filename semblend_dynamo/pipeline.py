@@ -266,11 +266,6 @@ class DonorDiscovery:
         with self._lock:
             return len(self._donors)
 
-    def holds(self, donor_id: str) -> bool:
-        """``donor_id in self`` without the lock (one dict lookup, atomic under the GIL), for a caller that must not
-        wait for a writer: the router's indexer asks it under the catalog's lock, on the event loop."""
-        return donor_id in self._donors
-
     def drain(self, timeout: float | None = None) -> None:
         """Wait until every donor embedding submitted so far is in the index."""
         with self._lock:

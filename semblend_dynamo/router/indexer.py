@@ -11,10 +11,8 @@ overtaken by an older add), and the one ``semblend-indexer`` thread applies them
 
 Bounds: at most ``max_pending`` queued adds, of which at most ``max_local`` carry a prompt's tokens; an add beyond
 them is dropped and counted (the donor stays in the catalog, out of the pipeline: it is not found, never wrong).
-Removals are never dropped: one is queued only for a donor the pipeline holds, or will once the changes queued for
-it are applied, so they are bounded by the donors the pipeline can hold. That is read from the donor's last queued
-change, or from the pipeline itself when none is left (no per-donor set here: a million donors cost ~50 B each in
-one, docs/benchmarks.md). :meth:`close` applies what is queued (within its timeout) and counts what is left.
+Removals are never dropped: one is queued only for a donor an add was queued for, so they are bounded by the
+donors the pipeline can hold. :meth:`close` applies what is queued (within its timeout) and counts what is left.
 
 Memory: a bulk of changes (a late replica's sync, a burst of registrations) leaves freed heap that glibc keeps (at
 1M donors ~470 B a donor of a replica's RSS, docs/benchmarks.md); once the queue is empty after ``TRIM_AFTER``
@@ -151,7 +149,7 @@ class PipelineIndexer:
         self._queue: deque[_Change] = deque()
         self._adds = 0
         self._locals = 0
-        self._latest: dict[str, _Change] = {}  # each donor's last change queued or being applied
+        self._fed: set[str] = set()  # donors an add was queued for and no removal since
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -174,8 +172,9 @@ class PipelineIndexer:
 
     def remove(self, donor_id: str) -> None:
         with self._cond:
-            if not self._fed(donor_id):
-                return  # not in the pipeline, nor on its way there: nothing to remove
+            if donor_id not in self._fed:
+                return  # never queued for the pipeline (or already removed): nothing there to remove
+            self._fed.discard(donor_id)
             if self._closed:
                 self._dropped("remove", "closed")
                 return
@@ -191,9 +190,11 @@ class PipelineIndexer:
                 reason = "queue_full"
             if reason is not None:
                 self._dropped("local" if local else "peer", reason)
-                if not self._closed and self._fed(change.donor_id):  # an older copy must not stay behind
+                if change.donor_id in self._fed and not self._closed:  # an older copy must not stay behind
+                    self._fed.discard(change.donor_id)
                     self._put(_Remove(change.donor_id))
                 return
+            self._fed.add(change.donor_id)
             self._adds += 1
             self._locals += local
             self._put(change)
@@ -203,14 +204,7 @@ class PipelineIndexer:
         if self.on_dropped is not None:
             self.on_dropped(kind, reason)
 
-    def _fed(self, donor_id: str) -> bool:
-        """Whether the pipeline holds ``donor_id`` once the changes queued so far are applied (``_cond`` held). With
-        none left for it, the indexer thread (its only writer) is done with it: the pipeline's own answer stands."""
-        latest = self._latest.get(donor_id)
-        return self.discovery.holds(donor_id) if latest is None else not isinstance(latest, _Remove)
-
     def _put(self, change: _Change) -> None:
-        self._latest[change.donor_id] = change
         self._queue.append(change)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="semblend-indexer", daemon=True)
@@ -249,7 +243,6 @@ class PipelineIndexer:
             if self._queue:
                 log.warning("pipeline indexer stopped with %d changes not applied", len(self._queue))
             self._queue.clear()
-            self._latest.clear()
             self._cond.notify_all()
 
     # --- the indexer thread ----------------------------------------------------------------------------
@@ -288,13 +281,9 @@ class PipelineIndexer:
                 self.counters["heap_trims"] += trim_heap()
             with self._cond:
                 for change in batch:
-                    if self._latest.get(change.donor_id) is change:
-                        del self._latest[change.donor_id]
                     if not isinstance(change, _Remove):
                         self._adds -= 1
                         self._locals -= isinstance(change, _Local)
-                if not self._latest:  # a dict keeps its largest table: a bulk's would stay behind
-                    self._latest = {}
                 self._busy = False
                 self._cond.notify_all()
 

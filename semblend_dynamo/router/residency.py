@@ -41,17 +41,6 @@ _SMALL: dict[int, int] = {}
 _T = TypeVar("_T")
 
 
-_PROFILES: dict[tuple[str, str, str, int, int], tuple[str, str, str, int, int]] = {}
-
-
-def _shared_profile(profile: tuple[str, str, str, int, int]) -> tuple[str, str, str, int, int]:
-    """One tuple per distinct ``(router_id, deployment, namespace, block_size, embedding_dim)``: donors share a few."""
-    held = _PROFILES.get(profile)
-    if held is None:
-        held = _PROFILES.setdefault(profile, profile) if len(_PROFILES) < 4096 else profile
-    return held
-
-
 def _shared_int(value: int) -> int:
     """One int object per distinct small value (token counts, dimensions: 32 bytes a donor each otherwise)."""
     held = _SMALL.get(value)
@@ -113,8 +102,7 @@ class DonorEntry:
 
     A decoded :class:`DonorRegistration` costs ~1.4 KB of pydantic bookkeeping per instance plus its own copies of
     strings every donor shares (deployment, namespace, router id). The entry keeps the fields in slots, those
-    strings interned, the worker key shared with its worker's blocks, the fields most donors have in common (router,
-    deployment, namespace, block size, embedding dimension) in one shared tuple, the hashes packed, and rebuilds the
+    strings interned, the worker key shared with its worker's blocks and the hashes packed, and rebuilds the
     registration (without validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync
     request. ``own_embedding`` is None once the search index holds the vector: the catalog reads it back from there
     into a copy (:meth:`with_embedding`) before it hands the entry out as a registration.
@@ -122,20 +110,23 @@ class DonorEntry:
 
     __slots__ = (
         "block_hashes",
+        "block_size",
+        "deployment",
         "donor_id",
         "donor_key",
+        "embedding_dim",
         "missing",
+        "namespace",
         "num_tokens",
         "own_embedding",
-        "profile",
         "registered_at",
+        "router_id",
         "slot",
         "worker",
     )
 
     block_hashes: Sequence[int]
     own_embedding: bytes | None
-    profile: tuple[str, str, str, int, int]
 
     def __init__(
         self,
@@ -155,11 +146,15 @@ class DonorEntry:
         """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`)."""
         self.donor_id = donor_id
         self.donor_key = donor_key
-        self.profile = _shared_profile((router_id, deployment, namespace, block_size, embedding_dim))
+        self.router_id = router_id
         self.worker = worker
+        self.deployment = deployment
+        self.namespace = namespace
         self.num_tokens = num_tokens
+        self.block_size = block_size
         self.block_hashes = block_hashes
         self.own_embedding = embedding
+        self.embedding_dim = embedding_dim
         self.registered_at = registered_at
         self.slot = -1  # set by the residency that takes it
         self.missing = -1  # hashes not stored on the worker, counted once the residency posts the entry
@@ -181,26 +176,6 @@ class DonorEntry:
             _shared_int(r.embedding_dim),
             r.registered_at,
         )
-
-    @property
-    def router_id(self) -> str:
-        return self.profile[0]
-
-    @property
-    def deployment(self) -> str:
-        return self.profile[1]
-
-    @property
-    def namespace(self) -> str:
-        return self.profile[2]
-
-    @property
-    def block_size(self) -> int:
-        return self.profile[3]
-
-    @property
-    def embedding_dim(self) -> int:
-        return self.profile[4]
 
     @property
     def worker_id(self) -> int:
@@ -231,7 +206,7 @@ class DonorEntry:
 
     @property
     def registration(self) -> DonorRegistration:
-        fields = {name: getattr(self, name) for name in _REGISTRATION_FIELDS}
+        fields = {name: getattr(self, name) for name in _REGISTRATION_SLOTS}
         fields.update(
             worker_id=self.worker[0],
             dp_rank=self.worker[1],
@@ -247,16 +222,8 @@ _WORKER = attrgetter("worker")
 _SLOT = attrgetter("slot")
 _BLOCK_HASHES = attrgetter("block_hashes")
 
-_REGISTRATION_FIELDS = (
-    "block_size",
-    "deployment",
-    "donor_id",
-    "donor_key",
-    "embedding_dim",
-    "namespace",
-    "num_tokens",
-    "registered_at",
-    "router_id",
+_REGISTRATION_SLOTS = tuple(
+    name for name in DonorEntry.__slots__ if name not in ("missing", "own_embedding", "slot", "worker")
 )
 
 

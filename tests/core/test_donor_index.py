@@ -256,37 +256,6 @@ def test_usearch_removals_are_batched_and_never_returned(dtype: VectorDtype) -> 
     assert not {h.donor_id for h in index.search("ns", vectors[0], 8)} & (removed | {f"d{batch - 1}"})
 
 
-def test_churn_reuses_keys_and_each_donor_keeps_its_own_vector_and_namespace(storage: Storage) -> None:
-    """Keys freed by deletions, replacements and evictions are reused (a usearch key once usearch dropped it), so
-    key -> donor stays a dense list; no reuse may hand a donor another's vector or namespace."""
-    capacity = 300
-    index = storage.index(capacity)
-    rng = np.random.default_rng(7)
-    live: dict[str, tuple[str, np.ndarray]] = {}
-    for step in range(12):
-        ids = [f"d{i}" for i in rng.choice(600, size=150, replace=False)]
-        namespace = NS_A if step % 2 else NS_B
-        vectors = unit_rows(len(ids), seed=100 + step)
-        evicted = index.insert_batch(ids, namespace, vectors)
-        live.update((donor_id, (namespace, vectors[i])) for i, donor_id in enumerate(ids))
-        for donor_id in evicted:
-            del live[donor_id]
-        for donor_id in [d for d in live if rng.random() < 0.1]:
-            assert index.delete(donor_id)
-            del live[donor_id]
-    assert len(index) == len(live) <= capacity
-    assert len(index._ids) <= capacity + 2 * 256  # each partition holds at most a batch of removals back
-    for donor_id, (namespace, vector) in live.items():
-        assert index.namespace_of(donor_id) == namespace
-        back = index.vector(donor_id)
-        assert back is not None and float(back @ vector) > 0.99
-        hits = index.search(namespace, vector, 1)
-        assert hits and hits[0].donor_id == donor_id
-    for namespace in (NS_A, NS_B):
-        found = {h.donor_id for h in index.search(namespace, unit_rows(1, seed=1)[0], len(live))}
-        assert found and all(live[d][0] == namespace for d in found)
-
-
 def test_read_back_is_a_unit_float32_vector_close_to_the_inserted_one(storage: Storage) -> None:
     index = storage.index(100, dim=384)
     vectors = unit_rows(20, seed=3, dim=384)

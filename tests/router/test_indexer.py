@@ -21,12 +21,11 @@ NS = NamespaceKey(model_id="m", tokens_per_block=16)
 
 
 class RecordingDiscovery:
-    """Stands in for DonorDiscovery: records each call and the donors it holds; every call sets ``entered`` and waits
-    for ``gate``; may report evictions."""
+    """Stands in for DonorDiscovery: records each call; every call sets ``entered`` and waits for ``gate``; may report
+    evictions."""
 
     def __init__(self, evict: Sequence[str] = ()) -> None:
         self.calls: list[tuple[str, Any]] = []
-        self.donors: set[str] = set()
         self.entered = threading.Event()
         self.gate = threading.Event()
         self.gate.set()
@@ -37,28 +36,20 @@ class RecordingDiscovery:
         self.entered.set()
         self.gate.wait(10)
         self.calls.append(("local", donor_id))
-        self.donors.add(donor_id)
         return []
 
     def register_embeddings(self, donor_ids: Sequence[str], namespace: str, vectors: np.ndarray) -> list[str]:
         self.entered.set()
         self.gate.wait(10)
         self.calls.append(("peers", tuple(donor_ids)))
-        self.donors.update(donor_ids)
         evicted, self.evict = self.evict, []
-        self.donors.difference_update(evicted)
         return evicted
 
     def remove_donor(self, donor_id: str) -> bool:
         self.entered.set()
         self.gate.wait(10)
         self.calls.append(("remove", donor_id))
-        known = donor_id in self.donors
-        self.donors.discard(donor_id)
-        return known
-
-    def holds(self, donor_id: str) -> bool:
-        return donor_id in self.donors
+        return True
 
 
 def _indexer(discovery: RecordingDiscovery, **bounds: int) -> tuple[PipelineIndexer, list[list[str]]]:
@@ -94,7 +85,7 @@ def test_changes_apply_in_the_order_queued_and_peers_batch_between_other_changes
     assert indexer.backlog == 0 and indexer.counters["applied"] == 7
 
 
-def test_a_removal_is_queued_only_for_a_donor_the_pipeline_holds_or_will_hold() -> None:
+def test_a_removal_is_queued_only_for_a_donor_an_add_was_queued_for() -> None:
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
     indexer.remove("never-added")
@@ -103,27 +94,6 @@ def test_a_removal_is_queued_only_for_a_donor_the_pipeline_holds_or_will_hold() 
     indexer.remove("p")
     assert indexer.drain(10)
     assert discovery.calls == [("peers", ("p",)), ("remove", "p")]
-    indexer.add_peer("p", "ns", _vector())
-    assert indexer.drain(10)
-    discovery.evict = ["p"]
-    indexer.add_peer("q", "ns", _vector())  # the pipeline pushes p out for room
-    assert indexer.drain(10) and not discovery.holds("p")
-    indexer.remove("p")  # already gone from the pipeline: nothing queued
-    indexer.remove("q")
-    assert indexer.drain(10)
-    assert discovery.calls[2:] == [("peers", ("p",)), ("peers", ("q",)), ("remove", "q")]
-
-
-def test_a_removal_is_queued_for_a_donor_whose_add_is_being_applied() -> None:
-    discovery = RecordingDiscovery()
-    discovery.gate.clear()
-    indexer, _ = _indexer(discovery)
-    indexer.add_peer("p", "ns", _vector())
-    assert discovery.entered.wait(10)  # taken off the queue, not in the pipeline yet
-    indexer.remove("p")
-    discovery.gate.set()
-    assert indexer.drain(10)
-    assert discovery.calls == [("peers", ("p",)), ("remove", "p")] and not discovery.holds("p")
 
 
 def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_removed() -> None:
