@@ -711,9 +711,10 @@ class SpanAligner:
 
     def _choose(self, found: list[_Candidate], max_spans: int) -> list[_Candidate]:
         """Greedy cover: longest first, then a donor already used, then delta 0, then newest donor."""
-        by_start = sorted(found, key=_START)
-        if len(found) <= max_spans and all(a.end <= b.start for a, b in itertools.pairwise(by_start)):
-            return by_start  # nothing overlaps (the usual case): the greedy cover would take every one, unclipped
+        if len(found) <= max_spans:
+            by_start = sorted(found, key=_START)
+            if all(a.end <= b.start for a, b in itertools.pairwise(by_start)):
+                return by_start  # nothing overlaps (the usual case): the greedy cover would take every one, unclipped
         chosen: list[_Candidate] = []
         used: set[int] = set()
         remaining = found
