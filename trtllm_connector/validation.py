@@ -85,10 +85,10 @@ def validate_load(
     """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`.
 
     ``target`` is the prompt as an integer array; it is compared with each donor's array of its width (uint32, or
-    int64 for any other: the span aligner's copy, which it just compared with the donors' int64 arrays). ``tokens_checked``: every span came from
-    a token-by-token comparison of ``target`` with the registry's own array of its donor, in this same call (the
-    exact-prefix lookup, a hint's re-check), so its tokens are not compared a second time; spans from the span aligner
-    always are.
+    int64 for any other: the span aligner's copy, which it just compared with the donors' int64 arrays).
+    ``tokens_checked``: every span came from a token-by-token comparison of ``target`` with the registry's own array
+    of its donor, in this same call (the exact-prefix lookup, a hint's re-check), so its tokens are not compared a
+    second time; spans from the span aligner always are.
     """
     tpb = tokens_per_block
     if num_computed % tpb:
