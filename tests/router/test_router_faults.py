@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import msgpack
@@ -19,20 +18,8 @@ from semblend_dynamo.events.codec import encode
 from semblend_dynamo.events.schemas import DonorRegistration, OutcomeReport
 from semblend_dynamo.outcomes import Outcome
 from tests.router.cluster import Cluster, MockerHandle, Rag, RouterHandle, chunk, request_for, serve_donor, wait_until
-from tests.support.nats import nats_binary
 
 pytestmark = [pytest.mark.nats, pytest.mark.dynamo]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    if nats_binary() is None:
-        pytest.fail("nats-server is missing: scripts/bootstrap.sh dev installs it")
-    c = Cluster()
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

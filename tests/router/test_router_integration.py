@@ -10,7 +10,6 @@ planes, eviction by a real cache, a departing worker, the model card) and tests/
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,20 +26,8 @@ from tests.router.cluster import (
     serve_donor,
     wait_until,
 )
-from tests.support.nats import nats_binary
 
 pytestmark = [pytest.mark.nats, pytest.mark.dynamo]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    if nats_binary() is None:
-        pytest.fail("nats-server is missing: scripts/bootstrap.sh dev installs it")
-    c = Cluster()
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")
