@@ -504,39 +504,6 @@ if triton is not None:
         )
 
     @triton.jit
-    def _copy_lanes(plan, desc, count, block, stride_b, stride_t, BLOCK_T: tl.constexpr):
-        """Per lane of the copy row group at ``desc``: its target and source token offsets in the pool (block and
-        token: add the layer's, K|V's and head's) and whether a row writes it."""
-        lane = tl.arange(0, BLOCK_T)
-        dst_lane = block * stride_b + lane.to(tl.int64) * stride_t
-        if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
-            dst_off = tl.load(desc + 4)
-            live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
-            src_lane = tl.load(desc + 6) * stride_b + (lane + tl.load(desc + 7)) * stride_t
-        else:
-            first = tl.load(desc)
-            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
-            live = which >= 0
-            row = plan + (first + which) * 6
-            src_block = tl.load(row, mask=live, other=0)
-            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
-            src_lane = src_block * stride_b + (lane + shift) * stride_t
-        return dst_lane, src_lane, live
-
-    @triton.jit
-    def _inplace_lanes(plan, desc, count, block, stride_b, stride_t, BLOCK_T: tl.constexpr):
-        """Per lane of the in-place row group at ``desc``: its token's offset in the pool, and whether a row
-        rotates it."""
-        lane = tl.arange(0, BLOCK_T)
-        k_lane = block * stride_b + lane.to(tl.int64) * stride_t
-        if count == 1:  # one row: its slots come with the group (no trip to the plan)
-            dst_off = tl.load(desc + 4)
-            live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
-        else:
-            live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
-        return k_lane, live
-
-    @triton.jit
     def _copy_group(
         pool,
         plan,
@@ -567,7 +534,20 @@ if triton is not None:
     ):
         """Copy K (rotated by ``cos``/``sin``) or V (``kv``) of the row group at ``desc``, layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
-        dst_lane, src_lane, live = _copy_lanes(plan, desc, count, block, stride_b, stride_t, BLOCK_T)
+        lane = tl.arange(0, BLOCK_T)
+        dst_lane = block * stride_b + lane.to(tl.int64) * stride_t
+        if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
+            dst_off = tl.load(desc + 4)
+            live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+            src_lane = tl.load(desc + 6) * stride_b + (lane + tl.load(desc + 7)) * stride_t
+        else:
+            first = tl.load(desc)
+            which = _group_rows(plan, first, count, 6, 2, BLOCK_T)
+            live = which >= 0
+            row = plan + (first + which) * 6
+            src_block = tl.load(row, mask=live, other=0)
+            shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            src_lane = src_block * stride_b + (lane + shift) * stride_t
         for layer in range(layer_first, layer_stop):
             inner = layer * stride_l + kv * stride_kv  # below one block stride: int32 is enough
             src = pool + inner + src_lane
@@ -635,7 +615,13 @@ if triton is not None:
         """Rotate K of the row group at ``desc`` in place by ``cos``/``sin`` (delta 0: nothing), layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
         if delta != 0:
-            k_lane, live = _inplace_lanes(plan, desc, count, block, stride_b, stride_t, BLOCK_T)
+            lane = tl.arange(0, BLOCK_T)
+            k_lane = block * stride_b + lane.to(tl.int64) * stride_t
+            if count == 1:  # one row: its slots come with the group (no trip to the plan)
+                dst_off = tl.load(desc + 4)
+                live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
+            else:
+                live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
             for layer in range(layer_first, layer_stop):
                 k = pool + layer * stride_l + k_lane
                 _rotate_heads(
@@ -944,6 +930,35 @@ if triton is not None:
         off = (layer_first + t // heads) * stride_l + (head_first + t % heads) * stride_h
         return off[:, None, None], (t < (layer_stop - layer_first) * heads)[:, None, None]
 
+    @triton.jit
+    def _whole_group(plan, desc, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr):
+        """The row group at ``desc`` with every column read at once (one round trip: a one-row group's slots and
+        source are not read after its row count): its target block, delta, and per lane whether a row writes it
+        and that row's source block and source-minus-target offset (copy plans, ``COLS`` 6; zeros in place)."""
+        first = tl.load(desc)
+        count, block, delta = _load_group(desc, True)
+        dst_off = tl.load(desc + 4)
+        n_tokens = tl.load(desc + 5)
+        one_src = tl.load(desc + 6)
+        one_shift = tl.load(desc + 7)
+        lane = tl.arange(0, BLOCK_T)
+        zero = tl.zeros([BLOCK_T], dtype=tl.int64)
+        if count == 1:
+            live = (lane >= dst_off) & (lane < dst_off + n_tokens)
+            src_block = zero + one_src
+            shift = zero + one_shift
+        else:
+            which = _group_rows(plan, first, count, COLS, DST, BLOCK_T)
+            live = which >= 0
+            if COLS == 6:
+                row = plan + (first + which) * 6
+                src_block = tl.load(row, mask=live, other=0)
+                shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            else:
+                src_block = zero
+                shift = zero
+        return block, delta, live, src_block, shift
+
     _TILES_RUNTIME_SIZES = ["layer_start", "layer_stop", "layers_per_prog"]
 
     @triton.jit(do_not_specialize=_TILES_RUNTIME_SIZES)
@@ -973,14 +988,17 @@ if triton is not None:
     ):
         """One program per (row group, run of layers, K|V x run of heads) that loads all its tiles (one tensor of
         ``TILES`` x ``BLOCK_T`` lanes) before storing any; K is rotated, V copied. Axis 2 as in the grid kernel."""
-        desc = groups + tl.program_id(0) * _GROUP_COLS
-        count, block, delta = _load_group(desc, True)
+        block, delta, live, src_block, shift = _whole_group(
+            plan, groups + tl.program_id(0) * _GROUP_COLS, 6, 2, BLOCK_T
+        )
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
         head_runs = tl.cdiv(num_heads, heads_per_prog)
         kv = tl.program_id(2) // head_runs
         head_first = (tl.program_id(2) % head_runs) * heads_per_prog
         head_stop = tl.minimum(head_first + heads_per_prog, num_heads)
-        dst_lane, src_lane, live = _copy_lanes(plan, desc, count, block, stride_b, stride_t, BLOCK_T)
+        lane = tl.arange(0, BLOCK_T)
+        dst_lane = block * stride_b + lane.to(tl.int64) * stride_t
+        src_lane = src_block * stride_b + (lane + shift) * stride_t
         off, tiles = _tile_offsets(
             layer_start + layer_first, layer_start + layer_end, head_first, head_stop, stride_l, stride_h, TILES
         )
@@ -1029,16 +1047,14 @@ if triton is not None:
         """One program per (row group, run of layers, run of heads) that loads all its K tiles (one tensor of
         ``TILES`` x ``BLOCK_T`` lanes) before storing any: reads and writes go through the same pointer, so the
         compiler cannot overlap one tile's load with the previous tile's store; here every load is issued first."""
-        desc = groups + tl.program_id(0) * _GROUP_COLS
-        count, block, delta = _load_group(desc, True)
+        block, delta, live, _, _ = _whole_group(plan, groups + tl.program_id(0) * _GROUP_COLS, 4, 0, BLOCK_T)
         if delta != 0:
             layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
             head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
-            k_lane, live = _inplace_lanes(plan, desc, count, block, stride_b, stride_t, BLOCK_T)
             off, tiles = _tile_offsets(
                 layer_start + layer_first, layer_start + layer_end, head_first, head_stop, stride_l, stride_h, TILES
             )
-            k3 = (pool + k_lane)[None, :, None]
+            k3 = (pool + block * stride_b + tl.arange(0, BLOCK_T).to(tl.int64) * stride_t)[None, :, None]
             rows = tiles & live[None, :, None]
             a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
             cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the tiles are in flight
