@@ -228,6 +228,16 @@ def _sweep_text(times: dict[KernelTuning, float]) -> str:
     return " ".join(f"{short_name(t)}={ms:.4f}" for t, ms in times.items())
 
 
+def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
+    """The best load-all-tiles setting of a case's sweep against the best of the others (negative: it is faster)."""
+    tiles = {t: ms for t, ms in times.items() if t.load_all_tiles}
+    rest = {t: ms for t, ms in times.items() if not t.load_all_tiles}
+    if not tiles or not rest:
+        return "not both swept"
+    a, b = min(tiles, key=lambda t: tiles[t]), min(rest, key=lambda t: rest[t])
+    return f"{short_name(a)}={tiles[a]:.4f} vs {short_name(b)}={rest[b]:.4f} ({100 * (tiles[a] / rest[b] - 1):+.1f}%)"
+
+
 def short_name(t: KernelTuning) -> str:
     """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
@@ -302,6 +312,7 @@ def main() -> int:
                 times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in settings}
                 tuning = min(times, key=lambda t: times[t])
                 print(f"  sweep {dname} {name} {tokens} {op}: best {short_name(tuning)}; {_sweep_text(times)}")
+                print(f"  load-all-tiles {dname} {name} {tokens} {op}: {_load_all_vs_rest(times)}")
             max_err = check_matches_reference(case, op, tuning)
             print(f"  check {dname} {name} {tokens} {op} {short_name(tuning)}: max |kernel - reference| {max_err:g}")
             kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda, graph=True)

@@ -390,9 +390,7 @@ if triton is not None:
         s = sin[None, None, :]
         if PIPELINE:
             head = head_first + hh
-            a, b = _load_rotary(
-                src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX
-            )
+            a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
             for h0 in range(head_first, head_stop, HEADS_PER_ITER):
                 following = h0 + HEADS_PER_ITER + hh
                 next_a, next_b = _load_rotary(
@@ -418,9 +416,7 @@ if triton is not None:
         else:
             for h0 in range(head_first, head_stop, HEADS_PER_ITER):
                 head = h0 + hh
-                a, b = _load_rotary(
-                    src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX
-                )
+                a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
                 _store_rotated(
                     dst3,
                     head * stride_h,
@@ -1250,10 +1246,8 @@ def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
     if tune.load_all_tiles:  # the tile count is fixed per layout and tuning (not per call: no recompiles)
         tiles = min(tune.layers_per_program, layout.num_layers) * _heads_per_program(layout, tune)
         return registers | common | {"TILES": triton.next_power_of_2(tiles)}
-    return registers | common | {
-        "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),
-        "PIPELINE": tune.pipeline_heads,
-    }
+    heads_per_iter = min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads))
+    return registers | common | {"HEADS_PER_ITER": heads_per_iter, "PIPELINE": tune.pipeline_heads}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
