@@ -77,6 +77,17 @@ NEW_SIZE_SWEEP = [
     KernelTuning(2, 4, 2, 1, 80, programs_per_sm=6),
 ]
 """Settings first swept in issue 16.4's follow-up: more bytes in flight per program, or no per-program start-up."""
+LOAD_ALL_SIZE_SWEEP = [
+    # one row group per program, all its (layer x head) tiles loaded before any store; tiles = layers x heads
+    KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True),
+    KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True),
+    KernelTuning(1, 8, 1, 1, None, 2, load_all_tiles=True),
+    KernelTuning(1, 8, 1, 1, None, load_all_tiles=True),
+    KernelTuning(1, 8, 2, 1, None, 4, load_all_tiles=True),
+    KernelTuning(1, 16, 1, 1, None, load_all_tiles=True),
+]
+"""Load-all-tiles programs (issue 16.4, session 9): 2, 4 or 8 tiles (all heads: Qwen2.5-7B 4, Llama-3-8B 8) at 4-16
+warps, uncapped (sm_90a counts: benchmarks/results/kern5/registers_sm90a_tiles.md)."""
 SIZE_SWEEP = [
     *(KernelTuning(1, 16, lpp, 1, 40) for lpp in (2, 4, 8)),
     KernelTuning(1, 16, 4, 1, 32),
@@ -84,10 +95,11 @@ SIZE_SWEEP = [
     *(KernelTuning(1, 4, lpp, 1, regs) for lpp, regs in ((2, None), (4, None), (2, 64), (4, 64))),
     *(KernelTuning(1, w, 8, 1, regs, hpp) for w, regs, hpp in ((4, None, 2), (4, None, 4), (4, 64, 2), (8, None, 4))),
     *NEW_SIZE_SWEEP,
+    *LOAD_ALL_SIZE_SWEEP,
 ]
 """``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
-heads per program). 24 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there, and
-`NEW_SIZE_SWEEP`."""
+heads per program). 30 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
+`NEW_SIZE_SWEEP` and `LOAD_ALL_SIZE_SWEEP`."""
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_LAYER_SCALE = 0.05
 
@@ -216,14 +228,25 @@ def _sweep_text(times: dict[KernelTuning, float]) -> str:
     return " ".join(f"{short_name(t)}={ms:.4f}" for t, ms in times.items())
 
 
+def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
+    """The best load-all-tiles setting of a case's sweep against the best of the others (negative: it is faster)."""
+    tiles = {t: ms for t, ms in times.items() if t.load_all_tiles}
+    rest = {t: ms for t, ms in times.items() if not t.load_all_tiles}
+    if not tiles or not rest:
+        return "not both swept"
+    a, b = min(tiles, key=lambda t: tiles[t]), min(rest, key=lambda t: rest[t])
+    return f"{short_name(a)}={tiles[a]:.4f} vs {short_name(b)}={rest[b]:.4f} ({100 * (tiles[a] / rest[b] - 1):+.1f}%)"
+
+
 def short_name(t: KernelTuning) -> str:
     """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
     persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
     pipelined = "q" if t.pipeline_heads else ""
+    all_tiles = "a" if t.load_all_tiles else ""
     return (
         f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
-        f"{heads}{persistent}{pipelined}"
+        f"{heads}{persistent}{pipelined}{all_tiles}"
     )
 
 
@@ -285,10 +308,11 @@ def main() -> int:
             default_ms = time_ms(kernel_fn(case, op, default), cuda, graph=True)
             times = {}
             if args.sweep_every_size:
-                settings = SIZE_SWEEP if cuda else NEW_SIZE_SWEEP[::4]
+                settings = SIZE_SWEEP if cuda else NEW_SIZE_SWEEP[::4] + LOAD_ALL_SIZE_SWEEP
                 times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in settings}
                 tuning = min(times, key=lambda t: times[t])
                 print(f"  sweep {dname} {name} {tokens} {op}: best {short_name(tuning)}; {_sweep_text(times)}")
+                print(f"  load-all-tiles {dname} {name} {tokens} {op}: {_load_all_vs_rest(times)}")
             max_err = check_matches_reference(case, op, tuning)
             print(f"  check {dname} {name} {tokens} {op} {short_name(tuning)}: max |kernel - reference| {max_err:g}")
             kernel_ms = time_ms(kernel_fn(case, op, tuning), cuda, graph=True)

@@ -1,8 +1,9 @@
 """Registers and stack (spills) per thread of the RoPE-delta kernels compiled for sm_90a, without a GPU.
 
-    python benchmarks/rope_delta_registers.py [--heads-per-iter 2] [--pipeline] [--style gptj] [--launch 8:64 ...]
+    python benchmarks/rope_delta_registers.py [--heads-per-iter 2] [--pipeline] [--tiles 4] [--style gptj] [--launch 8:64 ...]
 
-Compiles both kernels (grid and persistent; copy and in place; bf16 and fp8; head_dim 128, 32-token blocks) with
+Compiles both kernels (grid, persistent and load-all-tiles, whose programs load ``--tiles`` (layer x head) tiles at
+once; copy and in place; bf16 and fp8; head_dim 128, 32-token blocks) with
 Triton's bundled ptxas and reads the counts with its cuobjdump. ``--launch WARPS:CAP`` (cap ``-``: none) may repeat.
 Arguments are specialized as on a real launch (16-byte aligned pointers and strides), so the counts are the GPU's
 for the same Triton version; the GPU machine may run another Triton, whose compiler can count differently.
@@ -58,6 +59,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--heads-per-iter", type=int, default=1)
     parser.add_argument("--pipeline", action="store_true", help="pipelined head loads (KernelTuning.pipeline_heads)")
+    parser.add_argument("--tiles", type=int, default=4, help="tiles per program of the load-all-tiles kernels")
     parser.add_argument("--style", choices=["neox", "gptj"], default="neox")
     parser.add_argument("--launch", action="append", help="WARPS:CAP, cap '-' for none (default: 4:- 4:64 8:- 16:40)")
     args = parser.parse_args()
@@ -75,9 +77,11 @@ def main() -> int:
         "IS_NEOX": args.style == "neox",
         "INTERPRETED": False,
         "PIPELINE": args.pipeline,
+        "TILES": args.tiles,
+        "BLOCK_D": 128,
     }
     print("| kernel | dtype | warps | register cap | registers | stack bytes |\n|---|---|---|---|---|---|")
-    for name in ("inplace", "inplace_persistent", "copy", "copy_persistent"):
+    for name in ("inplace", "inplace_persistent", "inplace_tiles", "copy", "copy_persistent", "copy_tiles"):
         kernel = getattr(rope_delta, f"_rope_delta_{name}_kernel")
         for fp8 in (False, True):
             for warps, cap in launches or [(4, None), (4, 64), (8, None), (16, 40)]:

@@ -92,7 +92,10 @@ class KernelTuning:
     that many programs per multiprocessor (at most one per unit), each looping over every so-many-th unit and loading
     the next unit's row-group descriptor (rows, target block, delta) while the current one moves its data; its units
     are one row group each (``blocks_per_program`` must be 1). ``pipeline_heads`` loads K of the next heads before
-    storing the current ones (two tiles in flight per program instead of one).
+    storing the current ones (two tiles in flight per program instead of one). ``load_all_tiles``: each program takes
+    one row group and loads every tile it moves (its layers x heads, K or V) with one load before it stores any (a
+    program's bytes all in flight at once, cos/sin computed while they are); ``heads_per_iter``, ``blocks_per_program``,
+    ``programs_per_sm`` and ``pipeline_heads`` keep their defaults with it.
     """
 
     heads_per_iter: int = 1
@@ -103,6 +106,7 @@ class KernelTuning:
     heads_per_program: int | None = None
     programs_per_sm: int | None = None
     pipeline_heads: bool = False
+    load_all_tiles: bool = False
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
@@ -111,6 +115,9 @@ class KernelTuning:
             raise ValueError(f"tuning values must be positive: {self}")
         if self.programs_per_sm is not None and self.blocks_per_program != 1:
             raise ValueError(f"persistent programs (programs_per_sm) take one row group per unit: {self}")
+        loops = (self.heads_per_iter, self.blocks_per_program, self.programs_per_sm, self.pipeline_heads)
+        if self.load_all_tiles and loops != (1, 1, None, False):
+            raise ValueError(f"load_all_tiles takes one row group per program and loops over nothing: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
@@ -293,53 +300,44 @@ if triton is not None:
         return code.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
 
     @triton.jit
-    def _load_rotary(
-        src3,
-        head,
-        live3,
-        stride_h,
-        head_stop,
-        ROTARY_DIM: tl.constexpr,
-        BLOCK_HALF: tl.constexpr,
-        IS_NEOX: tl.constexpr,
-    ):
-        """The rotary channels of K of heads ``head`` (``[HEADS_PER_ITER, 1, 1]``) as stored: neox its two halves,
-        gptj the interleaved pairs (twice)."""
-        rows = live3 & (head < head_stop)
+    def _load_rotary(src3, off, rows, ROTARY_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr):
+        """The rotary channels of ``R`` K tiles as stored (neox: its two halves, gptj: the interleaved pairs, twice).
+
+        ``src3``: ``[1, BLOCK_T, 1]`` pointers to each lane's token; ``off``: ``[R, 1, 1]`` offsets of the tiles (a
+        head, or a layer and a head) from there; ``rows``: ``[R, BLOCK_T, 1]``, which (tile, lane) exist.
+        """
         if IS_NEOX:
             j = tl.arange(0, BLOCK_HALF)[None, None, :]
             mask = rows & (j < ROTARY_DIM // 2)
-            off1 = head * stride_h + j
+            off1 = off + j
             return tl.load(src3 + off1, mask=mask), tl.load(src3 + off1 + ROTARY_DIM // 2, mask=mask)
         else:
             cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
-            x = tl.load(src3 + head * stride_h + cols, mask=rows & (cols < ROTARY_DIM))
+            x = tl.load(src3 + off + cols, mask=rows & (cols < ROTARY_DIM))
             return x, x
 
     @triton.jit
     def _store_rotated(
         dst3,
-        head,
-        live3,
-        stride_h,
-        head_stop,
+        off,
+        rows,
         a,
         b,
         c,
         s,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
+        R: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """Rotate what `_load_rotary` loaded for heads ``head`` in fp32 and store it, rounded, at ``dst3``."""
-        rows = live3 & (head < head_stop)
+        """Rotate what `_load_rotary` loaded in fp32 and store it, rounded, at ``dst3`` (``off`` and ``rows`` as
+        there)."""
         if IS_NEOX:
             j = tl.arange(0, BLOCK_HALF)[None, None, :]
             mask = rows & (j < ROTARY_DIM // 2)
-            off1 = head * stride_h + j
+            off1 = off + j
             x1 = a.to(tl.float32)
             x2 = b.to(tl.float32)
             tl.store(dst3 + off1, _to_storage(x1 * c - x2 * s, dst3.dtype.element_ty, INTERPRETED), mask=mask)
@@ -350,10 +348,10 @@ if triton is not None:
             )
         else:
             cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
-            x1, x2 = tl.split(tl.reshape(a.to(tl.float32), (HEADS_PER_ITER, BLOCK_T, BLOCK_HALF, 2)))
-            out = tl.reshape(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), (HEADS_PER_ITER, BLOCK_T, 2 * BLOCK_HALF))
+            x1, x2 = tl.split(tl.reshape(a.to(tl.float32), (R, BLOCK_T, BLOCK_HALF, 2)))
+            out = tl.reshape(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), (R, BLOCK_T, 2 * BLOCK_HALF))
             tl.store(
-                dst3 + head * stride_h + cols,
+                dst3 + off + cols,
                 _to_storage(out, dst3.dtype.element_ty, INTERPRETED),
                 mask=rows & (cols < ROTARY_DIM),
             )
@@ -391,18 +389,18 @@ if triton is not None:
         c = cos[None, None, :]
         s = sin[None, None, :]
         if PIPELINE:
-            a, b = _load_rotary(src3, head_first + hh, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            head = head_first + hh
+            a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
             for h0 in range(head_first, head_stop, HEADS_PER_ITER):
                 following = h0 + HEADS_PER_ITER + hh
                 next_a, next_b = _load_rotary(
-                    src3, following, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX
+                    src3, following * stride_h, live3 & (following < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX
                 )
+                head = h0 + hh
                 _store_rotated(
                     dst3,
-                    h0 + hh,
-                    live3,
-                    stride_h,
-                    head_stop,
+                    head * stride_h,
+                    live3 & (head < head_stop),
                     a,
                     b,
                     c,
@@ -417,13 +415,12 @@ if triton is not None:
                 a, b = next_a, next_b
         else:
             for h0 in range(head_first, head_stop, HEADS_PER_ITER):
-                a, b = _load_rotary(src3, h0 + hh, live3, stride_h, head_stop, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+                head = h0 + hh
+                a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
                 _store_rotated(
                     dst3,
-                    h0 + hh,
-                    live3,
-                    stride_h,
-                    head_stop,
+                    head * stride_h,
+                    live3 & (head < head_stop),
                     a,
                     b,
                     c,
@@ -920,6 +917,147 @@ if triton is not None:
             )
             count, block, delta = next_count, next_block, next_delta
 
+    @triton.jit
+    def _tile_offsets(layer_first, layer_stop, head_first, head_stop, stride_l, stride_h, TILES: tl.constexpr):
+        """A program's tiles, layers ``[layer_first, layer_stop)`` x heads ``[head_first, head_stop)`` (heads counted
+        fastest): their offsets from a token's layer 0, head 0 and which exist, both ``[TILES, 1, 1]``."""
+        t = tl.arange(0, TILES)
+        heads = head_stop - head_first
+        off = (layer_first + t // heads) * stride_l + (head_first + t % heads) * stride_h
+        return off[:, None, None], (t < (layer_stop - layer_first) * heads)[:, None, None]
+
+    @triton.jit
+    def _whole_group(plan, desc, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr):
+        """The row group at ``desc`` with every column read at once (one round trip: a one-row group's slots and
+        source are not read after its row count): its target block, delta, and per lane whether a row writes it
+        and that row's source block and source-minus-target offset (copy plans, ``COLS`` 6; zeros in place)."""
+        first = tl.load(desc)
+        count, block, delta = _load_group(desc, True)
+        dst_off = tl.load(desc + 4)
+        n_tokens = tl.load(desc + 5)
+        one_src = tl.load(desc + 6)
+        one_shift = tl.load(desc + 7)
+        lane = tl.arange(0, BLOCK_T)
+        zero = tl.zeros([BLOCK_T], dtype=tl.int64)
+        if count == 1:
+            live = (lane >= dst_off) & (lane < dst_off + n_tokens)
+            src_block = zero + one_src
+            shift = zero + one_shift
+        else:
+            which = _group_rows(plan, first, count, COLS, DST, BLOCK_T)
+            live = which >= 0
+            if COLS == 6:
+                row = plan + (first + which) * 6
+                src_block = tl.load(row, mask=live, other=0)
+                shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+            else:
+                src_block = zero
+                shift = zero
+        return block, delta, live, src_block, shift
+
+    _TILES_RUNTIME_SIZES = ["layer_start", "layer_stop", "layers_per_prog"]
+
+    @triton.jit(do_not_specialize=_TILES_RUNTIME_SIZES)
+    def _rope_delta_copy_tiles_kernel(
+        pool,
+        plan,
+        groups,
+        inv_freq,
+        layer_start,
+        layer_stop,
+        layers_per_prog,
+        stride_b,
+        stride_l,
+        stride_kv,
+        stride_h,
+        stride_t,
+        num_heads,
+        heads_per_prog,
+        HEAD_DIM: tl.constexpr,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        TILES: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """One program per (row group, run of layers, K|V x run of heads) that loads all its tiles (one tensor of
+        ``TILES`` x ``BLOCK_T`` lanes) before storing any; K is rotated, V copied. Axis 2 as in the grid kernel."""
+        block, delta, live, src_block, shift = _whole_group(
+            plan, groups + tl.program_id(0) * _GROUP_COLS, 6, 2, BLOCK_T
+        )
+        layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
+        head_runs = tl.cdiv(num_heads, heads_per_prog)
+        kv = tl.program_id(2) // head_runs
+        head_first = (tl.program_id(2) % head_runs) * heads_per_prog
+        head_stop = tl.minimum(head_first + heads_per_prog, num_heads)
+        lane = tl.arange(0, BLOCK_T)
+        dst_lane = block * stride_b + lane.to(tl.int64) * stride_t
+        src_lane = src_block * stride_b + (lane + shift) * stride_t
+        off, tiles = _tile_offsets(
+            layer_start + layer_first, layer_start + layer_end, head_first, head_stop, stride_l, stride_h, TILES
+        )
+        off = off + kv * stride_kv
+        src3 = (pool + src_lane)[None, :, None]
+        dst3 = (pool + dst_lane)[None, :, None]
+        rows = tiles & live[None, :, None]
+        d = tl.arange(0, BLOCK_D)[None, None, :]
+        if (kv == 1) | (delta == 0):
+            mask = rows & (d < HEAD_DIM)
+            tl.store(dst3 + off + d, tl.load(src3 + off + d, mask=mask), mask=mask)
+        else:
+            if ROTARY_DIM < HEAD_DIM:  # channels past rotary_dim are copied: loaded with the rest
+                rest = rows & (ROTARY_DIM + d < HEAD_DIM)
+                kept = tl.load(src3 + off + ROTARY_DIM + d, mask=rest)
+            a, b = _load_rotary(src3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the tiles are in flight
+            c = cos[None, None, :]
+            s = sin[None, None, :]
+            _store_rotated(dst3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, TILES, BLOCK_HALF, IS_NEOX, INTERPRETED)
+            if ROTARY_DIM < HEAD_DIM:
+                tl.store(dst3 + off + ROTARY_DIM + d, kept, mask=rest)
+
+    @triton.jit(do_not_specialize=_TILES_RUNTIME_SIZES)
+    def _rope_delta_inplace_tiles_kernel(
+        pool,
+        plan,
+        groups,
+        inv_freq,
+        layer_start,
+        layer_stop,
+        layers_per_prog,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        num_heads,
+        heads_per_prog,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        TILES: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """One program per (row group, run of layers, run of heads) that loads all its K tiles (one tensor of
+        ``TILES`` x ``BLOCK_T`` lanes) before storing any: reads and writes go through the same pointer, so the
+        compiler cannot overlap one tile's load with the previous tile's store; here every load is issued first."""
+        block, delta, live, _, _ = _whole_group(plan, groups + tl.program_id(0) * _GROUP_COLS, 4, 0, BLOCK_T)
+        if delta != 0:
+            layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1)
+            head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
+            off, tiles = _tile_offsets(
+                layer_start + layer_first, layer_start + layer_end, head_first, head_stop, stride_l, stride_h, TILES
+            )
+            k3 = (pool + block * stride_b + tl.arange(0, BLOCK_T).to(tl.int64) * stride_t)[None, :, None]
+            rows = tiles & live[None, :, None]
+            a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the tiles are in flight
+            c = cos[None, None, :]
+            s = sin[None, None, :]
+            _store_rotated(k3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, TILES, BLOCK_HALF, IS_NEOX, INTERPRETED)
+
     _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
 else:
     _INTERPRETED = False
@@ -998,7 +1136,10 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    kernel = _rope_delta_copy_kernel if tune.programs_per_sm is None else _rope_delta_copy_persistent_kernel
+    if tune.load_all_tiles:
+        kernel = _rope_delta_copy_tiles_kernel
+    else:
+        kernel = _rope_delta_copy_kernel if tune.programs_per_sm is None else _rope_delta_copy_persistent_kernel
     kernel[_grid(c, layout, tune, 2, pool.device)](
         pool,
         c.plan,
@@ -1018,6 +1159,7 @@ def _launch_copy(
         num_warps=tune.num_warps,
         **_meta(layout, rotary_dim, style, tune),
         HEAD_DIM=layout.head_dim,
+        **({"BLOCK_D": triton.next_power_of_2(layout.head_dim)} if tune.load_all_tiles else {}),
     )
 
 
@@ -1028,7 +1170,10 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    kernel = _rope_delta_inplace_kernel if tune.programs_per_sm is None else _rope_delta_inplace_persistent_kernel
+    if tune.load_all_tiles:
+        kernel = _rope_delta_inplace_tiles_kernel
+    else:
+        kernel = _rope_delta_inplace_kernel if tune.programs_per_sm is None else _rope_delta_inplace_persistent_kernel
     kernel[_grid(c, layout, tune, 1, pool.device)](
         pool,
         c.plan,
@@ -1050,7 +1195,10 @@ def _launch_inplace(
 
 
 def _group_sizes(c: _Checked, tune: KernelTuning) -> tuple[int, ...]:
-    """Row groups, and groups per program (not for the persistent kernels: one group per unit)."""
+    """Row groups, and groups per program (persistent kernels: one group per unit; load-all-tiles kernels: neither,
+    one program per group)."""
+    if tune.load_all_tiles:
+        return ()
     if tune.programs_per_sm is None:
         return c.groups.shape[0], tune.blocks_per_program
     return (c.groups.shape[0],)
@@ -1088,15 +1236,18 @@ def _multiprocessors(device: torch.device) -> int:
 
 def _meta(layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning) -> dict[str, Any]:
     registers = {} if tune.max_registers is None else {"maxnreg": tune.max_registers}
-    return registers | {
+    common = {
         "ROTARY_DIM": rotary_dim,
         "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
-        "HEADS_PER_ITER": min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads)),
         "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
         "IS_NEOX": style == "neox",
         "INTERPRETED": _INTERPRETED,
-        "PIPELINE": tune.pipeline_heads,
     }
+    if tune.load_all_tiles:  # the tile count is fixed per layout and tuning (not per call: no recompiles)
+        tiles = min(tune.layers_per_program, layout.num_layers) * _heads_per_program(layout, tune)
+        return registers | common | {"TILES": triton.next_power_of_2(tiles)}
+    heads_per_iter = min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads))
+    return registers | common | {"HEADS_PER_ITER": heads_per_iter, "PIPELINE": tune.pipeline_heads}
 
 
 # ---------------------------------------------------------------------------------------------------------------------

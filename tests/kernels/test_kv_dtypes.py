@@ -41,6 +41,8 @@ INPLACE_SPANS = [InplaceSpan(1, 5, 2_024), InplaceSpan(6, 3, 0), InplaceSpan(10,
 LAYER_SCALES = [0.0173, 0.61]
 LOOPED = KernelTuning(1, 4, 1, 1, 64, programs_per_sm=1, pipeline_heads=True)
 """Persistent programs (2 in the interpreter) over 2 layers x row groups, each looping, with pipelined head loads."""
+ALL_TILES = KernelTuning(1, 4, 2, 1, None, load_all_tiles=True)
+"""Each program loads both layers' tiles of its row group (K or V) at once (copy: with K's channels past rotary_dim)."""
 
 
 def make_pool(layout: PagedKVLayout, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -99,7 +101,7 @@ def fp32_oracle(
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("style", ["neox", "gptj"])
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
-@pytest.mark.parametrize("tuning", [None, LOOPED], ids=["default", "persistent-pipelined"])
+@pytest.mark.parametrize("tuning", [None, LOOPED, ALL_TILES], ids=["default", "persistent-pipelined", "all-tiles"])
 def test_every_dtype_within_one_step_of_fp32(
     device: str, dtype: torch.dtype, head_dim: int, style: str, partial: bool, tuning: KernelTuning | None
 ) -> None:

@@ -21,6 +21,7 @@ from semblend_kernels.rope_delta import (
     KernelTuning,
     _check,
     _grid,
+    _meta,
     _multiprocessors,
     _row_groups,
     default_tuning,
@@ -134,12 +135,15 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
     pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
     style = data.draw(st.sampled_from(["neox", "gptj"]))
-    programs_per_sm = data.draw(st.sampled_from([None, 1, 3]))
+    shape = data.draw(st.sampled_from(["grid", "persistent", "tiles"]))
+    programs_per_sm = data.draw(st.sampled_from([1, 3])) if shape == "persistent" else None
     tuning = KernelTuning(
-        blocks_per_program=1 if programs_per_sm else data.draw(st.sampled_from([1, 2, 5])),
+        blocks_per_program=data.draw(st.sampled_from([1, 2, 5])) if shape == "grid" else 1,
+        layers_per_program=data.draw(st.sampled_from([1, 2])),
         heads_per_program=data.draw(st.sampled_from([None, 1])),
         programs_per_sm=programs_per_sm,
-        pipeline_heads=data.draw(st.booleans()),
+        pipeline_heads=shape != "tiles" and data.draw(st.booleans()),
+        load_all_tiles=shape == "tiles",
     )
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
@@ -165,6 +169,9 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 8, 4, 1, 64, pipeline_heads=True),
         KernelTuning(2, 4, 2, 2, 80, heads_per_program=3, pipeline_heads=True),
         KernelTuning(1, 4, 1, 1, 64, heads_per_program=2, programs_per_sm=2, pipeline_heads=True),
+        KernelTuning(1, 4, 1, 1, None, load_all_tiles=True),
+        KernelTuning(1, 4, 2, 1, None, heads_per_program=2, load_all_tiles=True),
+        KernelTuning(1, 8, 4, 1, 64, heads_per_program=3, load_all_tiles=True),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
@@ -172,7 +179,8 @@ def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them.
     Persistent programs loop over several units each (the interpreter counts 2 multiprocessors), every unit with the
     descriptor its program read during the previous one, and the last read past the end masked off. Pipelined head
-    loads read one head group ahead, masked off past the program's last head."""
+    loads read one head group ahead, masked off past the program's last head. Load-all-tiles programs hold 5, 4 or 9
+    of their 8, 4 or 16 tiles (layers x heads; the last layer and head runs are partial)."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -218,8 +226,10 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         None,
         KernelTuning(1, 4, 1, 1, 64, 2, programs_per_sm=1, pipeline_heads=True),
         KernelTuning(2, 4, 2, 1, 80, programs_per_sm=2),
+        KernelTuning(1, 8, 1, 1, None, load_all_tiles=True),
+        KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True),
     ],
-    ids=["default", "persistent-pipelined", "persistent-two-heads"],
+    ids=["default", "persistent-pipelined", "persistent-two-heads", "all-tiles-8", "all-tiles-2x2"],
 )
 def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
     """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans. The
@@ -469,13 +479,31 @@ def test_persistent_grid_is_programs_per_sm_times_multiprocessors_and_at_most_on
     assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1000), 2, cpu) == (groups * 2 * 2 * 3,)
 
 
+def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None:
+    """One program per (group, layer run, head run), as the grid kernel with one group per program; the tile tensor
+    is sized by the tuning and the layout (every layer run and head run fits), not by the call's layer range."""
+    layout = PagedKVLayout(5, 5, 32, T)
+    pool = make_pool(layout, 12, torch.bfloat16, "cpu")
+    inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
+    plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
+    c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
+    tiles = KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True)
+    assert _grid(c, layout, tiles, 2, torch.device("cpu")) == (c.groups.shape[0], 2, 2 * 3)
+    assert _meta(layout, 32, "neox", tiles)["TILES"] == 4
+    assert _meta(layout, 32, "neox", KernelTuning(1, 4, 8, 1, None, load_all_tiles=True))["TILES"] == 32  # 5 x 5
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"programs_per_sm": 0}, "must be positive"),
         ({"programs_per_sm": 2, "blocks_per_program": 2}, "one row group per unit"),
+        ({"load_all_tiles": True, "blocks_per_program": 2}, "loops over nothing"),
+        ({"load_all_tiles": True, "heads_per_iter": 2}, "loops over nothing"),
+        ({"load_all_tiles": True, "programs_per_sm": 1}, "loops over nothing"),
+        ({"load_all_tiles": True, "pipeline_heads": True}, "loops over nothing"),
     ],
 )
-def test_bad_persistent_tunings_are_refused(kwargs: dict[str, int], message: str) -> None:
+def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         KernelTuning(**kwargs)
