@@ -138,15 +138,20 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     (True, "copy", 86695, KernelTuning(num_warps=4, max_registers=None)),
     (True, "copy", 173391, KernelTuning(num_warps=4, layers_per_program=8, max_registers=None, heads_per_program=4)),
     (True, "copy", 1 << 62, KernelTuning(num_warps=4, max_registers=None)),
-    (True, "inplace", 10836, KernelTuning(num_warps=4, max_registers=64)),
-    (True, "inplace", 21673, KernelTuning(num_warps=8, layers_per_program=8, max_registers=None, heads_per_program=4)),
+    (
+        True,
+        "inplace",
+        21673,
+        KernelTuning(num_warps=4, layers_per_program=1, max_registers=None, heads_per_program=4, load_all_tiles=True),
+    ),
     (True, "inplace", 43347, KernelTuning(num_warps=4, max_registers=64)),
     (True, "inplace", 86695, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
     (True, "inplace", 1 << 62, KernelTuning(num_warps=4, max_registers=64)),
 ]
 """Written by benchmarks/pick_rope_defaults.py from the H200 per-size sweep of the final issue 16.4 code
 (benchmarks/results/rope_delta_h200_issue16_final_code.txt; docs/benchmarks.md): each benchmarked size gets its best
-setting, up to the geometric midpoint of its K head-blocks and the next size's. The sizes: 2K / 8K / 32K tokens of
+setting, up to the geometric midpoint of its K head-blocks and the next size's. fp8 in place up to 2K tokens: the
+load-all-tiles programs, best at both 2K sizes in the session-9 H200 sweep (benchmarks/results/kern5/). The sizes: 2K / 8K / 32K tokens of
 Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
