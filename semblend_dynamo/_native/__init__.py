@@ -111,9 +111,9 @@ def _load() -> tuple[ctypes.PyDLL | None, str]:
             f"{path.name} was built from another span_aligner.c (rebuild: python -m semblend_dynamo._native build)",
         )
     for name, argtypes in (
-        ("sa_hits", (_P, _P, _I, _I, _P, _I, _P, _P, _P)),
+        ("sa_hits", (_P, _P, _I, _I, _I, _P, _I, _P, _P, _P)),
         ("sa_diagonals", (_P, _I, _P, _I, _I, _P)),
-        ("sa_runs", (_P, _I, _P, _I, _I, _I, _I, _P)),
+        ("sa_runs", (_P, _I, _I, _P, _I, _I, _I, _I, _P)),
     ):
         function = getattr(lib, name)
         function.argtypes = argtypes
@@ -133,7 +133,8 @@ class Scan:
 
     ``hits()`` screens and looks up every window; ``diagonals()`` groups (with the hits the caller found on shared
     chunks), ranks and de-duplicates; ``runs()`` compares the chosen diagonals token by token.
-    ``t`` must stay alive and unchanged while the scan is used, and ``buffer`` (when given) used by no other scan.
+    ``t`` (int64 or uint32 tokens; the donors ``runs()`` compares it with must be of its width) must stay alive and
+    unchanged while the scan is used, and ``buffer`` (when given) used by no other scan.
     """
 
     def __init__(
@@ -172,6 +173,7 @@ class Scan:
         failed = LIBRARY.sa_hits(
             table.address,
             self._t_address,
+            self.t.itemsize,
             self.t.size,
             self.anchor,
             None if allowed is None else _address(allowed),
@@ -216,6 +218,7 @@ class Scan:
         at = self._address
         n = LIBRARY.sa_runs(
             self._t_address,
+            self.t.itemsize,
             self.t.size,
             at + 8 * self._rows_at,
             len(rows) // 5,
