@@ -90,13 +90,38 @@ _FIELDS = (
 class AuditRecord:
     """One audit line: the fields in this order, unset (None) ones omitted from the JSON.
 
-    A plain slotted class, not a pydantic model: the connector writes two per scheduler decision. Values are checked
-    as the model did (an invalid one raises pydantic's ``ValidationError``): enums are stored as their values, numbers
-    keep their kind (an integral float is an int, an int a float where a float is due), counts and latency are
-    ``>= 0``; text and flags must be strings and booleans (numeric strings are not parsed).
+    A plain class, not a pydantic model: the connector writes two per scheduler decision. Values are checked as the
+    model did (an invalid one raises pydantic's ``ValidationError``): enums are stored as their values, numbers keep
+    their kind (an integral float is an int, an int a float where a float is due), counts and latency are ``>= 0``;
+    text and flags must be strings and booleans (numeric strings are not parsed). The instance holds only the fields
+    set, in this order (the class gives None for the others): its ``__dict__`` is the JSON object, serialized as it
+    is. Records are not changed after they are made.
     """
 
-    __slots__ = _FIELDS
+    event: str
+    ts: float
+    run_id: str
+    role: str | None = None
+    trace_id: str | None = None
+    request_id: str | None = None
+    donor_id: str | None = None
+    worker_id: str | None = None
+    namespace: str | None = None
+    component: str | None = None
+    outcome: str | None = None
+    found: bool | None = None
+    similarity: float | None = None
+    num_new_matched_tokens: int | None = None
+    materialized: int | None = None
+    requires_rope_correction: bool | None = None
+    rejection_reason: str | None = None
+    tokens: int | None = None
+    blocks: int | None = None
+    delta: int | None = None
+    mode: str | None = None
+    lineage: str | None = None
+    latency_us: float | None = None
+    detail: str | None = None
 
     def __init__(
         self,
@@ -127,55 +152,69 @@ class AuditRecord:
         detail: str | None = None,
     ) -> None:
         # Each value of the expected type is taken as it is; anything else goes through its check (or is refused).
-        self.event: str = _EVENTS.get(event) or _member(AuditEvent, "event", event)
-        self.ts: float = time.time() if ts is None else ts if type(ts) is float else _real("ts", ts)
-        self.run_id: str = run_id if type(run_id) is str else _text("run_id", run_id)
-        self.role: str | None = None if role is None else _ROLES.get(role) or _member(Role, "role", role)
-        self.trace_id = trace_id if trace_id is None or type(trace_id) is str else _text("trace_id", trace_id)
-        self.request_id = (
-            request_id if request_id is None or type(request_id) is str else _text("request_id", request_id)
-        )
-        self.donor_id = donor_id if donor_id is None or type(donor_id) is str else _text("donor_id", donor_id)
-        self.worker_id = worker_id if worker_id is None or type(worker_id) is str else _text("worker_id", worker_id)
-        self.namespace = namespace if namespace is None or type(namespace) is str else _text("namespace", namespace)
-        self.component = component if component is None or type(component) is str else _text("component", component)
-        self.outcome: str | None = (
-            None if outcome is None else _OUTCOMES.get(outcome) or _member(Outcome, "outcome", outcome)
-        )
-        self.found = found if found is None or type(found) is bool else _flag("found", found)
-        self.similarity = (
-            similarity if similarity is None or type(similarity) is float else _real("similarity", similarity)
-        )
-        self.num_new_matched_tokens = _count_or_none("num_new_matched_tokens", num_new_matched_tokens)
-        self.materialized = _count_or_none("materialized", materialized)
-        self.requires_rope_correction = (
-            requires_rope_correction
-            if requires_rope_correction is None or type(requires_rope_correction) is bool
-            else _flag("requires_rope_correction", requires_rope_correction)
-        )
-        self.rejection_reason: str | None = (
-            None
-            if rejection_reason is None
-            else _REASONS.get(rejection_reason) or _member(DeclineReason, "rejection_reason", rejection_reason)
-        )
-        self.tokens = _count_or_none("tokens", tokens)
-        self.blocks = _count_or_none("blocks", blocks)
-        self.delta = delta if delta is None or type(delta) is int else _integer("delta", delta)
-        self.mode = mode if mode is None or type(mode) is str else _text("mode", mode)
-        self.lineage = lineage if lineage is None or type(lineage) is str else _text("lineage", lineage)
-        self.latency_us = (
-            latency_us
-            if latency_us is None or (type(latency_us) is float and latency_us >= 0.0)
-            else _real("latency_us", latency_us, at_least=0.0)
-        )
-        self.detail = detail if detail is None or type(detail) is str else _text("detail", detail)
-        if self.event == "materialized" and self.role != "recipient":
+        # Stored straight into the instance dict, in field order, only when set.
+        values = self.__dict__
+        values["event"] = _EVENTS.get(event) or _member(AuditEvent, "event", event)
+        values["ts"] = time.time() if ts is None else ts if type(ts) is float else _real("ts", ts)
+        values["run_id"] = run_id if type(run_id) is str else _text("run_id", run_id)
+        if role is not None:
+            values["role"] = _ROLES.get(role) or _member(Role, "role", role)
+        if trace_id is not None:
+            values["trace_id"] = trace_id if type(trace_id) is str else _text("trace_id", trace_id)
+        if request_id is not None:
+            values["request_id"] = request_id if type(request_id) is str else _text("request_id", request_id)
+        if donor_id is not None:
+            values["donor_id"] = donor_id if type(donor_id) is str else _text("donor_id", donor_id)
+        if worker_id is not None:
+            values["worker_id"] = worker_id if type(worker_id) is str else _text("worker_id", worker_id)
+        if namespace is not None:
+            values["namespace"] = namespace if type(namespace) is str else _text("namespace", namespace)
+        if component is not None:
+            values["component"] = component if type(component) is str else _text("component", component)
+        if outcome is not None:
+            values["outcome"] = _OUTCOMES.get(outcome) or _member(Outcome, "outcome", outcome)
+        if found is not None:
+            values["found"] = found if type(found) is bool else _flag("found", found)
+        if similarity is not None:
+            values["similarity"] = similarity if type(similarity) is float else _real("similarity", similarity)
+        if num_new_matched_tokens is not None:
+            values["num_new_matched_tokens"] = _count_of("num_new_matched_tokens", num_new_matched_tokens)
+        if materialized is not None:
+            values["materialized"] = _count_of("materialized", materialized)
+        if requires_rope_correction is not None:
+            values["requires_rope_correction"] = (
+                requires_rope_correction
+                if type(requires_rope_correction) is bool
+                else _flag("requires_rope_correction", requires_rope_correction)
+            )
+        if rejection_reason is not None:
+            values["rejection_reason"] = _REASONS.get(rejection_reason) or _member(
+                DeclineReason, "rejection_reason", rejection_reason
+            )
+        if tokens is not None:
+            values["tokens"] = _count_of("tokens", tokens)
+        if blocks is not None:
+            values["blocks"] = _count_of("blocks", blocks)
+        if delta is not None:
+            values["delta"] = delta if type(delta) is int else _integer("delta", delta)
+        if mode is not None:
+            values["mode"] = mode if type(mode) is str else _text("mode", mode)
+        if lineage is not None:
+            values["lineage"] = lineage if type(lineage) is str else _text("lineage", lineage)
+        if latency_us is not None:
+            values["latency_us"] = (
+                latency_us
+                if type(latency_us) is float and latency_us >= 0.0
+                else _real("latency_us", latency_us, at_least=0.0)
+            )
+        if detail is not None:
+            values["detail"] = detail if type(detail) is str else _text("detail", detail)
+        if values["event"] == "materialized" and self.role != "recipient":
             raise _invalid("role", role, f"`materialized` is a recipient's reuse: role {self.role!r} may not write it")
 
     def to_json(self) -> str:
         """The record as one compact JSON object (pydantic's serializer: the bytes the pydantic model wrote)."""
-        values = {name: value for name in _FIELDS if (value := getattr(self, name)) is not None}
-        return to_json(values, inf_nan_mode="null").decode()
+        return to_json(self.__dict__, inf_nan_mode="null").decode()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AuditRecord):
@@ -200,9 +239,9 @@ _OUTCOMES = _values(Outcome)
 _REASONS = _values(DeclineReason)
 
 
-def _count_or_none(name: str, value: object) -> int | None:
-    if value is None or (type(value) is int and value >= 0):
-        return value  # type: ignore[return-value]
+def _count_of(name: str, value: object) -> int:
+    if type(value) is int and value >= 0:
+        return value
     return _count(name, value)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 sys.path.insert(0, "benchmarks")
 import bench_connector as bc
 
+from semblend_dynamo.audit import _FIELDS
 from semblend_dynamo.events.schemas import DonorHint, request_key
 from trtllm_connector.base import SchedulerOutput
 from trtllm_connector.harness import HarnessRequest
@@ -27,7 +28,7 @@ MASKED = ("ts", "latency_us", "trace_id", "run_id")
 
 
 def record_fields(record: Any) -> dict[str, Any]:
-    values = {name: getattr(record, name) for name in record.__slots__}
+    values = {name: getattr(record, name) for name in _FIELDS}
     return {k: ("X" if k in MASKED and v is not None else v) for k, v in values.items() if v is not None}
 
 
