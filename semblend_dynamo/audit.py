@@ -21,7 +21,7 @@ import uuid
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError, to_json
@@ -309,38 +309,38 @@ def _real(name: str, value: object, *, at_least: float | None = None) -> float:
 class AuditWriter:
     """Thread-safe append-only JSONL writer (or in-memory sink when ``path`` is None).
 
-    Counts records by event and by decline reason so components can expose them as metrics and tests
-    can check that counts match what happened.
+    Each flushed write is one ``os.write`` of whole lines to a file opened for appending (no text or buffer layer), so
+    a process killed mid-stream leaves whole lines only. Counts records by event and by decline reason so components
+    can expose them as metrics and tests can check that counts match what happened.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = False) -> None:
         self._lock = threading.Lock()
         self._fsync = fsync
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
+        self._pending: list[str] = []  # lines written with flush=False, sent with the next flushed one
         self.path = Path(path) if path is not None else None
         self.records: list[AuditRecord] | None = None if path is not None else []
         self.by_event: Counter[str] = Counter()
         self.by_reason: Counter[str] = Counter()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the writer
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def write(self, record: AuditRecord | None = None, /, *, flush: bool = True, **fields: Any) -> AuditRecord:
         """Append one record (built from ``fields`` when ``record`` is None) and flush it.
 
-        ``flush=False`` leaves the line in the file buffer for the next write (or :meth:`flush`) to send with its own:
-        one system call for two records. Only for a record the same call follows with another before it returns (the
-        connector's ``lookup`` before its verdict), so every record is still on disk when its call returns.
+        ``flush=False`` keeps the line for the next write (or :meth:`flush`) to send with its own: one system call for
+        two records. Only for a record the same call follows with another before it returns (the connector's
+        ``lookup`` before its verdict), so every record is still on disk when its call returns.
         """
         rec = record if record is not None else AuditRecord(**fields)
-        line = rec.to_json()
+        line = rec.to_json() + "\n"
         with self._lock:
-            if self._file is not None:
-                self._file.write(line + "\n")
+            if self._fd is not None:
+                self._pending.append(line)
                 if flush:
-                    self._file.flush()
-                    if self._fsync:
-                        os.fsync(self._file.fileno())
+                    self._send()
             elif self.records is not None:
                 self.records.append(rec)
             self.by_event[rec.event] += 1
@@ -351,15 +351,26 @@ class AuditWriter:
     def flush(self) -> None:
         """Send records written with ``flush=False`` now."""
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
+            if self._fd is not None and self._pending:
+                self._send()
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                if self._pending:
+                    self._send()
+                os.close(self._fd)
+                self._fd = None
+
+    def _send(self) -> None:
+        """Write the pending lines (under the lock): whole lines, in order, however many calls the OS needs."""
+        assert self._fd is not None
+        data = memoryview("".join(self._pending).encode())
+        self._pending.clear()
+        while data:
+            data = data[os.write(self._fd, data) :]
+        if self._fsync:
+            os.fsync(self._fd)
 
     def __enter__(self) -> AuditWriter:
         return self
