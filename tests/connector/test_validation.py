@@ -66,3 +66,13 @@ def test_a_device_prefix_must_be_the_donors_own_context() -> None:
     with pytest.raises(Declined) as declined:
         load_after(target, 8)
     assert declined.value.reason == DeclineReason.EXACT_ONLY_MODE
+
+
+def test_a_prompt_of_another_width_is_never_taken_for_the_donors_tokens() -> None:
+    """Tokens are compared as uint32 bytes: an int64 prompt with the same values fails closed (no_candidate)."""
+    reg = DonorRegistry(100, 60.0, tokens_per_block=8)
+    donor = reg.admit(1, NS, list(range(1, 33)), [0, 1, 2, 3]).donor
+    assert donor is not None
+    with pytest.raises(Declined) as declined:
+        _load(np.arange(1, 41, dtype=np.int64), reg, Span(donor.donor_id, 0, 0, 32))
+    assert declined.value.reason == DeclineReason.NO_CANDIDATE
