@@ -110,14 +110,14 @@ def _load() -> tuple[ctypes.PyDLL | None, str]:
             None,
             f"{path.name} was built from another span_aligner.c (rebuild: python -m semblend_dynamo._native build)",
         )
-    for name, argtypes in (
-        ("sa_hits", (_P, _P, _I, _I, _I, _P, _I, _P, _P, _P)),
-        ("sa_diagonals", (_P, _I, _P, _I, _I, _P)),
-        ("sa_runs", (_P, _I, _I, _P, _I, _I, _I, _I, _P)),
+    for name, argtypes, restype in (
+        ("sa_hits", (_P, _P, _I, _I, _I, _P, _I, _P, _P, _P), None),
+        ("sa_diagonals", (_P, _I, _P, _I, _I, _P), _I),
+        ("sa_runs", (_P, _I, _I, _P, _I, _I, _I, _I, _P), _I),
     ):
         function = getattr(lib, name)
         function.argtypes = argtypes
-        function.restype = _I
+        function.restype = restype
     return lib, f"loaded {path.name} ({digest})"
 
 
@@ -170,7 +170,7 @@ class Scan:
         all); returns the positions and hashes of the hits on chunks several donors share, in target order."""
         assert LIBRARY is not None
         at = self._address
-        failed = LIBRARY.sa_hits(
+        LIBRARY.sa_hits(
             table.address,
             self._t_address,
             self.t.itemsize,
@@ -182,8 +182,6 @@ class Scan:
             at + 8 * self._shared_at,
             at,
         )
-        if failed:
-            raise MemoryError("span aligner: out of memory")
         self.n_hits, n_shared = self.buffer[:2].tolist()
         if not n_shared:  # nearly always: five array operations fewer
             return [], []

@@ -67,12 +67,12 @@ static int allowed_serial(const int64_t *allowed, int64_t n_allowed, int64_t ser
     return lo < n_allowed && allowed[lo] == serial;
 }
 
-ALWAYS_INLINE int64_t hits_of(const sa_table *tb, const void *t, int width, int64_t n, int64_t anchor,
-                              const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared,
-                              int64_t *counts) {
+ALWAYS_INLINE void hits_of(const sa_table *tb, const void *t, int width, int64_t n, int64_t anchor,
+                           const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
     int64_t windows = n - anchor + 1;
-    uint64_t *passed = malloc((size_t)windows * 2 * sizeof(uint64_t)); /* (position, hash) */
-    if (!passed) return -1;
+    /* The windows that pass the filter, as rows (position, hash), in `shared`'s room: row k is read before shared row
+     * n_shared <= k is written, so the shared hits are compacted in place (no allocation per call). */
+    uint64_t *passed = (uint64_t *)shared;
     uint64_t top = 1; /* BASE ** (anchor - 1) */
     uint64_t h = 0;
     uint64_t power = 1;
@@ -118,21 +118,20 @@ ALWAYS_INLINE int64_t hits_of(const sa_table *tb, const void *t, int width, int6
             n_hits++;
         }
     }
-    free(passed);
     counts[0] = n_hits;
     counts[1] = n_shared;
-    return 0;
 }
 
 /* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter and looked up in the id table.
  * Writes the chunk hits of one donor as rows (serial, delta, position) to `hits`, only serials in the sorted
  * `allowed` (all when n_allowed < 0), and the hits on chunks several donors share as rows (position, hash) to
- * `shared`, both in target order; each needs room for n - anchor + 1 rows. counts[0], counts[1]: rows written.
- * Returns 0, or -1 when out of memory. */
-EXPORT int64_t sa_hits(const sa_table *tb, const void *t, int64_t width, int64_t n, int64_t anchor,
-                       const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
-    return width == 4 ? hits_of(tb, t, 4, n, anchor, allowed, n_allowed, hits, shared, counts)
-                      : hits_of(tb, t, 8, n, anchor, allowed, n_allowed, hits, shared, counts);
+ * `shared`, both in target order; each needs room for n - anchor + 1 rows. counts[0], counts[1]: rows written. */
+EXPORT void sa_hits(const sa_table *tb, const void *t, int64_t width, int64_t n, int64_t anchor,
+                    const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
+    if (width == 4)
+        hits_of(tb, t, 4, n, anchor, allowed, n_allowed, hits, shared, counts);
+    else
+        hits_of(tb, t, 8, n, anchor, allowed, n_allowed, hits, shared, counts);
 }
 
 typedef struct {
