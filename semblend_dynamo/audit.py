@@ -21,7 +21,7 @@ import uuid
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError, to_json
@@ -90,13 +90,38 @@ _FIELDS = (
 class AuditRecord:
     """One audit line: the fields in this order, unset (None) ones omitted from the JSON.
 
-    A plain slotted class, not a pydantic model: the connector writes two per scheduler decision. Values are checked
-    as the model did (an invalid one raises pydantic's ``ValidationError``): enums are stored as their values, numbers
-    keep their kind (an integral float is an int, an int a float where a float is due), counts and latency are
-    ``>= 0``; text and flags must be strings and booleans (numeric strings are not parsed).
+    A plain class, not a pydantic model: the connector writes two per scheduler decision. Values are checked as the
+    model did (an invalid one raises pydantic's ``ValidationError``): enums are stored as their values, numbers keep
+    their kind (an integral float is an int, an int a float where a float is due), counts and latency are ``>= 0``;
+    text and flags must be strings and booleans (numeric strings are not parsed). The instance holds only the fields
+    set, in this order (the class gives None for the others): its ``__dict__`` is the JSON object, serialized as it
+    is. Records are not changed after they are made.
     """
 
-    __slots__ = _FIELDS
+    event: str
+    ts: float
+    run_id: str
+    role: str | None = None
+    trace_id: str | None = None
+    request_id: str | None = None
+    donor_id: str | None = None
+    worker_id: str | None = None
+    namespace: str | None = None
+    component: str | None = None
+    outcome: str | None = None
+    found: bool | None = None
+    similarity: float | None = None
+    num_new_matched_tokens: int | None = None
+    materialized: int | None = None
+    requires_rope_correction: bool | None = None
+    rejection_reason: str | None = None
+    tokens: int | None = None
+    blocks: int | None = None
+    delta: int | None = None
+    mode: str | None = None
+    lineage: str | None = None
+    latency_us: float | None = None
+    detail: str | None = None
 
     def __init__(
         self,
@@ -127,55 +152,69 @@ class AuditRecord:
         detail: str | None = None,
     ) -> None:
         # Each value of the expected type is taken as it is; anything else goes through its check (or is refused).
-        self.event: str = _EVENTS.get(event) or _member(AuditEvent, "event", event)
-        self.ts: float = time.time() if ts is None else ts if type(ts) is float else _real("ts", ts)
-        self.run_id: str = run_id if type(run_id) is str else _text("run_id", run_id)
-        self.role: str | None = None if role is None else _ROLES.get(role) or _member(Role, "role", role)
-        self.trace_id = trace_id if trace_id is None or type(trace_id) is str else _text("trace_id", trace_id)
-        self.request_id = (
-            request_id if request_id is None or type(request_id) is str else _text("request_id", request_id)
-        )
-        self.donor_id = donor_id if donor_id is None or type(donor_id) is str else _text("donor_id", donor_id)
-        self.worker_id = worker_id if worker_id is None or type(worker_id) is str else _text("worker_id", worker_id)
-        self.namespace = namespace if namespace is None or type(namespace) is str else _text("namespace", namespace)
-        self.component = component if component is None or type(component) is str else _text("component", component)
-        self.outcome: str | None = (
-            None if outcome is None else _OUTCOMES.get(outcome) or _member(Outcome, "outcome", outcome)
-        )
-        self.found = found if found is None or type(found) is bool else _flag("found", found)
-        self.similarity = (
-            similarity if similarity is None or type(similarity) is float else _real("similarity", similarity)
-        )
-        self.num_new_matched_tokens = _count_or_none("num_new_matched_tokens", num_new_matched_tokens)
-        self.materialized = _count_or_none("materialized", materialized)
-        self.requires_rope_correction = (
-            requires_rope_correction
-            if requires_rope_correction is None or type(requires_rope_correction) is bool
-            else _flag("requires_rope_correction", requires_rope_correction)
-        )
-        self.rejection_reason: str | None = (
-            None
-            if rejection_reason is None
-            else _REASONS.get(rejection_reason) or _member(DeclineReason, "rejection_reason", rejection_reason)
-        )
-        self.tokens = _count_or_none("tokens", tokens)
-        self.blocks = _count_or_none("blocks", blocks)
-        self.delta = delta if delta is None or type(delta) is int else _integer("delta", delta)
-        self.mode = mode if mode is None or type(mode) is str else _text("mode", mode)
-        self.lineage = lineage if lineage is None or type(lineage) is str else _text("lineage", lineage)
-        self.latency_us = (
-            latency_us
-            if latency_us is None or (type(latency_us) is float and latency_us >= 0.0)
-            else _real("latency_us", latency_us, at_least=0.0)
-        )
-        self.detail = detail if detail is None or type(detail) is str else _text("detail", detail)
-        if self.event == "materialized" and self.role != "recipient":
+        # Stored straight into the instance dict, in field order, only when set.
+        values = self.__dict__
+        values["event"] = _EVENTS.get(event) or _member(AuditEvent, "event", event)
+        values["ts"] = time.time() if ts is None else ts if type(ts) is float else _real("ts", ts)
+        values["run_id"] = run_id if type(run_id) is str else _text("run_id", run_id)
+        if role is not None:
+            values["role"] = _ROLES.get(role) or _member(Role, "role", role)
+        if trace_id is not None:
+            values["trace_id"] = trace_id if type(trace_id) is str else _text("trace_id", trace_id)
+        if request_id is not None:
+            values["request_id"] = request_id if type(request_id) is str else _text("request_id", request_id)
+        if donor_id is not None:
+            values["donor_id"] = donor_id if type(donor_id) is str else _text("donor_id", donor_id)
+        if worker_id is not None:
+            values["worker_id"] = worker_id if type(worker_id) is str else _text("worker_id", worker_id)
+        if namespace is not None:
+            values["namespace"] = namespace if type(namespace) is str else _text("namespace", namespace)
+        if component is not None:
+            values["component"] = component if type(component) is str else _text("component", component)
+        if outcome is not None:
+            values["outcome"] = _OUTCOMES.get(outcome) or _member(Outcome, "outcome", outcome)
+        if found is not None:
+            values["found"] = found if type(found) is bool else _flag("found", found)
+        if similarity is not None:
+            values["similarity"] = similarity if type(similarity) is float else _real("similarity", similarity)
+        if num_new_matched_tokens is not None:
+            values["num_new_matched_tokens"] = _count_of("num_new_matched_tokens", num_new_matched_tokens)
+        if materialized is not None:
+            values["materialized"] = _count_of("materialized", materialized)
+        if requires_rope_correction is not None:
+            values["requires_rope_correction"] = (
+                requires_rope_correction
+                if type(requires_rope_correction) is bool
+                else _flag("requires_rope_correction", requires_rope_correction)
+            )
+        if rejection_reason is not None:
+            values["rejection_reason"] = _REASONS.get(rejection_reason) or _member(
+                DeclineReason, "rejection_reason", rejection_reason
+            )
+        if tokens is not None:
+            values["tokens"] = _count_of("tokens", tokens)
+        if blocks is not None:
+            values["blocks"] = _count_of("blocks", blocks)
+        if delta is not None:
+            values["delta"] = delta if type(delta) is int else _integer("delta", delta)
+        if mode is not None:
+            values["mode"] = mode if type(mode) is str else _text("mode", mode)
+        if lineage is not None:
+            values["lineage"] = lineage if type(lineage) is str else _text("lineage", lineage)
+        if latency_us is not None:
+            values["latency_us"] = (
+                latency_us
+                if type(latency_us) is float and latency_us >= 0.0
+                else _real("latency_us", latency_us, at_least=0.0)
+            )
+        if detail is not None:
+            values["detail"] = detail if type(detail) is str else _text("detail", detail)
+        if values["event"] == "materialized" and self.role != "recipient":
             raise _invalid("role", role, f"`materialized` is a recipient's reuse: role {self.role!r} may not write it")
 
     def to_json(self) -> str:
         """The record as one compact JSON object (pydantic's serializer: the bytes the pydantic model wrote)."""
-        values = {name: value for name in _FIELDS if (value := getattr(self, name)) is not None}
-        return to_json(values, inf_nan_mode="null").decode()
+        return to_json(self.__dict__, inf_nan_mode="null").decode()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AuditRecord):
@@ -200,9 +239,9 @@ _OUTCOMES = _values(Outcome)
 _REASONS = _values(DeclineReason)
 
 
-def _count_or_none(name: str, value: object) -> int | None:
-    if value is None or (type(value) is int and value >= 0):
-        return value  # type: ignore[return-value]
+def _count_of(name: str, value: object) -> int:
+    if type(value) is int and value >= 0:
+        return value
     return _count(name, value)
 
 
@@ -270,38 +309,38 @@ def _real(name: str, value: object, *, at_least: float | None = None) -> float:
 class AuditWriter:
     """Thread-safe append-only JSONL writer (or in-memory sink when ``path`` is None).
 
-    Counts records by event and by decline reason so components can expose them as metrics and tests
-    can check that counts match what happened.
+    Each flushed write is one ``os.write`` of whole lines to a file opened for appending (no text or buffer layer), so
+    a process killed mid-stream leaves whole lines only. Counts records by event and by decline reason so components
+    can expose them as metrics and tests can check that counts match what happened.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = False) -> None:
         self._lock = threading.Lock()
         self._fsync = fsync
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
+        self._pending: list[str] = []  # lines written with flush=False, sent with the next flushed one
         self.path = Path(path) if path is not None else None
         self.records: list[AuditRecord] | None = None if path is not None else []
         self.by_event: Counter[str] = Counter()
         self.by_reason: Counter[str] = Counter()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the writer
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def write(self, record: AuditRecord | None = None, /, *, flush: bool = True, **fields: Any) -> AuditRecord:
         """Append one record (built from ``fields`` when ``record`` is None) and flush it.
 
-        ``flush=False`` leaves the line in the file buffer for the next write (or :meth:`flush`) to send with its own:
-        one system call for two records. Only for a record the same call follows with another before it returns (the
-        connector's ``lookup`` before its verdict), so every record is still on disk when its call returns.
+        ``flush=False`` keeps the line for the next write (or :meth:`flush`) to send with its own: one system call for
+        two records. Only for a record the same call follows with another before it returns (the connector's
+        ``lookup`` before its verdict), so every record is still on disk when its call returns.
         """
         rec = record if record is not None else AuditRecord(**fields)
-        line = rec.to_json()
+        line = rec.to_json() + "\n"
         with self._lock:
-            if self._file is not None:
-                self._file.write(line + "\n")
+            if self._fd is not None:
+                self._pending.append(line)
                 if flush:
-                    self._file.flush()
-                    if self._fsync:
-                        os.fsync(self._file.fileno())
+                    self._send()
             elif self.records is not None:
                 self.records.append(rec)
             self.by_event[rec.event] += 1
@@ -312,15 +351,26 @@ class AuditWriter:
     def flush(self) -> None:
         """Send records written with ``flush=False`` now."""
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
+            if self._fd is not None and self._pending:
+                self._send()
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                if self._pending:
+                    self._send()
+                os.close(self._fd)
+                self._fd = None
+
+    def _send(self) -> None:
+        """Write the pending lines (under the lock): whole lines, in order, however many calls the OS needs."""
+        assert self._fd is not None
+        data = memoryview("".join(self._pending).encode())
+        self._pending.clear()
+        while data:
+            data = data[os.write(self._fd, data) :]
+        if self._fsync:
+            os.fsync(self._fd)
 
     def __enter__(self) -> AuditWriter:
         return self

@@ -81,7 +81,7 @@ class _Donor:
     donor_id: str
     serial: int
     namespace: str
-    tokens: np.ndarray  # int64, C-contiguous
+    tokens: np.ndarray  # of the aligner's width (int64 or uint32), C-contiguous
     address: int  # of tokens, for the compiled core
     chunk_hashes: list[int]
     postings: list[int]
@@ -382,7 +382,9 @@ class SpanAligner:
     thousands of donors (a common system prompt) costs a bounded amount; ``max_diagonals`` bounds how many
     (donor, delta) diagonals are compared, the ones with most anchor hits first. ``native``: align with the compiled
     core (``semblend_dynamo._native``; ValueError when it is not loaded), with numpy (False), or with the compiled
-    core when it is loaded (None); both give the same spans.
+    core when it is loaded (None); both give the same spans. ``tokens_u32``: keep donors and targets as uint32 (the
+    connector's prompts and donor copies: half the bytes an alignment reads, no int64 copy of the prompt) instead of
+    int64; the spans are the same.
     """
 
     def __init__(
@@ -394,6 +396,7 @@ class SpanAligner:
         max_postings: int = 4,
         max_diagonals: int = 64,
         native: bool | None = None,
+        tokens_u32: bool = False,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -412,6 +415,7 @@ class SpanAligner:
         self.max_postings = max_postings
         self.max_diagonals = max_diagonals
         self.native = _native.LIBRARY is not None if native is None else native
+        self.dtype = np.dtype(np.uint32 if tokens_u32 else np.int64)
         self._scan_buffer: np.ndarray | None = None  # the compiled core's work buffer, kept between alignments
         self._donors: dict[str, _Donor] = {}
         self._by_serial: dict[int, _Donor] = {}
@@ -432,12 +436,12 @@ class SpanAligner:
 
         Raises ValueError for token ids outside ``[0, 2**31)``.
         """
-        # A read-only int64 array that owns its memory (the donor registry's) cannot change under us: shared, so the
-        # connector's later re-check reads the same (cached) tokens the aligner compared.
+        # A read-only array of our width that owns its memory (the donor registry's) cannot change under us: shared,
+        # so the connector's later re-check reads the same (cached) tokens the aligner compared.
         arr: np.ndarray = (
             tokens
             if isinstance(tokens, np.ndarray)
-            and tokens.dtype == np.int64
+            and tokens.dtype == self.dtype
             and not tokens.flags.writeable
             and tokens.base is None
             and tokens.flags.c_contiguous
@@ -447,6 +451,8 @@ class SpanAligner:
             raise ValueError("donor tokens must be a flat sequence of token ids")
         if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 1 << 31):
             raise ValueError(f"donor {donor_id!r}: token ids must be in [0, 2**31)")
+        if arr.dtype != self.dtype:
+            arr = arr.astype(self.dtype)
         serial = next(self._serials)
         hashes: list[int] = []
         postings: list[int] = []
@@ -488,7 +494,7 @@ class SpanAligner:
         return len(self._donors)
 
     def donor_tokens(self, donor_id: str) -> Sequence[int] | None:
-        """The donor's tokens (read-only numpy array), or None if unknown."""
+        """The donor's tokens (read-only numpy array of the aligner's width), or None if unknown."""
         donor = self._donors.get(donor_id)
         if donor is None:
             return None
@@ -512,13 +518,14 @@ class SpanAligner:
         """Up to ``max_spans`` non-overlapping spans on the target, sorted by ``target_start``.
 
         Only donors of ``namespace`` (and, if given, in ``candidates``) are considered. Spans are
-        block-aligned on the target side and at least ``min_span_tokens`` long. Called on the routing
-        path: pass a numpy int64 array to skip the list conversion.
+        block-aligned on the target side and at least ``min_span_tokens`` long. Called on the request path: pass a
+        numpy array of the aligner's width (``dtype``) to skip the conversion (a uint32 aligner refuses token ids
+        outside ``[0, 2**32)``: OverflowError).
         """
         table = self._tables.get(namespace)
         if table is None or max_spans < 1:
             return []
-        t = np.ascontiguousarray(target, dtype=np.int64)
+        t = np.ascontiguousarray(target, dtype=self.dtype)
         if t.ndim != 1 or t.size < max(self.anchor_tokens, self.min_span_tokens):
             return []
         allowed = self._allowed_serials(namespace, candidates)
@@ -755,7 +762,7 @@ class SpanAligner:
         n = tokens.size
         a = self.anchor_tokens
         powers = self._powers_for(n)
-        sums = tokens.view(np.uint64) * powers.pow[:n]
+        sums = (tokens.view(np.uint64) if tokens.dtype == np.int64 else tokens) * powers.pow[:n]  # uint64 products
         out: np.ndarray | None = None
         at, width = 0, 1
         while True:

@@ -138,7 +138,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self.registry = DonorRegistry(
             0, cfg.pin_ttl_s, tokens_per_block=self.tokens_per_block, worker_id=cfg.worker_id, clock=clock
         )
-        self.aligner = SpanAligner(self.tokens_per_block, min(cfg.min_span_tokens, self.tokens_per_block))
+        self.aligner = SpanAligner(
+            self.tokens_per_block, min(cfg.min_span_tokens, self.tokens_per_block), tokens_u32=True
+        )
         self.planner = Planner(cfg.model_copy(update={"block_size": self.tokens_per_block}))
         deployment = deployment_digest(self.model.namespace())
         self.link = OutcomeLink.start(cfg, self.hints, deployment) if cfg.connector_nats else None
@@ -345,8 +347,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
-        # One conversion of the token list: the u32 array is both the request key's input and the prompt the
-        # lookups compare with the donors' u32 arrays (only the aligner takes int64).
+        # One conversion of the token list: the u32 array is both the request key's input and the prompt every lookup
+        # (the span aligner's too) compares with the donors' u32 arrays.
         prompt_u32 = self._prompts[request_id] = u32_tokens(read_prompt(request))
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
@@ -376,7 +378,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 similarity=similarity,
             )
             return self._decline(request_id, candidates, started, namespace=namespace, key=key)
-        spans, checked, compared = self._find_spans(hint, candidates, namespace, prompt)
+        spans, checked = self._find_spans(hint, candidates, namespace, prompt)
         decision = self.planner.plan(
             len(prompt),
             spans,
@@ -386,7 +388,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             chain_head_tokens=hint.chain_head_tokens if hint else None,
         )
         if hint is not None and not decision.accepted:  # the hinted donor alone falls short: search every donor
-            local, local_checked, local_compared = self._find_spans(None, None, namespace, prompt)
+            local, local_checked = self._find_spans(None, None, namespace, prompt)
             retry = self.planner.plan(
                 len(prompt),
                 local,
@@ -395,7 +397,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 approximate_donors=self._approximate_donors(local),
             )
             if retry.accepted:
-                spans, checked, compared, decision = local, local_checked, local_compared, retry
+                spans, checked, decision = local, local_checked, retry
         donor_id = spans[0].donor_id if spans else None
         self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=donor_id, similarity=similarity)
         if decision.plan is None or decision.reason is not None:
@@ -403,7 +405,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             return self._decline(request_id, reason, started, namespace=namespace, key=key, detail=decision.detail)
         try:
             load = validate_load(
-                compared,
+                prompt,
                 num_computed,
                 decision.plan.spans,
                 self.registry,
@@ -451,32 +453,28 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
 
     def _find_spans(
         self, hint: DonorHint | None, candidates: list[str] | None, namespace: str, prompt: np.ndarray
-    ) -> tuple[list[Span], bool, np.ndarray]:
-        """Token-exact spans between the prompt and pinned donors, found locally (a hint only narrows the search).
+    ) -> tuple[list[Span], bool]:
+        """Token-exact spans between the u32 prompt and pinned donors, found locally (a hint only narrows the search).
 
         A hint's spans are re-checked token by token against the donor; exact mode looks only for the longest shared
-        prefix (the only exact-equivalent KV); shifted mode runs the span aligner. The flag: the spans were compared
-        with the registry's own donor arrays here (``validate_load`` need not compare them again). The array: the
-        prompt as the spans were found in it, the u32 prompt or the aligner's int64 copy, for ``validate_load`` to
-        compare with the donors' arrays of its width while both are still in cache.
+        prefix (the only exact-equivalent KV); shifted mode runs the span aligner (on the same u32 arrays: the
+        registry's donor copies). The flag: the spans were compared with the registry's own donor arrays here
+        (``validate_load`` need not compare them again; the aligner's spans it does, while they are still in cache).
         """
         if hint is not None and hint.spans and candidates:
             donor = self.registry.get(candidates[0])
             runs = [s for s in (_exact_run(donor, prompt, *triple) for triple in hint.spans) if s] if donor else []
-            return runs, True, prompt
+            return runs, True
         if self.cfg.exact_materialization_only:
             donor_id, length = self.registry.longest_prefix(namespace, prompt)
             if candidates is not None and donor_id not in candidates:
-                return self._align(namespace, prompt, candidates)
+                return self._align(namespace, prompt, candidates), False
             spans = [Span(donor_id=donor_id, donor_start=0, target_start=0, length=length)] if length else []
-            return spans, True, prompt
-        return self._align(namespace, prompt, candidates)
+            return spans, True
+        return self._align(namespace, prompt, candidates), False
 
-    def _align(
-        self, namespace: str, prompt: np.ndarray, candidates: list[str] | None
-    ) -> tuple[list[Span], bool, np.ndarray]:
-        target = prompt.astype(np.int64)
-        return self.aligner.align(namespace, target, candidates=candidates, max_spans=self.cfg.max_spans), False, target
+    def _align(self, namespace: str, prompt: np.ndarray, candidates: list[str] | None) -> list[Span]:
+        return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
 
     def _approximate_donors(self, spans: list[Span]) -> set[str]:
         out = set()
@@ -964,7 +962,7 @@ def _exact_run(donor: Donor, prompt: np.ndarray, donor_start: int, target_start:
     """The token-exact run from a hinted span's start (the hinted length is advisory: the run may be longer)."""
     if donor_start >= len(donor.tokens) or target_start >= len(prompt):
         return None
-    run = shared_prefix(donor.tokens_u32[donor_start:], prompt[target_start:])
+    run = shared_prefix(donor.tokens[donor_start:], prompt[target_start:])
     return (
         Span(donor_id=donor.donor_id, donor_start=donor_start, target_start=target_start, length=run) if run else None
     )

@@ -55,9 +55,9 @@ class Donor:
     request_id: int
     namespace: NamespaceKey
     namespace_digest: str
-    tokens: np.ndarray  # int64, read-only: the span aligner's array
-    tokens_u32: np.ndarray
-    """The same tokens as uint32, read-only: what a decision compares with the prompt (also uint32), half the bytes."""
+    tokens: np.ndarray
+    """uint32, read-only: what a decision compares with the prompt (also uint32) and the span aligner indexes (shared,
+    not copied)."""
     block_ids: tuple[int, ...]
     generation: int
     pinned_at: float
@@ -148,7 +148,7 @@ class DonorRegistry:
         best, best_len = "", 0
         candidates = self._by_first_block.get((namespace_digest, _block_key(target[:tpb])), ())
         for donor_id in reversed(candidates[-max_candidates:]):
-            tokens = self._live[donor_id].tokens_u32
+            tokens = self._live[donor_id].tokens
             length = shared_prefix(tokens, target)
             if length > best_len:
                 best, best_len = donor_id, length
@@ -195,8 +195,6 @@ class DonorRegistry:
                 raise ValueError(f"token ids must be integers in [0, 2**32): {exc}") from None
         token_u32 = np.frombuffer(tokens_u32, dtype=np.uint32).copy()  # ours: the caller may change its array
         token_u32.flags.writeable = False
-        token_array = token_u32.astype(np.int64)
-        token_array.flags.writeable = False
         self._largest = max(self._largest, need)
         self._generation += 1
         now = self._clock()
@@ -205,8 +203,7 @@ class DonorRegistry:
             request_id=request_id,
             namespace=namespace,
             namespace_digest=namespace.digest(),
-            tokens=token_array,
-            tokens_u32=token_u32,
+            tokens=token_u32,
             block_ids=tuple(block_ids),
             generation=self._generation,
             pinned_at=now,
@@ -221,7 +218,7 @@ class DonorRegistry:
         self._tombstones.pop(donor.donor_id, None)
         for b in donor.block_ids:
             self._by_block.setdefault(b, set()).add(donor.donor_id)
-        if len(token_array) >= self.tokens_per_block:
+        if len(token_u32) >= self.tokens_per_block:
             self._by_first_block.setdefault(self._first_block_key(donor), []).append(donor.donor_id)
         self.pinned_blocks += need
         # Keep room for the next donor once this iteration's releases are freed, so it need not be refused.
@@ -320,7 +317,7 @@ class DonorRegistry:
         return donor
 
     def _first_block_key(self, donor: Donor) -> tuple[str, bytes]:
-        return donor.namespace_digest, _block_key(donor.tokens_u32[: self.tokens_per_block])
+        return donor.namespace_digest, _block_key(donor.tokens[: self.tokens_per_block])
 
 
 def _block_key(tokens: np.ndarray) -> bytes:

@@ -84,8 +84,7 @@ def validate_load(
 ) -> ValidatedLoad:
     """The load these spans allow beyond ``num_computed`` device-matched tokens; raises :class:`Declined`.
 
-    ``target`` is the prompt as an integer array; it is compared with each donor's array of its width (uint32, or
-    int64 for any other: the span aligner's copy, which it just compared with the donors' int64 arrays).
+    ``target`` is the prompt as a uint32 array, compared with the donors' uint32 arrays.
     ``tokens_checked``: every span came from a token-by-token comparison of ``target`` with the registry's own array
     of its donor, in this same call (the exact-prefix lookup, a hint's re-check), so its tokens are not compared a
     second time; spans from the span aligner always are.
@@ -112,7 +111,6 @@ def validate_load(
         raise Declined(DeclineReason.NOT_PREFIX_CONTIGUOUS, f"no span continues the prefix at token {num_computed}")
 
     segments: list[Segment] = []
-    narrow = target.dtype == np.uint32
     for span, start, stop in pieces:
         stop = min(stop, end)
         if stop <= start:
@@ -126,7 +124,7 @@ def validate_load(
         n = stop - start
         if d0 + n > len(donor.tokens) or -(-(d0 + n) // tpb) > len(donor.block_ids):
             raise Declined(DeclineReason.DONOR_NOT_RESIDENT, f"{span.donor_id} has no KV for tokens {d0}..{d0 + n}")
-        tokens = donor.tokens_u32 if narrow else donor.tokens
+        tokens = donor.tokens
         if not tokens_checked and not _same(target[start:stop], tokens[d0 : d0 + n]):
             raise Declined(DeclineReason.NO_CANDIDATE, f"{span.donor_id}: span tokens differ")
         # The same context before: nothing to compare from position 0 (an exact hit's usual start).
@@ -147,8 +145,12 @@ def validate_load(
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Token-equal (``np.array_equal`` without its argument conversions: both are integer arrays here)."""
-    return a.shape == b.shape and not (a != b).any()
+    """Token-equal: two uint32 arrays (the prompt, a donor's), their bytes compared.
+
+    Two copies and a ``memcmp``: in the scheduler's flow (caches cold from reading the prompt) about a quarter of what
+    ``(a != b).any()`` takes (its ufunc and reduction: ~12 of ~16 µs for 6K tokens on the development VM).
+    """
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
 def trim_load(load: ValidatedLoad, start: int, end: int) -> ValidatedLoad:

@@ -110,14 +110,14 @@ def _load() -> tuple[ctypes.PyDLL | None, str]:
             None,
             f"{path.name} was built from another span_aligner.c (rebuild: python -m semblend_dynamo._native build)",
         )
-    for name, argtypes in (
-        ("sa_hits", (_P, _P, _I, _I, _P, _I, _P, _P, _P)),
-        ("sa_diagonals", (_P, _I, _P, _I, _I, _P)),
-        ("sa_runs", (_P, _I, _P, _I, _I, _I, _I, _P)),
+    for name, argtypes, restype in (
+        ("sa_hits", (_P, _P, _I, _I, _I, _P, _I, _P, _P, _P), None),
+        ("sa_diagonals", (_P, _I, _P, _I, _I, _P), _I),
+        ("sa_runs", (_P, _I, _I, _P, _I, _I, _I, _I, _P), _I),
     ):
         function = getattr(lib, name)
         function.argtypes = argtypes
-        function.restype = _I
+        function.restype = restype
     return lib, f"loaded {path.name} ({digest})"
 
 
@@ -133,7 +133,8 @@ class Scan:
 
     ``hits()`` screens and looks up every window; ``diagonals()`` groups (with the hits the caller found on shared
     chunks), ranks and de-duplicates; ``runs()`` compares the chosen diagonals token by token.
-    ``t`` must stay alive and unchanged while the scan is used, and ``buffer`` (when given) used by no other scan.
+    ``t`` (int64 or uint32 tokens; the donors ``runs()`` compares it with must be of its width) must stay alive and
+    unchanged while the scan is used, and ``buffer`` (when given) used by no other scan.
     """
 
     def __init__(
@@ -169,9 +170,10 @@ class Scan:
         all); returns the positions and hashes of the hits on chunks several donors share, in target order."""
         assert LIBRARY is not None
         at = self._address
-        failed = LIBRARY.sa_hits(
+        LIBRARY.sa_hits(
             table.address,
             self._t_address,
+            self.t.itemsize,
             self.t.size,
             self.anchor,
             None if allowed is None else _address(allowed),
@@ -180,8 +182,6 @@ class Scan:
             at + 8 * self._shared_at,
             at,
         )
-        if failed:
-            raise MemoryError("span aligner: out of memory")
         self.n_hits, n_shared = self.buffer[:2].tolist()
         if not n_shared:  # nearly always: five array operations fewer
             return [], []
@@ -216,6 +216,7 @@ class Scan:
         at = self._address
         n = LIBRARY.sa_runs(
             self._t_address,
+            self.t.itemsize,
             self.t.size,
             at + 8 * self._rows_at,
             len(rows) // 5,

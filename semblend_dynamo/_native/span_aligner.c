@@ -2,7 +2,9 @@
  * serves every CPython version). Loaded with ctypes by semblend_dynamo/_native/__init__.py, which documents the
  * buffers; the numpy implementation in span_aligner.py is the reference these functions must match exactly.
  *
- * All integers are int64 unless named otherwise; arrays are C-contiguous and owned by Python. */
+ * All integers are int64 unless named otherwise; arrays are C-contiguous and owned by Python. Token arrays (a target
+ * and the donors compared with it) are of one width per call, `width` bytes a token: 8 (int64, the router's) or 4
+ * (uint32, the connector's); each exported function that reads tokens has one body, compiled once per width. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -16,6 +18,13 @@ static const uint64_t BASE = 0x9E3779B97F4A7C15ULL | 1;
 static const uint64_t MIX = 0xD6E8FEB86659FD93ULL;
 static const uint64_t PROBE_MIX = 0xBF58476D1CE4E5B9ULL;
 static const int32_t EMPTY = -1;
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Token i of an array of `width`-byte tokens; `width` is a constant in every caller's specialization. */
+ALWAYS_INLINE uint64_t token(const void *tokens, int64_t i, int width) {
+    return width == 4 ? ((const uint32_t *)tokens)[i] : (uint64_t)((const int64_t *)tokens)[i];
+}
 
 /* One namespace's chunk table, as _ChunkTable and its _IdTable hold it. */
 typedef struct {
@@ -58,21 +67,17 @@ static int allowed_serial(const int64_t *allowed, int64_t n_allowed, int64_t ser
     return lo < n_allowed && allowed[lo] == serial;
 }
 
-/* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter and looked up in the id table.
- * Writes the chunk hits of one donor as rows (serial, delta, position) to `hits`, only serials in the sorted
- * `allowed` (all when n_allowed < 0), and the hits on chunks several donors share as rows (position, hash) to
- * `shared`, both in target order; each needs room for n - anchor + 1 rows. counts[0], counts[1]: rows written.
- * Returns 0, or -1 when out of memory. */
-EXPORT int64_t sa_hits(const sa_table *tb, const int64_t *t, int64_t n, int64_t anchor, const int64_t *allowed,
-                       int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
+ALWAYS_INLINE void hits_of(const sa_table *tb, const void *t, int width, int64_t n, int64_t anchor,
+                           const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
     int64_t windows = n - anchor + 1;
-    uint64_t *passed = malloc((size_t)windows * 2 * sizeof(uint64_t)); /* (position, hash) */
-    if (!passed) return -1;
+    /* The windows that pass the filter, as rows (position, hash), in `shared`'s room: row k is read before shared row
+     * n_shared <= k is written, so the shared hits are compacted in place (no allocation per call). */
+    uint64_t *passed = (uint64_t *)shared;
     uint64_t top = 1; /* BASE ** (anchor - 1) */
     uint64_t h = 0;
     uint64_t power = 1;
     for (int64_t j = 0; j < anchor; j++) {
-        h += (uint64_t)t[j] * power;
+        h += token(t, j, width) * power;
         top = power;
         power *= BASE;
     }
@@ -87,7 +92,7 @@ EXPORT int64_t sa_hits(const sa_table *tb, const int64_t *t, int64_t n, int64_t 
             n_passed++;
         }
         if (i + 1 == windows) break;
-        h = (h - (uint64_t)t[i]) * base_inv + (uint64_t)t[i + anchor] * top;
+        h = (h - token(t, i, width)) * base_inv + token(t, i + anchor, width) * top;
     }
     /* The buckets of all windows that passed are fetched before the first is read, so their cache misses overlap. */
     for (int64_t k = 0; k < n_passed; k++) {
@@ -113,10 +118,20 @@ EXPORT int64_t sa_hits(const sa_table *tb, const int64_t *t, int64_t n, int64_t 
             n_hits++;
         }
     }
-    free(passed);
     counts[0] = n_hits;
     counts[1] = n_shared;
-    return 0;
+}
+
+/* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter and looked up in the id table.
+ * Writes the chunk hits of one donor as rows (serial, delta, position) to `hits`, only serials in the sorted
+ * `allowed` (all when n_allowed < 0), and the hits on chunks several donors share as rows (position, hash) to
+ * `shared`, both in target order; each needs room for n - anchor + 1 rows. counts[0], counts[1]: rows written. */
+EXPORT void sa_hits(const sa_table *tb, const void *t, int64_t width, int64_t n, int64_t anchor,
+                    const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
+    if (width == 4)
+        hits_of(tb, t, 4, n, anchor, allowed, n_allowed, hits, shared, counts);
+    else
+        hits_of(tb, t, 8, n, anchor, allowed, n_allowed, hits, shared, counts);
 }
 
 typedef struct {
@@ -204,38 +219,34 @@ EXPORT int64_t sa_diagonals(const int64_t *hits, int64_t n_hits, const int64_t *
     return kept;
 }
 
-/* For each diagonal row (donor token address, donor length, delta, first hit, last hit): the comparison window one
- * chunk beyond the hits, galloping outward while its edge token matches (skipped when shorter than min_span), then
- * every exact run in it of at least min_span tokens, trimmed inward to target blocks; runs still min_span long are
- * written as rows (row index, target start, target end) to `out`, in row then target order. Returns how many. */
-EXPORT int64_t sa_runs(const int64_t *t, int64_t n, const int64_t *rows, int64_t n_rows, int64_t block_size,
-                       int64_t anchor, int64_t min_span, int64_t *out) {
+ALWAYS_INLINE int64_t runs_of(const void *t, int width, int64_t n, const int64_t *rows, int64_t n_rows,
+                              int64_t block_size, int64_t anchor, int64_t min_span, int64_t *out) {
     int64_t n_out = 0;
     int64_t reach = block_size + anchor;
     for (int64_t r = 0; r < n_rows; r++) {
-        const int64_t *d = (const int64_t *)(uintptr_t)rows[5 * r];
+        const void *d = (const void *)(uintptr_t)rows[5 * r];
         int64_t d_len = rows[5 * r + 1], delta = rows[5 * r + 2], first = rows[5 * r + 3], last = rows[5 * r + 4];
         int64_t diag_lo = delta > 0 ? delta : 0;
         int64_t diag_hi = d_len + delta < n ? d_len + delta : n;
         int64_t lo = first - reach > diag_lo ? first - reach : diag_lo;
         int64_t hi = last + anchor + reach < diag_hi ? last + anchor + reach : diag_hi;
-        while (lo > diag_lo && t[lo] == d[lo - delta]) {
+        while (lo > diag_lo && token(t, lo, width) == token(d, lo - delta, width)) {
             int64_t next = lo - 2 * (hi - lo);
             lo = next > diag_lo ? next : diag_lo;
         }
-        while (hi < diag_hi && t[hi - 1] == d[hi - 1 - delta]) {
+        while (hi < diag_hi && token(t, hi - 1, width) == token(d, hi - 1 - delta, width)) {
             int64_t next = hi + 2 * (hi - lo);
             hi = next < diag_hi ? next : diag_hi;
         }
         if (hi - lo < min_span) continue;
         int64_t i = lo;
         while (i < hi) {
-            if (t[i] != d[i - delta]) {
+            if (token(t, i, width) != token(d, i - delta, width)) {
                 i++;
                 continue;
             }
             int64_t start = i;
-            while (i < hi && t[i] == d[i - delta]) i++;
+            while (i < hi && token(t, i, width) == token(d, i - delta, width)) i++;
             if (i - start < min_span) continue;
             int64_t begin = (start + block_size - 1) / block_size * block_size;
             int64_t end = i / block_size * block_size;
@@ -248,4 +259,14 @@ EXPORT int64_t sa_runs(const int64_t *t, int64_t n, const int64_t *rows, int64_t
         }
     }
     return n_out;
+}
+
+/* For each diagonal row (donor token address, donor length, delta, first hit, last hit): the comparison window one
+ * chunk beyond the hits, galloping outward while its edge token matches (skipped when shorter than min_span), then
+ * every exact run in it of at least min_span tokens, trimmed inward to target blocks; runs still min_span long are
+ * written as rows (row index, target start, target end) to `out`, in row then target order. Returns how many. */
+EXPORT int64_t sa_runs(const void *t, int64_t width, int64_t n, const int64_t *rows, int64_t n_rows,
+                       int64_t block_size, int64_t anchor, int64_t min_span, int64_t *out) {
+    return width == 4 ? runs_of(t, 4, n, rows, n_rows, block_size, anchor, min_span, out)
+                      : runs_of(t, 8, n, rows, n_rows, block_size, anchor, min_span, out);
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from semblend_dynamo.events.schemas import DonorHint, request_key
@@ -181,6 +182,14 @@ def test_a_donor_holds_its_prompt_tokens_only_not_the_generated_ones(make_harnes
     r = h.run_request(tokens, output_tokens=5)
     donor = h.scheduler.registry.get(h.scheduler.registry.donor_id_for(r.request_id))
     assert r.pinned and donor is not None and donor.tokens.tolist() == tokens
+
+
+def test_the_span_aligner_indexes_the_registrys_uint32_tokens_without_a_copy(make_harness) -> None:
+    h = make_harness()
+    r = h.run_request(prompt(84, 100))
+    donor = h.scheduler.registry.get(h.scheduler.registry.donor_id_for(r.request_id))
+    assert donor is not None and donor.tokens.dtype == np.uint32
+    assert np.shares_memory(h.scheduler.aligner.donor_tokens(donor.donor_id), donor.tokens)
 
 
 class TokensCountingRequest(HarnessRequest):

@@ -216,17 +216,23 @@ def test_filter_survives_growth_and_removals() -> None:
         assert [s.donor_id for s in spans] == ([f"d{i}"] if i % 2 else [])
 
 
-def test_a_read_only_int64_donor_array_is_shared_anything_else_copied() -> None:
-    frozen = np.arange(64, dtype=np.int64)
+@pytest.mark.parametrize("u32", [False, True])
+def test_a_read_only_donor_array_of_the_aligners_width_is_shared_anything_else_copied(u32: bool) -> None:
+    width, other = (np.uint32, np.int64) if u32 else (np.int64, np.uint32)
+    frozen = np.arange(64, dtype=width)
     frozen.flags.writeable = False
-    writable = np.arange(64, dtype=np.int64)
-    al = SpanAligner(8, 8)
+    writable = np.arange(64, dtype=width)
+    narrow = np.arange(64, dtype=other)
+    narrow.flags.writeable = False
+    al = SpanAligner(8, 8, tokens_u32=u32)
     al.add_donor("frozen", "ns", frozen)
     al.add_donor("writable", "ns", writable)
+    al.add_donor("other width", "ns", narrow)
     assert np.shares_memory(al.donor_tokens("frozen"), frozen)  # type: ignore[arg-type]
     assert not np.shares_memory(al.donor_tokens("writable"), writable)  # type: ignore[arg-type]
+    assert al.donor_tokens("other width").dtype == width  # type: ignore[union-attr]
     writable[:] = 0  # the caller's array changes; the indexed copy does not
-    assert [s.length for s in al.align("ns", np.arange(64, dtype=np.int64))] == [64]
+    assert [s.length for s in al.align("ns", np.arange(64, dtype=width))] == [64]
 
 
 def test_id_table_agrees_with_a_dict_through_growth_removals_and_reuse() -> None:

@@ -1,5 +1,6 @@
 """The span aligner returns exactly what its previous implementation returned (tests/support/reference_aligner.py),
-on both of its paths: numpy and the compiled core (``semblend_dynamo._native``).
+on both of its paths, numpy and the compiled core (``semblend_dynamo._native``), and at both token widths (int64, the
+router's; uint32, the connector's).
 
 Its lookups changed (window sums instead of a prefix sum, a byte filter, sorted chunk hashes read vectorized, the
 postings loop only for chunks several donors share, then the same steps in C); its answers must not.
@@ -26,15 +27,20 @@ def spans_of(
 
 
 class Aligners:
-    """One SpanAligner per path and the reference, fed the same donors; ``check`` asserts they all agree."""
+    """One SpanAligner per path and token width and the reference, fed the same donors; ``check`` asserts they all
+    agree (a uint32 aligner is given its donors and targets as uint32 arrays, as the connector does)."""
 
     def __init__(self, **kwargs: int | None) -> None:
-        self.paths = [SpanAligner(**kwargs, native=native) for native in aligner_paths()]  # type: ignore[arg-type]
+        self.paths = [
+            SpanAligner(**kwargs, native=native, tokens_u32=u32)  # type: ignore[arg-type]
+            for native in aligner_paths()
+            for u32 in (False, True)
+        ]
         self.reference = ReferenceSpanAligner(**kwargs)  # type: ignore[arg-type]
 
     def add_donor(self, donor_id: str, namespace: str, tokens: list[int]) -> None:
         for aligner in (*self.paths, self.reference):
-            aligner.add_donor(donor_id, namespace, tokens)
+            aligner.add_donor(donor_id, namespace, _frozen_u32(tokens) if _u32(aligner) else tokens)
 
     def remove_donor(self, donor_id: str) -> bool:
         removed = {aligner.remove_donor(donor_id) for aligner in (*self.paths, self.reference)}
@@ -44,8 +50,21 @@ class Aligners:
     def check(self, namespace: str, target: list[int], **kwargs: object) -> list[tuple[str, int, int, int]]:
         expected = self.reference.align(namespace, target, **kwargs)  # type: ignore[arg-type]
         for aligner in self.paths:
-            assert spans_of(aligner, namespace, target, **kwargs) == expected, f"native={aligner.native}"
+            given = np.array(target, dtype=np.uint32) if aligner.dtype == np.uint32 else target
+            found = spans_of(aligner, namespace, given, **kwargs)  # type: ignore[arg-type]
+            assert found == expected, f"native={aligner.native}, {aligner.dtype}"
         return expected
+
+
+def _u32(aligner: SpanAligner | ReferenceSpanAligner) -> bool:
+    return isinstance(aligner, SpanAligner) and aligner.dtype == np.uint32
+
+
+def _frozen_u32(tokens: list[int]) -> np.ndarray:
+    """The donor registry's copy: a read-only uint32 array that owns its memory (the aligner shares it)."""
+    out = np.array(tokens, dtype=np.uint32)
+    out.flags.writeable = False
+    return out
 
 
 def mosaic(rng: random.Random, donors: list[list[int]], n: int, vocab: int) -> list[int]:
