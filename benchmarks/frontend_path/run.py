@@ -231,6 +231,7 @@ def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
         "parse",
         "ask_loads",
         "exact",
+        "spans",
         "semantic",
         "load",
         "decide",
