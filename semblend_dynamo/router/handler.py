@@ -325,7 +325,7 @@ class SemanticRouter:
         spans: list[Span] | None = None
         t_exact = time.perf_counter()
         asked = self._ask_exact(routed)
-        if loads is not None:  # the loop's time while Dynamo answers
+        if loads is not None and self.cfg.spans_during_exact:  # the loop's time while Dynamo answers
             spans = self._spans_during_exact(routed, decision)
         try:
             scores = await asked

@@ -264,3 +264,11 @@ def test_the_exact_win_gate_counts_blocks_as_the_decision_does(tokens: int, thre
         assert asked == [[blocks[0], blocks[needed - 1]]]
     else:
         assert asked == []
+
+
+async def test_with_the_setting_off_the_spans_are_searched_after_the_exact_answer() -> None:
+    router, kv = _router(spans_during_exact=False)
+    routed = router.parse(_placement(router, kv))
+    decision = await router.decide(routed)
+    assert decision.outcome is Outcome.SEMANTIC_PLACEMENT and "spans" not in decision.latency_us
+    assert _searched_ahead(router) == dict.fromkeys(RESULTS, 0.0)

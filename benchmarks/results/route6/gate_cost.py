@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from router_under_test import BLOCK, TARGET_TOKENS, make_router, seed, span_target  # noqa: E402
+from router_under_test import BLOCK, TARGET_TOKENS, make_router, seed, span_target
 
 
 async def main(donors: int) -> None:
@@ -46,7 +46,9 @@ async def main(donors: int) -> None:
             t0 = time.perf_counter()
             answers.add(router._exact_may_win(r))
             times.append((time.perf_counter() - t0) * 1e6)
-        print(f"{name}: may win {sorted(answers)}, µs p50 {np.percentile(times, 50):.1f} p99 {np.percentile(times, 99):.1f}")
+        print(
+            f"{name}: may win {sorted(answers)}, µs p50 {np.percentile(times, 50):.1f} p99 {np.percentile(times, 99):.1f}"
+        )
 
 
 if __name__ == "__main__":
