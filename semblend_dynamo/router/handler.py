@@ -318,8 +318,9 @@ class SemanticRouter:
             refused = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
         # Dynamo's load query needs neither the exact answer nor the spans. Asked first, it runs on Dynamo's runtime
         # beside the exact query. The spans do not need the exact answer either, only the exact-wins test and the plan
-        # do: when no worker holds what an exact win needs, the loop searches them while Dynamo answers (both answers
-        # come back meanwhile: the aligner's C calls let go of the GIL their delivery needs).
+        # do: when no worker holds what an exact win needs, the loop searches them while Dynamo answers. An answer's
+        # delivery needs the GIL, which the search holds between its C calls: one due mid-search mostly comes after it
+        # (docs/benchmarks.md, "The span search while Dynamo's exact query is in flight").
         loads = None if refused is not None else self._ask_loads(routed)
         decision = Decision(Outcome.COLD_FALLBACK)
         spans: list[Span] | None = None
