@@ -1,32 +1,31 @@
 #!/usr/bin/env bash
-# Device (a quiet 16-core host): bench_route_decision's children for main's code (b712f58, this branch's base) and
-# this branch's, alternating, each run in its own process, raw JSON to $OUT. The device copy is the lead's checkout
-# (with its .git), so both trees come from git archive, and Dynamo's Python package and the wheels from the lead's
-# staged files (.stage/dynA, .stage/whl, .stage/whlA, carried). Run from that copy's root:
-#   mkdir -p /tmp/r6 && git archive route6 | tar -x -C /tmp/r6 && bash /tmp/r6/benchmarks/results/route6/run_device.sh D R MS
-# Args: donors, runs, the runtime stand-in's ms.
+# What ran on the device (a quiet 16-core host) for route6's in-process numbers (device-quiet-host/).
+#
+# The device copy is the lead's checkout (main at b712f58, this branch's base; its .git holds main only), so this
+# branch's code went over as its diff: `git diff -U1 b712f58 7d808b8 -- semblend_dynamo
+# benchmarks/bench_route_decision.py | xz -9e | base64 -w0`, appended to /tmp/p.b64 in four command-line chunks
+# (md5 checked). Carried: the lead's staged .stage/dynA/{core.so.xz,dynamo-py.tar.xz}, .stage/whlA and five of
+# .stage/whl's wheels (annotated_types, nats_py, pydantic, pydantic_core, typing_inspection; usearch and numkong left
+# out for size, so the donor index is numpy, which the span path does not use). Then, from the copy's root:
+#   bash run_device.sh RUNTIME_MS RUNS...   e.g.  bash run_device.sh 0.15 100000-1 100000-2 20000-1
 set -uo pipefail
-donors=${1:-100000}; runs=${2:-1}; runtime=${3:-0.4}
-if [ ! -f /tmp/semdev/.done ]; then
-  mkdir -p /tmp/semdev/site /tmp/base
-  tar -xJf .stage/dynA/dynamo-py.tar.xz -C /tmp/semdev/site
-  xz -dc .stage/dynA/core.so.xz > /tmp/semdev/site/dynamo/_core.abi3.so
-  python3 -m pip install -q --no-deps --no-index --target /tmp/semdev/site .stage/whl/*.whl .stage/whlA/*.whl 2>&1 | tail -2
-  git archive b712f58 | tar -x -C /tmp/base
-  touch /tmp/semdev/.done
-fi
-for tree in /tmp/base /tmp/r6; do
-  (cd $tree && PYTHONPATH=/tmp/semdev/site:$tree python3 -m semblend_dynamo._native build >/dev/null \
-    && PYTHONPATH=/tmp/semdev/site:$tree python3 -m semblend_dynamo._native status)
-done
-{ uptime; nproc; lscpu | grep -i "model name"; python3 -V; } | tee $OUT/host-$donors.txt
-cd /tmp/r6
-export PYTHONPATH=/tmp/semdev/site
-for run in $(seq 1 $runs); do
-  for side in before after; do
-    code=/tmp/r6; [ $side = before ] && code=/tmp/base
-    python3 benchmarks/bench_route_decision.py --child --code $code --donors $donors --requests 300 --runtime-ms $runtime \
-      > $OUT/$side-$donors-$run.json 2> /tmp/err-$side.txt || tail -5 /tmp/err-$side.txt
-    echo "$side $run: $(uptime)"
+runtime=$1; shift
+S=/tmp/s
+mkdir -p $S /tmp/b /tmp/r && git archive HEAD | tar -x -C /tmp/b && cp -r /tmp/b/. /tmp/r \
+  && base64 -d /tmp/p.b64 | xz -d > /tmp/p.diff && (cd /tmp/r && git apply /tmp/p.diff) || { echo PATCHFAIL; exit 1; }
+tar -xJf .stage/dynA/dynamo-py.tar.xz -C $S
+xz -dc .stage/dynA/core.so.xz > $S/dynamo/_core.abi3.so
+python3 -m pip install -q --no-deps --no-index --target $S .stage/whl/*.whl .stage/whlA/*.whl 2>&1 | tail -1
+for t in /tmp/b /tmp/r; do (cd $t; PYTHONPATH=$S:$t python3 -m semblend_dynamo._native build > /dev/null); done
+{ uptime; nproc; lscpu | grep -i "model name"; python3 -V; } | tee $OUT/host.txt
+cd /tmp/r
+export PYTHONPATH=$S
+for r in "$@"; do
+  d=${r%-*}
+  for s in before after; do
+    c=/tmp/r; [ $s = before ] && c=/tmp/b
+    timeout 250 python3 benchmarks/bench_route_decision.py --child --code $c --donors $d --requests 300 \
+      --runtime-ms $runtime > $OUT/$s-$r.json 2> /tmp/e
+    echo "$s $r $(date +%T) $(uptime)"
   done
 done
