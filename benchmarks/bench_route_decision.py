@@ -7,8 +7,10 @@ decision alone. Dynamo's KvRouter is a stand-in (no exact overlap, one idle work
 ``--runtime-ms`` from another thread that long after each query, as Dynamo's runtime does (``RuntimeStandIn``).
 
 Per run: the router's own stage times of each request (``Decision.latency_us``, what its ``routed`` log line
-carries: ``parse``, ``ask_loads``, ``exact``, ``semantic``, ``load``, ``decide``, ``hint`` (to a link publishing
-nowhere), ``total_added`` = arrival -> forwarded; a stage the code does not time reads 0) at p50/p99, and the CPU time of the loop's thread per request. ``--profile``: the functions taking the most time in one extra pass (cProfile).
+carries: ``parse``, ``ask_loads``, ``exact``, ``spans`` (the span search while the exact query is in flight, inside
+``exact``), ``semantic``, ``load``, ``decide``, ``hint`` (to a link publishing nowhere), ``total_added`` = arrival ->
+forwarded; a stage the code does not time reads 0) at p50/p99, and the CPU time of the loop's thread per request.
+``--profile``: the functions taking the most time in one extra pass (cProfile).
 
 ``--compare REF`` runs the code of git ``REF`` (exported to a temporary directory) and of this tree in turns,
 ``--repeat`` times each (before, after, before, after, ...), each in its own process. ``--compare numpy`` runs this
@@ -38,7 +40,7 @@ import numpy as np
 from router_under_test import BLOCK, ROOT, TARGET_TOKENS, export_ref, make_router, seed, use_code
 from router_under_test import span_target as make_target
 
-STAGES = ("parse", "ask_loads", "exact", "semantic", "load", "decide", "hint", "total_added")
+STAGES = ("parse", "ask_loads", "exact", "spans", "semantic", "load", "decide", "hint", "total_added")
 
 
 async def child(args: argparse.Namespace) -> dict[str, Any]:

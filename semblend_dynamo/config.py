@@ -223,6 +223,11 @@ class SemblendConfig(BaseModel):
     kv_index_poll_s: float = Field(
         0.25, gt=0.0, le=60.0, description="router on the zmq event plane: seconds between reads of Dynamo's KV index"
     )
+    spans_during_exact: bool = Field(
+        True,
+        description="router: search a request's spans while Dynamo's exact query is in flight when no worker holds "
+        "what an exact win needs (off: after the exact answer, as before); the decision is the same either way",
+    )
     log_format: Literal["text", "json"] = Field("text", description="router log lines: text, or one JSON object each")
 
     @field_validator("rope_config")
@@ -533,6 +538,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "metrics_port",
         "metrics_host",
         "kv_index_poll_s",
+        "spans_during_exact",
         "log_format",
         "sync_page_donors",
         "sync_rate_per_s",

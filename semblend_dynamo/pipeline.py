@@ -415,9 +415,7 @@ class DonorDiscovery:
         digest = namespace.digest()
         t0 = time.perf_counter()
         try:
-            target = np.ascontiguousarray(tokens, dtype=np.int64)
-            if target.ndim != 1:
-                raise ValueError("tokens must be a flat sequence")
+            target = _target(tokens)
         except (ValueError, TypeError, OverflowError) as exc:
             return self._finish(
                 request_id,
@@ -457,13 +455,7 @@ class DonorDiscovery:
             return self._finish(request_id, digest, n, exact_prefix_tokens, timings, reason=refused, detail="")
 
         t0 = time.perf_counter()
-        if known_spans is not None:
-            spans = list(known_spans)
-        else:
-            with self._lock:
-                spans = self.aligner.align(
-                    digest, target, candidates=resident, max_spans=min(2 * self.cfg.max_spans, 64)
-                )
+        spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
         timings.align = _us(t0)
 
         t0 = time.perf_counter()
@@ -481,6 +473,25 @@ class DonorDiscovery:
                 decision = self.planner.plan(n, spans, similarity=similarity, device_prefix_tokens=device_prefix_tokens)
                 timings.plan += _us(t0)
         return self._result(request_id, digest, n, exact_prefix_tokens, spans, hits, embedded, decision, timings)
+
+    def find_spans(
+        self, namespace: NamespaceKey, tokens: Sequence[int] | np.ndarray, *, resident: Collection[str] | None = None
+    ) -> list[Span] | None:
+        """The token-exact spans :meth:`discover` would find for this prompt now, to hand it as ``known_spans``.
+
+        For a caller with time to spare before it knows the exact overlap (the router, while Dynamo's exact query is
+        in flight): the spans do not depend on it. None when ``tokens`` is not a prompt discover searches (discover
+        then says why, and counts it). Counts nothing; the policy is discover's to apply.
+        """
+        try:
+            target = _target(tokens)
+        except (ValueError, TypeError, OverflowError):
+            return None
+        return self._align(namespace.digest(), target, resident) if target.size else None
+
+    def _align(self, digest: str, target: np.ndarray, resident: Collection[str] | None) -> list[Span]:
+        with self._lock:
+            return self.aligner.align(digest, target, candidates=resident, max_spans=min(2 * self.cfg.max_spans, 64))
 
     def _search(
         self,
@@ -594,6 +605,14 @@ class DonorDiscovery:
             embedded=False,
             timings_us=timings,
         )
+
+
+def _target(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    """A prompt's tokens as the flat int64 array the aligner searches (an int64 array is taken as is)."""
+    target = np.ascontiguousarray(tokens, dtype=np.int64)
+    if target.ndim != 1:
+        raise ValueError("tokens must be a flat sequence")
+    return target
 
 
 def _span_similarity(spans: list[Span], hits: dict[str, float], kth: float | None, threshold: float) -> float | None:

@@ -21,7 +21,8 @@ first streamed chunk at the client. Cases:
 "added" is semantic minus exact-only at the same percentile. The router's own decision counters (``/metrics``) are
 read before and after to count placements.
 
-Usage: ``.venv/bin/python -m benchmarks.frontend_path.run [--donors 100000] [--requests 300] [--workers 2]``
+Usage: ``.venv/bin/python -m benchmarks.frontend_path.run [--donors 100000] [--requests 300] [--workers 2]
+[--spans-during-exact on|off]``
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ SEED_TIMEOUT_S = 1800.0
 class BenchGraph(LocalGraph):
     """Mockers plus two Frontend -> router paths (namespaces ``sem`` and ``exact``) to the same workers."""
 
-    def __init__(self, cfg: UpConfig, donors: int) -> None:
+    def __init__(self, cfg: UpConfig, donors: int, spans_during_exact: bool = True) -> None:
         super().__init__(cfg)
         self.donors = donors
+        self.spans_during_exact = spans_during_exact
         self.urls: dict[str, str] = {}
         self.metrics: dict[str, str] = {}
 
@@ -74,6 +76,7 @@ class BenchGraph(LocalGraph):
                     "SEMBLEND_ROUTER_NAMESPACE": name,
                     "SEMBLEND_ENABLED": "1" if enabled else "0",
                     "SEMBLEND_INDEX_CAPACITY": str(max(2 * self.donors, 100_000)),
+                    "SEMBLEND_SPANS_DURING_EXACT": "1" if self.spans_during_exact else "0",
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 }
             )
@@ -231,6 +234,7 @@ def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
         "parse",
         "ask_loads",
         "exact",
+        "spans",
         "semantic",
         "load",
         "decide",
@@ -251,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--speedup-ratio", type=float, default=10_000.0, help="mocker speed-up (default 10000)")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--spans-during-exact",
+        choices=("on", "off"),
+        default="on",
+        help="the semantic router's SEMBLEND_SPANS_DURING_EXACT (off: spans searched after the exact answer)",
+    )
     args = parser.parse_args(argv)
     cfg = UpConfig(
         workers=args.workers,
@@ -261,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         embedder="hash",
         workdir=args.workdir,
     )
-    graph = BenchGraph(cfg, args.donors)
+    graph = BenchGraph(cfg, args.donors, spans_during_exact=args.spans_during_exact == "on")
     t0 = time.monotonic()
     try:
         graph.start()

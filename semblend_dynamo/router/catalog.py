@@ -149,6 +149,11 @@ class DonorCatalog:
             entry = self._residency.donor(donor_id)
             return entry if entry is not None and self._residency.is_resident(donor_id) else None
 
+    def stored_together(self, tokens_hashes: Sequence[int]) -> bool:
+        """Whether one worker rank stores blocks of all of ``tokens_hashes`` (see :meth:`Residency.stored_together`)."""
+        with self._lock:
+            return self._residency.stored_together(tokens_hashes)
+
     def is_resident(self, donor_id: str) -> bool:
         with self._lock:
             return self._residency.is_resident(donor_id)

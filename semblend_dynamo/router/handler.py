@@ -3,7 +3,9 @@
 :meth:`SemanticRouter.generate` is the Dynamo endpoint handler. Per request:
 
 1. exact first: Dynamo's own overlap (``KvRouter.get_overlap_scores``, with the request's LoRA and cache
-   namespace). Coverage at or above ``exact_route_threshold`` -> ``exact_prefix_route``, no semantic work;
+   namespace). Coverage at or above ``exact_route_threshold`` -> ``exact_prefix_route``, no semantic work. While the
+   query is in flight the loop searches the request's token-exact spans, unless the router's residency says a worker
+   holds the blocks an exact win needs (then it waits, and searches only if exact does not win);
 2. otherwise the core pipeline (:class:`~semblend_dynamo.pipeline.DonorDiscovery`) over the donors that
    :class:`~semblend_dynamo.router.catalog.DonorCatalog` says are resident on live workers in the request's
    namespace: token-exact spans first (on the loop: they are fast), the prompt embedding only when spans find
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -70,6 +73,7 @@ from ..namespace import NamespaceKey, isolating_salt
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
 from ..policy import DonorPolicy, Tenancy
+from ..span_aligner import Span
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .gc_freeze import SyncGcFreeze
@@ -313,36 +317,43 @@ class SemanticRouter:
         elif refused is None and not self.link.connected:
             refused = DeclineReason.DONOR_NOT_RESIDENT  # residency unknown while NATS is down
         # Dynamo's load query needs neither the exact answer nor the spans. Asked first, it runs on Dynamo's runtime
-        # beside the exact query and its answer comes back while the loop waits for that one, not during the span
-        # search (where its delivery, which needs the GIL, would interrupt the search).
+        # beside the exact query. The spans do not need the exact answer either, only the exact-wins test and the plan
+        # do: when no worker holds what an exact win needs, the loop searches them while Dynamo answers. An answer's
+        # delivery needs the GIL, which the search holds between its C calls: one due mid-search mostly comes after it
+        # (docs/benchmarks.md, "The span search while Dynamo's exact query is in flight").
         loads = None if refused is not None else self._ask_loads(routed)
+        decision = Decision(Outcome.COLD_FALLBACK)
+        spans: list[Span] | None = None
         t_exact = time.perf_counter()
+        asked = self._ask_exact(routed)
+        if loads is not None and self.cfg.spans_during_exact:  # the loop's time while Dynamo answers
+            spans = self._spans_during_exact(routed, decision)
         try:
-            scores = await self.kv_router.get_overlap_scores(
-                routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
-            )
-            exact_blocks = max((int(w.get("device_blocks", 0)) for w in scores.get("workers", [])), default=0)
+            scores = await asked
+            decision.exact_blocks = max((int(w.get("device_blocks", 0)) for w in scores.get("workers", [])), default=0)
         except Exception as exc:
             log.warning("exact overlap query failed (%s); routing without it", exc)
-            exact_blocks = 0
-        decision = Decision(Outcome.COLD_FALLBACK, exact_blocks=exact_blocks)
         decision.latency_us["exact"] = (time.perf_counter() - t_exact) * 1e6
         if loads is not None:
             decision.latency_us["ask_loads"] = (t_exact - t0) * 1e6
-        exact_tokens = exact_blocks * self.cfg.block_size
+        exact_tokens = decision.exact_blocks * self.cfg.block_size
         if exact_tokens / len(routed.tokens) >= self.cfg.exact_route_threshold:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
             decision.reason = DeclineReason.EXACT_PREFIX_WINS
             if loads is not None:
                 loads.cancel()
+            if spans is not None:
+                self.metrics.spans_during_exact.labels("wasted").inc()
             return decision
-        if exact_blocks:
+        if spans is not None:
+            self.metrics.spans_during_exact.labels("used").inc()
+        if decision.exact_blocks:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
         if loads is None:
             decision.reason = refused
             return decision
         try:
-            await self._semantic(routed, decision, exact_tokens, loads)
+            await self._semantic(routed, decision, exact_tokens, loads, spans)
         except Exception:
             log.exception("semantic stage failed for %s; routing exact-only", routed.request_id)
             decision.reason = DeclineReason.INTERNAL_ERROR
@@ -351,6 +362,55 @@ class SemanticRouter:
         loads.cancel()  # unanswered and no longer needed (no donor, discovery only): nothing to wait for
         decision.latency_us["decide"] = (time.perf_counter() - t0) * 1e6
         return decision
+
+    def _exact_may_win(self, routed: RoutedRequest) -> bool:
+        """Whether Dynamo's exact answer could make exact reuse win, as far as the router's residency knows.
+
+        A win needs one worker rank to hold the prompt's first block and the block that brings the overlap to
+        ``exact_route_threshold`` (Dynamo matches whole blocks from the first), hashed as the exact query hashes them.
+        The residency follows the same kv-events as Dynamo's index, a little behind it at times: a block stored just
+        now may be missing, so the span search then runs for nothing (counted ``wasted``; the decision is the same).
+        """
+        tokens, size = routed.tokens, self.cfg.block_size
+        needed = _blocks_to_win(len(tokens), size, self.cfg.exact_route_threshold)
+        if needed == 0:
+            return True
+        if needed > len(tokens) // size:
+            return False
+        lora, salt = routed.lora or None, routed.cache_salt or None
+        first, last = (
+            compute_block_hash_for_seq(block, size, lora_name=lora, cache_namespace=salt)[0]
+            for block in (tokens[:size], tokens[(needed - 1) * size : needed * size])
+        )
+        return self.catalog.stored_together((first, last))
+
+    def _ask_exact(self, routed: RoutedRequest) -> Awaitable[dict[str, Any]]:
+        """Dynamo's exact overlap for the request, asked now (its runtime starts a query when it is called); an error
+        comes out where it is awaited."""
+        try:
+            return self.kv_router.get_overlap_scores(
+                routed.tokens, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
+            )
+        except Exception as exc:
+            failed: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            return failed
+
+    def _spans_during_exact(self, routed: RoutedRequest, decision: Decision) -> list[Span] | None:
+        """The request's spans, searched while Dynamo's exact query is in flight (timed ``spans``) unless exact reuse
+        may win; None then, or on a failure (counted): the semantic stage searches as it would have."""
+        assert self.discovery is not None
+        t0 = time.perf_counter()
+        try:
+            if self._exact_may_win(routed):
+                return None
+            spans = self.discovery.find_spans(routed.namespace, routed.token_array)
+        except Exception:
+            log.exception("span search during the exact query failed for %s", routed.request_id)
+            self.metrics.spans_during_exact.labels("failed").inc()
+            spans = None
+        decision.latency_us["spans"] = (time.perf_counter() - t0) * 1e6
+        return spans
 
     def _ask_loads(self, routed: RoutedRequest) -> asyncio.Future[list[dict[str, int]]]:
         """Dynamo's per-worker loads, asked now; an error comes out where they are awaited.
@@ -368,8 +428,14 @@ class SemanticRouter:
         return loads
 
     async def _semantic(
-        self, routed: RoutedRequest, decision: Decision, exact_tokens: int, loads: Awaitable[list[dict[str, int]]]
+        self,
+        routed: RoutedRequest,
+        decision: Decision,
+        exact_tokens: int,
+        loads: Awaitable[list[dict[str, int]]],
+        spans: list[Span] | None,
     ) -> None:
+        """Discovery (with the spans searched during the exact query, if any), then placement and the hint."""
         assert self.discovery is not None
         t0 = time.perf_counter()
         result = self.discovery.discover(
@@ -378,6 +444,7 @@ class SemanticRouter:
             routed.token_array,
             exact_prefix_tokens=exact_tokens,
             embed=False,
+            known_spans=spans,
             tenancy=routed.tenancy,
         )
         if not (result.spans or result.exact_wins) and self.embeddings is not None:
@@ -845,6 +912,17 @@ class SemanticRouter:
         removed = self.catalog.retain_workers(live_worker_ids)
         if removed:
             log.info("workers left: %d donors removed", len(removed))
+
+
+def _blocks_to_win(prompt_tokens: int, block_size: int, threshold: float) -> int:
+    """The fewest exact blocks whose tokens reach ``threshold`` of the prompt, by :meth:`SemanticRouter.decide`'s own
+    test (``blocks * block_size / prompt_tokens >= threshold``)."""
+    blocks = max(0, math.ceil(threshold * prompt_tokens / block_size))
+    while blocks and (blocks - 1) * block_size / prompt_tokens >= threshold:
+        blocks -= 1
+    while blocks * block_size / prompt_tokens < threshold:
+        blocks += 1
+    return blocks
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

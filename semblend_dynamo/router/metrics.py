@@ -14,6 +14,7 @@ SYNC_REJECT_REASONS = ("no_reply", "bad_reply_subject", "rate_limited")
 """Why a decoded sync request got no reply (besides the codec's reasons)."""
 SYNC_PAGE_REJECT_REASONS = ("unsolicited",)
 """Why a decoded sync page was not used: it answers no request in flight."""
+SPANS_DURING_EXACT_RESULTS = ("used", "wasted", "failed")
 _LAG_BUCKETS_S = (1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -29,7 +30,8 @@ class RouterMetrics:
         )
         self.stage_latency = Histogram(
             "semblend_router_stage_seconds",
-            "router stage latency (parse, exact, semantic, load, chain_steps, hint, forward_first_response, total_added)",
+            "router stage latency (parse, ask_loads, exact, spans, semantic, load, decide, chain_steps, hint, "
+            "forward_first_response, total_added)",
             ["stage"],
             buckets=_LATENCY_BUCKETS_S,
             registry=r,
@@ -116,6 +118,15 @@ class RouterMetrics:
         )
         for result in STEP_RESULTS:
             self.chain_steps.labels(result)
+        self.spans_during_exact = Counter(
+            "semblend_router_spans_during_exact",
+            "span searches run while Dynamo's exact query was in flight, by result (used; wasted: exact reuse won; "
+            "failed: the search raised, searched again after the exact answer)",
+            ["result"],
+            registry=r,
+        )
+        for result in SPANS_DURING_EXACT_RESULTS:
+            self.spans_during_exact.labels(result)
         for outcome in Outcome:
             self.decisions.labels(outcome.value)
         for stream in STREAMS:

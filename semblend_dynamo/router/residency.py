@@ -657,6 +657,15 @@ class Residency:
     def __contains__(self, donor_id: object) -> bool:
         return donor_id in self._donors
 
+    def stored_together(self, tokens_hashes: Sequence[int]) -> bool:
+        """Whether some worker rank stores a block of each of ``tokens_hashes`` on its device tier (at any position:
+        a ``tokens_hash`` does not depend on the blocks before it). A few ``U64Map`` reads a rank."""
+        for blocks in self._workers.values():
+            hashes = blocks.hashes
+            if all((hashes.get(h) or 0) > _POST_MASK for h in tokens_hashes):
+                return True
+        return False
+
     def blocks_on(self, key: WorkerKey) -> int:
         blocks = self._workers.get(key)
         return 0 if blocks is None else len(blocks.by_block)

@@ -255,3 +255,26 @@ def test_embed_prompt_matches_what_the_index_holds(tokenizer: TokenizerAdapter, 
     hits = discovery.index.search(NS.digest(), vector, 1)
     assert hits[0].donor_id == "d" and hits[0].similarity == pytest.approx(1.0, abs=1e-5)
     assert make(tokenizer, embedder=FailingEmbedder()).embed_prompt([]) is None
+
+
+def test_spans_found_ahead_decide_as_discover_would(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
+    """The router searches spans while Dynamo's exact query is in flight, then decides with them: the same result."""
+    discovery = make(tokenizer, exact_materialization_only=False, isolation="cache_salt")
+    chunks = [docs[i][:128] for i in range(4)]
+    discovery.register_donor("d", NS, [t for c in chunks for t in c] + docs[5][:40])
+    target = chunks[2] + chunks[0] + chunks[3] + chunks[1] + docs[4][:40]
+    spans = discovery.find_spans(NS, np.asarray(target, dtype=np.int64))
+    assert spans is not None and len(spans) == 4
+    for exact in (0, 320):  # the exact answer only gates: an exact win ignores the spans found ahead
+        ahead = discovery.discover("r", NS, target, exact_prefix_tokens=exact, known_spans=spans)
+        inline = discovery.discover("r", NS, target, exact_prefix_tokens=exact)
+        assert ahead.model_dump(exclude={"timings_us"}) == inline.model_dump(exclude={"timings_us"})
+    assert discovery.find_spans(OTHER_NS, target) == []
+    assert discovery.find_spans(NS, target, resident=[]) == []
+
+
+@pytest.mark.parametrize("tokens", [[], ["not", "token", "ids"], [[1, 2], [3, 4]]])
+def test_finding_spans_ahead_of_an_unsearchable_prompt_gives_none(tokenizer: TokenizerAdapter, tokens: Any) -> None:
+    discovery = make(tokenizer)
+    assert discovery.find_spans(NS, tokens) is None
+    assert not discovery.counters  # discover, called next, counts the decline once
