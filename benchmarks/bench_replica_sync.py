@@ -223,8 +223,7 @@ def breakdown(n: int) -> None:
     from semblend_dynamo.events.schemas import DonorSyncPage, DonorSyncRequest
     from semblend_dynamo.router.catalog import DonorCatalog
     from semblend_dynamo.router.gc_freeze import SyncGcFreeze
-    from semblend_dynamo.router.handler import sync_chunks
-    from semblend_dynamo.router.sync import PageBudget, build_page
+    from semblend_dynamo.router.sync import HeldPages, PageBudget, build_page
 
     peer_catalog = DonorCatalog(n + 1000, None)
     for first in range(0, n, CHUNK):
@@ -254,6 +253,7 @@ def breakdown(n: int) -> None:
     gc.collect()
     for gc_mode in ("on", "frozen", "off"):
         freeze = SyncGcFreeze()
+        held = HeldPages()
         late_catalog = DonorCatalog(n + 1000, None)
         for first in range(0, n, CHUNK):
             count = min(CHUNK, n - first)
@@ -268,10 +268,12 @@ def breakdown(n: int) -> None:
             t1 = time.process_time()
             rows = page.rows()
             t2 = time.process_time()
-            for start, stop in sync_chunks(len(rows)):  # as the handler adds a page
-                late_catalog.add_rows(rows, start, stop)
-            if gc_mode == "frozen":
-                freeze.page_added(data is not pages[-1])
+            if held.put(rows) or data is pages[-1]:  # as the handler holds pages and adds them together
+                held.seal()
+                while (chunk := held.next_chunk()) is not None:
+                    late_catalog.add_rows(*chunk)
+                if gc_mode == "frozen":
+                    freeze.page_added(data is not pages[-1])
             t3 = time.process_time()
             decode_s, build_s, add_s = decode_s + t1 - t0, build_s + t2 - t1, add_s + t3 - t2
         gc.enable()

@@ -10,22 +10,26 @@ registrations and the message limit's bytes.
 Requester (:class:`SyncSession`): on every NATS (re)connect it asks every peer for its first page; the first page
 tells how far the peer's catalog cursors go, so the rest is split into ``window`` cursor ranges ("lanes") walked in
 parallel, one request in flight per lane: at most ``window`` requests per peer. A peer that goes quiet is asked
-again, and given up after a few tries.
+again, and given up after a few tries. The pages' rows are held (:class:`HeldPages`) and added to the catalog several
+pages at a time, each worker's donors of them in one batch.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..events.schemas import (
     SYNC_PAGE_OVERHEAD,
     DonorSyncPage,
     DonorSyncRequest,
     RegistrationFields,
+    SyncRows,
     sync_page_bytes,
 )
 
@@ -38,6 +42,14 @@ REPLY_TIMEOUT_S = 2.0
 """A peer with requests in flight and no page for this long is asked again."""
 RETRIES = 5
 """Times a quiet peer is asked again before its sync is given up."""
+ADD_DONORS = 8192
+"""Held pages' donors added together (~8 pages of 1 MiB): residency posts each worker's donors of a chunk in one
+batch, and the batch's fixed cost (some 60 numpy calls) is then spread over ~8x more donors than a page's."""
+ADD_DELAY_S = 0.2
+"""The longest a held page waits (from the first page held) before its donors are added anyway."""
+ADD_CHUNK = 2048
+"""Held donors added per event-loop turn at most (the loop serves requests between chunks): ~15-20 ms a chunk on a
+busy 2-core VM, each of its workers' donors in one batch."""
 
 CursorRange = tuple[int, int | None]
 """``(after, upto)``: a peer's catalog cursors in ``(after, upto]`` (``upto`` None: to the end)."""
@@ -234,3 +246,56 @@ class SyncSession:
                 state.outstanding[cursor_range] += 1
                 again.append((peer, cursor_range))
         return again, abandoned
+
+
+def equal_chunks(rows: int, most: int = ADD_CHUNK) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges splitting ``rows`` rows into as few chunks of at most ``most`` as can be, of equal
+    size (no small remainder: residency's per-call cost is spread over each chunk's donors)."""
+    count = -(-rows // most)
+    return [(rows * i // count, rows * (i + 1) // count) for i in range(count)]
+
+
+class HeldPages:
+    """Sync pages' rows held back to be added to the catalog several pages at a time.
+
+    :meth:`put` holds a page's rows (in arrival order) and says when ``add_donors`` or more are held; :meth:`seal`
+    joins every held page into one set of columns ordered by worker (stable: a donor sent twice keeps its arrival
+    order) and cuts it into chunks of at most ``chunk`` rows, which :meth:`next_chunk` hands out once each. So each
+    chunk holds whole workers' donors of all the held pages (but where a cut falls inside a worker), and residency
+    posts each of them in one batch. Nothing held is dropped: the caller seals and adds it all when it adds.
+    """
+
+    def __init__(self, add_donors: int = ADD_DONORS, chunk: int = ADD_CHUNK) -> None:
+        self.add_donors = add_donors
+        self.chunk = chunk
+        self._pages: list[SyncRows] = []
+        self.held = 0
+        """Donors in pages held and not sealed yet."""
+        self._chunks: deque[tuple[SyncRows, int, int]] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._pages or self._chunks)
+
+    def put(self, rows: SyncRows) -> bool:
+        """Hold a page's rows; True once the donors held reach ``add_donors``."""
+        if len(rows):
+            self._pages.append(rows)
+            self.held += len(rows)
+        return self.held >= self.add_donors
+
+    def seal(self) -> None:
+        """Turn the pages held into chunks to add (after any chunks sealed before)."""
+        if not self._pages:
+            return
+        pages, self._pages, self.held = self._pages, [], 0
+        order = np.lexsort((_joined(pages, "dp_ranks"), _joined(pages, "worker_ids"))).tolist()
+        rows = SyncRows.joined(pages, order)
+        self._chunks.extend((rows, start, stop) for start, stop in equal_chunks(len(rows), self.chunk))
+
+    def next_chunk(self) -> tuple[SyncRows, int, int] | None:
+        """The next sealed chunk to add, ``(rows, start, stop)``, or None."""
+        return self._chunks.popleft() if self._chunks else None
+
+
+def _joined(pages: Sequence[SyncRows], column: str) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(getattr(page, column) for page in pages), dtype=np.uint64)

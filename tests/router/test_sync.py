@@ -19,11 +19,19 @@ from semblend_dynamo.events.schemas import (
     DonorRegistration,
     DonorSyncPage,
     DonorSyncRequest,
+    SyncRows,
     sync_page_bytes,
 )
 from semblend_dynamo.router import handler as handler_module
-from semblend_dynamo.router.handler import SYNC_ADD_CHUNK, sync_chunks
-from semblend_dynamo.router.sync import RETRIES, SyncLimiter, SyncSession, sync_inbox
+from semblend_dynamo.router.sync import (
+    ADD_CHUNK,
+    RETRIES,
+    HeldPages,
+    SyncLimiter,
+    SyncSession,
+    equal_chunks,
+    sync_inbox,
+)
 from tests.router.test_handler import BLOCK, W1, _router
 
 
@@ -337,16 +345,18 @@ async def test_the_requester_asks_each_lane_and_indexes_only_pages_it_asked_for(
     await router.on_sync_page(_page([_registration(3)], after=5, upto=15), MsgTestDouble(""))  # again: unsolicited
     await router.on_sync_page(_page([_registration(4)], router_id="stranger", after=9), MsgTestDouble(""))
     await router.on_sync_page(_page([_registration(5)], router_id=router.router_id), MsgTestDouble(""))
-    assert "peer-1" in router.catalog and "peer-2" in router.catalog
-    assert "peer-3" not in router.catalog and "peer-4" not in router.catalog and "peer-5" not in router.catalog
     assert _counter(router, "sync_pages", "unsolicited") == 3
+    assert "peer-1" not in router.catalog  # held: lanes are still awaited
     for after, upto in [(15, 25), (25, None)]:
         await router.on_sync_page(_page([], after=after, upto=upto), MsgTestDouble(""))
     assert router.metrics.sync_peers.labels("done")._value.get() == 1
+    assert "peer-1" in router.catalog and "peer-2" in router.catalog  # the sync is over: every held page added
+    assert "peer-3" not in router.catalog and "peer-4" not in router.catalog and "peer-5" not in router.catalog
 
 
 async def test_the_collector_skips_what_is_alive_while_pages_are_awaited_and_walks_it_again_after() -> None:
     router = _sync_router(0, sync_window=2)
+    router._held.add_donors = 1  # each page added when it comes
     await router.request_sync()
     assert gc.get_freeze_count() == 0
     await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
@@ -362,6 +372,7 @@ async def test_a_sync_whose_peers_go_quiet_thaws_the_collector_when_it_is_given_
 ) -> None:
     monkeypatch.setattr(handler_module, "REPLY_TIMEOUT_S", 0.02)
     router = _sync_router(0, sync_window=2)
+    router._held.add_donors = 1
     await router.request_sync()
     await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
     assert gc.get_freeze_count() > 0
@@ -377,9 +388,144 @@ async def test_a_page_echoing_own_registrations_does_not_add_them_as_peers() -> 
     assert "peer-7" not in router.catalog and "peer-8" in router.catalog
 
 
-def test_a_page_is_added_in_equal_chunks_of_at_most_the_chunk_size() -> None:
-    assert sync_chunks(0) == []
-    assert sync_chunks(10) == [(0, 10)]
-    assert sync_chunks(SYNC_ADD_CHUNK) == [(0, SYNC_ADD_CHUNK)]
-    chunks = sync_chunks(SYNC_ADD_CHUNK + 2)
-    assert chunks == [(0, SYNC_ADD_CHUNK // 2 + 1), (SYNC_ADD_CHUNK // 2 + 1, SYNC_ADD_CHUNK + 2)]
+def test_held_donors_are_added_in_equal_chunks_of_at_most_the_chunk_size() -> None:
+    assert equal_chunks(0) == []
+    assert equal_chunks(10) == [(0, 10)]
+    assert equal_chunks(ADD_CHUNK) == [(0, ADD_CHUNK)]
+    chunks = equal_chunks(ADD_CHUNK + 2)
+    assert chunks == [(0, ADD_CHUNK // 2 + 1), (ADD_CHUNK // 2 + 1, ADD_CHUNK + 2)]
+
+
+# --- held pages --------------------------------------------------------------------------------------------------
+def _rows_of(rows: SyncRows) -> list[dict[str, Any]]:
+    """Each row's fields, its hashes and embedding included, keyed for comparison."""
+    hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).tolist()
+    return [
+        {
+            "donor_id": rows.donor_ids[i],
+            "donor_key": rows.donor_keys[i],
+            "router_id": rows.router_ids[i],
+            "namespace": rows.namespaces[i],
+            "worker": (rows.worker_ids[i], rows.dp_ranks[i]),
+            "num_tokens": rows.num_tokens[i],
+            "block_size": rows.block_sizes[i],
+            "registered_at": rows.registered_at[i],
+            "dim": rows.embedding_dims[i],
+            "hashes": hashes[rows.hash_start(i) : rows.hash_ends[i]],
+            "embedding": rows.embeddings[rows.embedding_start(i) : rows.embedding_ends[i]],
+        }
+        for i in range(len(rows))
+    ]
+
+
+def test_held_pages_are_joined_by_worker_and_cut_into_chunks_with_every_row_once() -> None:
+    pages = [
+        decode(
+            encode(_page([_registration(i, dim=8 * (i % 3), blocks=i % 4 + 1) for i in range(start, stop)])),
+            DonorSyncPage,
+            max_bytes=1 << 20,
+        ).rows()
+        for start, stop in [(0, 7), (7, 8), (8, 20)]
+    ]
+    held = HeldPages(add_donors=15, chunk=6)
+    assert not held and not held.put(pages[0]) and not held.put(pages[1]) and held
+    assert held.put(pages[2]) and held.held == 20
+    held.seal()
+    assert held.held == 0 and held
+    chunks = []
+    while (chunk := held.next_chunk()) is not None:
+        chunks.append(chunk)
+    assert not held and [stop - start for _, start, stop in chunks] == [5, 5, 5, 5]
+    rows = chunks[0][0]
+    assert all(chunk[0] is rows for chunk in chunks) and rows.deployment == "dep"
+    joined = _rows_of(rows)
+    expected = [row for page in pages for row in _rows_of(page)]
+    assert sorted(joined, key=lambda r: r["donor_id"]) == sorted(expected, key=lambda r: r["donor_id"])
+    workers = [row["worker"] for row in joined]
+    assert workers == sorted(workers)  # each worker's rows together
+    for worker in set(workers):  # in arrival order within a worker
+        mine = [row["donor_id"] for row in joined if row["worker"] == worker]
+        assert mine == [row["donor_id"] for row in expected if row["worker"] == worker]
+
+
+def _sync_catalog_of(registrations: list[DonorRegistration]) -> list[dict[str, object]]:
+    reference = _sync_router(0)
+    reference.catalog.add_many(registrations)
+    return reference.catalog.snapshot()
+
+
+async def test_pages_answered_out_of_order_end_as_every_donor_added_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=3)
+    await router.request_sync()
+    registrations = [_registration(i, blocks=2) for i in range(40)]
+    await router.on_sync_page(_page(registrations[:10], next_cursor=10, last_cursor=40), MsgTestDouble(""))
+    lanes = [((10, 20), registrations[10:20]), ((20, 30), registrations[20:30]), ((30, None), registrations[30:])]
+    for (after, upto), regs in reversed(lanes):  # the last lane answers first
+        assert len(router.catalog) == 0  # held until the sync is over (or enough are held, or the delay passed)
+        await router.on_sync_page(_page(regs, after=after, upto=upto), MsgTestDouble(""))
+    assert router.catalog.snapshot() == _sync_catalog_of(registrations) and not router._held
+    assert gc.get_freeze_count() == 0
+
+
+async def test_held_pages_are_added_once_enough_are_held_or_after_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 0.05)
+    router = _sync_router(0, sync_window=4)
+    router._held.add_donors = 5
+    await router.request_sync()
+    await router.on_sync_page(
+        _page([_registration(i) for i in range(3)], next_cursor=3, last_cursor=99), MsgTestDouble("")
+    )
+    assert len(router.catalog) == 0
+    await router.on_sync_page(_page([_registration(i) for i in range(3, 5)], after=3, upto=27), MsgTestDouble(""))
+    assert len(router.catalog) == 5 and not router._held and gc.get_freeze_count() > 0  # five held: added at once
+    await router.on_sync_page(_page([_registration(5)], after=27, upto=51), MsgTestDouble(""))
+    assert "peer-5" not in router.catalog
+    await asyncio.sleep(0.2)  # no more pages: the delay adds what is held
+    assert "peer-5" in router.catalog and not router._held
+    router._sync_gc.thaw()
+
+
+async def test_a_peer_given_up_mid_sync_leaves_its_held_pages_added(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "REPLY_TIMEOUT_S", 0.02)
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+    await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
+    assert len(router.catalog) == 0
+    await asyncio.wait_for(router._sync_watch, 5)  # the other lane never answers: the peer is given up
+    assert router.metrics.sync_peers.labels("abandoned")._value.get() == 1
+    assert "peer-1" in router.catalog and "peer-2" in router.catalog and not router._held
+    assert gc.get_freeze_count() == 0
+
+
+async def test_closing_with_pages_held_adds_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+    await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
+    assert len(router.catalog) == 0
+    router.close()
+    assert "peer-1" in router.catalog and "peer-2" in router.catalog and not router._held
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_donor_sent_twice_while_held_keeps_its_newest_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two peers send the same donors (and one page comes again, unsolicited): held together, the catalog keeps one
+    entry a donor, the newest copy, as when the pages are added one at a time."""
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    older = [_registration(i, blocks=2) for i in range(6)]
+    newer = [r.model_copy(update={"registered_at": r.registered_at + 1, "router_id": "third"}) for r in older[:3]]
+    first = _page(older, next_cursor=6, last_cursor=10)
+    await router.on_sync_page(first, MsgTestDouble(""))
+    await router.on_sync_page(first, MsgTestDouble(""))  # again: unsolicited
+    await router.on_sync_page(_page([*newer, older[4]], router_id="peer2"), MsgTestDouble(""))
+    assert len(router.catalog) == 0 and _counter(router, "sync_pages", "unsolicited") == 1
+    for after, upto in [(6, 8), (8, None)]:
+        await router.on_sync_page(_page([], after=after, upto=upto), MsgTestDouble(""))
+    assert router.catalog.snapshot() == _sync_catalog_of(older[3:] + newer)
+    assert [router.catalog._residency.donor(r.donor_id).router_id for r in older[:3]] == ["third"] * 3
