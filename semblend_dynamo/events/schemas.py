@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, Protocol
+from typing import Annotated, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 import xxhash
@@ -481,6 +481,9 @@ class DonorSyncPage(SemblendEvent):
         )
 
 
+_T = TypeVar("_T")
+
+
 @dataclass(frozen=True, slots=True)
 class SyncRows:
     """A sync page's registrations as columns (:meth:`DonorSyncPage.rows`): row ``i`` of every list is donor ``i``.
@@ -514,54 +517,14 @@ class SyncRows:
     def embedding_start(self, i: int) -> int:
         return self.embedding_ends[i - 1] if i else 0
 
-    @classmethod
-    def joined(cls, parts: Sequence[SyncRows], order: Sequence[int]) -> SyncRows:
-        """The rows of ``parts`` (non-empty pages of one deployment) as one set of columns: row ``order[i]`` of their
-        concatenation is row ``i`` (``order``: a non-empty selection of distinct rows)."""
-        picked = np.asarray(order, dtype=np.intp)
-        hash_starts, hash_ends = _joined_ranges(parts, "hash_ends", picked)
-        embedding_starts, embedding_ends = _joined_ranges(parts, "embedding_ends", picked)
-        counts = hash_ends - hash_starts
-        ends = np.cumsum(counts)
-        gather = np.repeat(hash_starts - (ends - counts), counts) + np.arange(int(ends[-1]))
-        hashes = np.frombuffer(b"".join(part.block_hashes for part in parts), dtype=np.uint64)[gather]
-        embeddings = b"".join(part.embeddings for part in parts)
-        get = operator.itemgetter(*order)
-        one = len(order) == 1
-
-        def column(name: str) -> list[Any]:
-            values = get(list(itertools.chain.from_iterable(getattr(part, name) for part in parts)))
-            return [values] if one else list(values)
-
-        return cls(
-            deployment=parts[0].deployment,
-            donor_ids=column("donor_ids"),
-            donor_keys=column("donor_keys"),
-            router_ids=column("router_ids"),
-            namespaces=column("namespaces"),
-            worker_ids=column("worker_ids"),
-            dp_ranks=column("dp_ranks"),
-            num_tokens=column("num_tokens"),
-            block_sizes=column("block_sizes"),
-            registered_at=column("registered_at"),
-            embedding_dims=column("embedding_dims"),
-            hash_ends=ends.tolist(),
-            embedding_ends=np.cumsum(embedding_ends - embedding_starts).tolist(),
-            block_hashes=hashes.tobytes(),
-            embeddings=b"".join(
-                map(embeddings.__getitem__, map(slice, embedding_starts.tolist(), embedding_ends.tolist()))
-            ),
-        )
-
-
-def _joined_ranges(parts: Sequence[SyncRows], ends: str, picked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, stops)`` of rows ``picked`` of the concatenation of ``parts`` in their concatenated column (the
-    columns whose per-row ends are ``ends``)."""
-    stops = np.concatenate([np.asarray(getattr(part, ends), dtype=np.int64) for part in parts])
-    sizes = [getattr(part, ends)[-1] for part in parts]
-    stops += np.repeat(np.cumsum([0, *sizes[:-1]], dtype=np.int64), [len(part) for part in parts])
-    starts = np.concatenate((np.zeros(1, dtype=np.int64), stops[:-1]))
-    return starts[picked], stops[picked]
+    @staticmethod
+    def pick(column: list[_T], picked: Sequence[int]) -> list[_T]:
+        """The values of rows ``picked`` (a range of step 1: a slice) of one of the columns."""
+        if isinstance(picked, range) and picked.step == 1:
+            return column[picked.start : picked.stop]
+        if len(picked) == 1:
+            return [column[picked[0]]]
+        return list(operator.itemgetter(*picked)(column)) if picked else []
 
 
 def _column(values: list[int] | list[float], dtype: np.dtype) -> bytes:

@@ -789,7 +789,7 @@ class SemanticRouter:
             self.metrics.sync_peers.labels("done").inc()
         if self._held.put(event.rows()) or not (session.active and session is self._sync):
             await self._add_held()
-        elif self._held_wait is None or self._held_wait.done():
+        elif self._held and (self._held_wait is None or self._held_wait.done()):
             self._held_wait = asyncio.ensure_future(self._add_held(ADD_DELAY_S))
 
     async def _add_held(self, delay: float = 0.0) -> None:
@@ -813,7 +813,7 @@ class SemanticRouter:
         chunk = self._held.next_chunk()
         if chunk is None:
             return False
-        self.catalog.add_rows(*chunk, skip_router=self.router_id)
+        self.catalog.add_rows(chunk, skip_router=self.router_id)
         if self._sync is not None:
             self._sync.touch()
         return True

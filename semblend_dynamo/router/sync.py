@@ -248,21 +248,19 @@ class SyncSession:
         return again, abandoned
 
 
-def equal_chunks(rows: int, most: int = ADD_CHUNK) -> list[tuple[int, int]]:
-    """``[start, stop)`` ranges splitting ``rows`` rows into as few chunks of at most ``most`` as can be, of equal
-    size (no small remainder: residency's per-call cost is spread over each chunk's donors)."""
-    count = -(-rows // most)
-    return [(rows * i // count, rows * (i + 1) // count) for i in range(count)]
+Chunk = list[tuple[SyncRows, Sequence[int]]]
+"""Donors to add in one call: parts, each a held page's rows and the rows of it (in page order)."""
 
 
 class HeldPages:
     """Sync pages' rows held back to be added to the catalog several pages at a time.
 
     :meth:`put` holds a page's rows (in arrival order) and says when ``add_donors`` or more are held; :meth:`seal`
-    joins every held page into one set of columns ordered by worker (stable: a donor sent twice keeps its arrival
-    order) and cuts it into chunks of at most ``chunk`` rows, which :meth:`next_chunk` hands out once each. So each
-    chunk holds whole workers' donors of all the held pages (but where a cut falls inside a worker), and residency
-    posts each of them in one batch. Nothing held is dropped: the caller seals and adds it all when it adds.
+    cuts every held page's rows into chunks of at most ``chunk`` donors by worker: the rows sorted by worker (stable,
+    so a donor sent twice keeps its arrival order) are cut into equal chunks, and a chunk takes from each page the
+    rows that fall in it, so it holds whole workers' donors of all the pages held (but where a cut falls inside a
+    worker) and residency posts each of them in one batch. :meth:`next_chunk` hands each chunk out once. Nothing held
+    is dropped: the caller seals and adds it all when it adds.
     """
 
     def __init__(self, add_donors: int = ADD_DONORS, chunk: int = ADD_CHUNK) -> None:
@@ -271,7 +269,7 @@ class HeldPages:
         self._pages: list[SyncRows] = []
         self.held = 0
         """Donors in pages held and not sealed yet."""
-        self._chunks: deque[tuple[SyncRows, int, int]] = deque()
+        self._chunks: deque[Chunk] = deque()
 
     def __bool__(self) -> bool:
         return bool(self._pages or self._chunks)
@@ -287,13 +285,28 @@ class HeldPages:
         """Turn the pages held into chunks to add (after any chunks sealed before)."""
         if not self._pages:
             return
-        pages, self._pages, self.held = self._pages, [], 0
-        order = np.lexsort((_joined(pages, "dp_ranks"), _joined(pages, "worker_ids"))).tolist()
-        rows = SyncRows.joined(pages, order)
-        self._chunks.extend((rows, start, stop) for start, stop in equal_chunks(len(rows), self.chunk))
+        pages, total, self._pages, self.held = self._pages, self.held, [], 0
+        count = -(-total // self.chunk)
+        if count == 1:
+            self._chunks.append([(page, range(len(page))) for page in pages])
+            return
+        order = np.lexsort((_joined(pages, "dp_ranks"), _joined(pages, "worker_ids")))
+        chunk_of = np.empty(total, dtype=np.intp)
+        chunk_of[order] = np.arange(total) * count // total
+        chunks: list[Chunk] = [[] for _ in range(count)]
+        start = 0
+        for page in pages:
+            mine = chunk_of[start : start + len(page)]
+            start += len(page)
+            rows_by_chunk = np.argsort(mine, kind="stable")
+            ends = np.cumsum(np.bincount(mine, minlength=count)).tolist()
+            for c, (begin, end) in enumerate(itertools.pairwise([0, *ends])):
+                if end > begin:
+                    chunks[c].append((page, rows_by_chunk[begin:end].tolist()))
+        self._chunks.extend(chunks)
 
-    def next_chunk(self) -> tuple[SyncRows, int, int] | None:
-        """The next sealed chunk to add, ``(rows, start, stop)``, or None."""
+    def next_chunk(self) -> Chunk | None:
+        """The next sealed chunk to add, or None."""
         return self._chunks.popleft() if self._chunks else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 from typing import Any
 
 import msgpack
@@ -19,17 +20,14 @@ from semblend_dynamo.events.schemas import (
     DonorRegistration,
     DonorSyncPage,
     DonorSyncRequest,
-    SyncRows,
     sync_page_bytes,
 )
 from semblend_dynamo.router import handler as handler_module
 from semblend_dynamo.router.sync import (
-    ADD_CHUNK,
     RETRIES,
     HeldPages,
     SyncLimiter,
     SyncSession,
-    equal_chunks,
     sync_inbox,
 )
 from tests.router.test_handler import BLOCK, W1, _router
@@ -389,36 +387,22 @@ async def test_a_page_echoing_own_registrations_does_not_add_them_as_peers() -> 
 
 
 def test_held_donors_are_added_in_equal_chunks_of_at_most_the_chunk_size() -> None:
-    assert equal_chunks(0) == []
-    assert equal_chunks(10) == [(0, 10)]
-    assert equal_chunks(ADD_CHUNK) == [(0, ADD_CHUNK)]
-    chunks = equal_chunks(ADD_CHUNK + 2)
-    assert chunks == [(0, ADD_CHUNK // 2 + 1), (ADD_CHUNK // 2 + 1, ADD_CHUNK + 2)]
+    pages = [
+        decode(encode(_page([_registration(i) for i in range(n)])), DonorSyncPage, max_bytes=1 << 20) for n in (6, 4)
+    ]
+    for most, sizes in [(10, [10]), (5, [5, 5]), (4, [4, 3, 3])]:
+        held = HeldPages(chunk=most)
+        for page in pages:
+            held.put(page.rows())
+        held.seal()
+        chunks = []
+        while (chunk := held.next_chunk()) is not None:
+            chunks.append(chunk)
+        assert [sum(len(picked) for _, picked in chunk) for chunk in chunks] == sizes, most
 
 
 # --- held pages --------------------------------------------------------------------------------------------------
-def _rows_of(rows: SyncRows) -> list[dict[str, Any]]:
-    """Each row's fields, its hashes and embedding included, keyed for comparison."""
-    hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).tolist()
-    return [
-        {
-            "donor_id": rows.donor_ids[i],
-            "donor_key": rows.donor_keys[i],
-            "router_id": rows.router_ids[i],
-            "namespace": rows.namespaces[i],
-            "worker": (rows.worker_ids[i], rows.dp_ranks[i]),
-            "num_tokens": rows.num_tokens[i],
-            "block_size": rows.block_sizes[i],
-            "registered_at": rows.registered_at[i],
-            "dim": rows.embedding_dims[i],
-            "hashes": hashes[rows.hash_start(i) : rows.hash_ends[i]],
-            "embedding": rows.embeddings[rows.embedding_start(i) : rows.embedding_ends[i]],
-        }
-        for i in range(len(rows))
-    ]
-
-
-def test_held_pages_are_joined_by_worker_and_cut_into_chunks_with_every_row_once() -> None:
+def test_held_pages_are_cut_by_worker_into_chunks_with_every_row_once() -> None:
     pages = [
         decode(
             encode(_page([_registration(i, dim=8 * (i % 3), blocks=i % 4 + 1) for i in range(start, stop)])),
@@ -435,17 +419,17 @@ def test_held_pages_are_joined_by_worker_and_cut_into_chunks_with_every_row_once
     chunks = []
     while (chunk := held.next_chunk()) is not None:
         chunks.append(chunk)
-    assert not held and [stop - start for _, start, stop in chunks] == [5, 5, 5, 5]
-    rows = chunks[0][0]
-    assert all(chunk[0] is rows for chunk in chunks) and rows.deployment == "dep"
-    joined = _rows_of(rows)
-    expected = [row for page in pages for row in _rows_of(page)]
-    assert sorted(joined, key=lambda r: r["donor_id"]) == sorted(expected, key=lambda r: r["donor_id"])
-    workers = [row["worker"] for row in joined]
-    assert workers == sorted(workers)  # each worker's rows together
-    for worker in set(workers):  # in arrival order within a worker
-        mine = [row["donor_id"] for row in joined if row["worker"] == worker]
-        assert mine == [row["donor_id"] for row in expected if row["worker"] == worker]
+    assert not held and [sum(len(picked) for _, picked in chunk) for chunk in chunks] == [5, 5, 5, 5]
+    taken = [[(page, i) for page, picked in chunk for i in picked] for chunk in chunks]
+    every = [(page, i) for part in taken for page, i in part]
+    assert sorted((id(page), i) for page, i in every) == sorted(
+        (id(page), i) for page in pages for i in range(len(page))
+    )
+    workers = [[(page.worker_ids[i], page.dp_ranks[i]) for page, i in part] for part in taken]
+    assert all(max(a) <= min(b) for a, b in itertools.pairwise(workers))  # chunks follow each other by worker
+    for chunk in chunks:  # each page's rows of a chunk in page order, the pages in arrival order
+        assert [pages.index(page) for page, _ in chunk] == sorted(pages.index(page) for page, _ in chunk)
+        assert all(list(picked) == sorted(picked) for _, picked in chunk)
 
 
 def _sync_catalog_of(registrations: list[DonorRegistration]) -> list[dict[str, object]]:
