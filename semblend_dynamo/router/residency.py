@@ -456,12 +456,10 @@ class Residency:
         def take(column: list[_T]) -> list[_T]:
             return SyncRows.pick(column, picked)
 
-        hashes = array("Q")
-        hashes.frombytes(rows.block_hashes)
         hash_ends = take(rows.hash_ends)
         embedding_ends = take(rows.embedding_ends)
-        hash_starts = take([0, *rows.hash_ends[:-1]])
-        embedding_starts = take([0, *rows.embedding_ends[:-1]])
+        hash_starts = take(rows.hash_starts)
+        embedding_starts = take(rows.embedding_starts)
         worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
         keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
         return list(
@@ -475,7 +473,7 @@ class Residency:
                 _shared(take(rows.namespaces), sys.intern),
                 _shared(take(rows.num_tokens), _shared_int),
                 _shared(take(rows.block_sizes), _shared_int),
-                map(hashes.__getitem__, map(slice, hash_starts, hash_ends)),
+                map(rows.block_hashes.__getitem__, map(slice, hash_starts, hash_ends)),
                 map(rows.embeddings.__getitem__, map(slice, embedding_starts, embedding_ends)),
                 _shared(take(rows.embedding_dims), _shared_int),
                 take(rows.registered_at),
