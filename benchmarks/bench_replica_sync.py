@@ -18,9 +18,9 @@ The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-
 ``git archive``d to a temporary directory), in the same run.
 
 ``--breakdown N`` instead times, in one process, where the CPU of a sync of ``N`` donors goes per donor (the peer
-building pages; the late replica decoding them, taking their rows as columns, adding them as the handler does), with
-Python's GC on, on with what is alive frozen after each page as the handler freezes it (``router/gc_freeze.py``), and
-off.
+building pages; the late replica decoding them, taking their rows as columns, holding them and adding them several
+pages at a time as the handler does, ``router/sync.py`` ``HeldPages``), with Python's GC on, on with what is alive
+frozen after each add as the handler freezes it (``router/gc_freeze.py``), and off.
 
 Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
 [--baseline-donors 10000] [--index none]`` or ``... --breakdown 300000``
@@ -215,16 +215,16 @@ async def late(args: argparse.Namespace) -> None:
 
 def breakdown(n: int) -> None:
     """Where a sync's CPU goes per donor, in one process (no NATS): the peer building pages from its catalog, the late
-    replica decoding them, taking their rows and adding them as the handler does; the add with Python's cyclic GC on,
-    on and frozen after each page (as the handler does while pages are awaited), and off (the same pages)."""
+    replica decoding them, taking their rows, holding them and adding them as the handler does; the add with Python's
+    cyclic GC on, on and frozen after each add (as the handler does while pages are awaited), and off (the same
+    pages)."""
     import gc
 
     from semblend_dynamo.events.codec import decode, encode
     from semblend_dynamo.events.schemas import DonorSyncPage, DonorSyncRequest
     from semblend_dynamo.router.catalog import DonorCatalog
     from semblend_dynamo.router.gc_freeze import SyncGcFreeze
-    from semblend_dynamo.router.handler import sync_chunks
-    from semblend_dynamo.router.sync import PageBudget, build_page
+    from semblend_dynamo.router.sync import HeldPages, PageBudget, build_page
 
     peer_catalog = DonorCatalog(n + 1000, None)
     for first in range(0, n, CHUNK):
@@ -254,6 +254,7 @@ def breakdown(n: int) -> None:
     gc.collect()
     for gc_mode in ("on", "frozen", "off"):
         freeze = SyncGcFreeze()
+        held = HeldPages()
         late_catalog = DonorCatalog(n + 1000, None)
         for first in range(0, n, CHUNK):
             count = min(CHUNK, n - first)
@@ -268,10 +269,12 @@ def breakdown(n: int) -> None:
             t1 = time.process_time()
             rows = page.rows()
             t2 = time.process_time()
-            for start, stop in sync_chunks(len(rows)):  # as the handler adds a page
-                late_catalog.add_rows(rows, start, stop)
-            if gc_mode == "frozen":
-                freeze.page_added(data is not pages[-1])
+            if held.put(rows) or data is pages[-1]:  # as the handler holds pages and adds them together
+                held.seal()
+                while (chunk := held.next_chunk()) is not None:
+                    late_catalog.add_rows(chunk)
+                if gc_mode == "frozen":
+                    freeze.page_added(data is not pages[-1])
             t3 = time.process_time()
             decode_s, build_s, add_s = decode_s + t1 - t0, build_s + t2 - t1, add_s + t3 - t2
         gc.enable()

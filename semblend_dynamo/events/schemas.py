@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import array
 import itertools
+import operator
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal, Protocol
+from typing import Annotated, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 import xxhash
@@ -389,6 +390,10 @@ class DonorSyncPage(SemblendEvent):
     def rows(self) -> SyncRows:
         """The page's rows as columns of Python values (already checked by the page's validation)."""
         c = self.columns()
+        hash_ends = np.concatenate(([0], np.cumsum(c["block_counts"], dtype=np.int64)))
+        embedding_ends = np.concatenate(([0], 2 * np.cumsum(c["embedding_dims"], dtype=np.int64)))
+        hashes = array.array("Q")
+        hashes.frombytes(np.frombuffer(self.block_hashes, dtype=_U8).astype(np.uint64, copy=False).tobytes())
         return SyncRows(
             deployment=self.deployment,
             donor_ids=self.donor_ids,
@@ -401,19 +406,21 @@ class DonorSyncPage(SemblendEvent):
             block_sizes=c["block_sizes"].tolist(),
             registered_at=c["registered_at"].tolist(),
             embedding_dims=c["embedding_dims"].tolist(),
-            hash_ends=np.cumsum(c["block_counts"], dtype=np.int64).tolist(),
-            embedding_ends=(2 * np.cumsum(c["embedding_dims"], dtype=np.int64)).tolist(),
-            block_hashes=np.frombuffer(self.block_hashes, dtype=_U8).astype(np.uint64, copy=False).tobytes(),
+            hash_starts=hash_ends[:-1].tolist(),
+            hash_ends=hash_ends[1:].tolist(),
+            embedding_starts=embedding_ends[:-1].tolist(),
+            embedding_ends=embedding_ends[1:].tolist(),
+            block_hashes=hashes,
             embeddings=self.embeddings,
         )
 
     def registrations(self) -> list[DonorRegistration]:
         """One :class:`DonorRegistration` per row (already checked by the page's validation: built without it)."""
         rows = self.rows()
-        hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).tolist()
+        hashes = rows.block_hashes.tolist()
         out: list[DonorRegistration] = []
         for i, donor_id in enumerate(rows.donor_ids):
-            h0, e0 = rows.hash_start(i), rows.embedding_start(i)
+            h0, e0 = rows.hash_starts[i], rows.embedding_starts[i]
             out.append(
                 _trusted_registration(
                     {
@@ -480,12 +487,16 @@ class DonorSyncPage(SemblendEvent):
         )
 
 
+_T = TypeVar("_T")
+
+
 @dataclass(frozen=True, slots=True)
 class SyncRows:
     """A sync page's registrations as columns (:meth:`DonorSyncPage.rows`): row ``i`` of every list is donor ``i``.
 
-    ``block_hashes`` holds every donor's hashes as native u64 bytes, donor ``i``'s ending at ``hash_ends[i]`` (in
-    hashes); ``embeddings`` every float16 embedding, donor ``i``'s ending at byte ``embedding_ends[i]``.
+    ``block_hashes`` holds every donor's hashes (native u64), donor ``i``'s from ``hash_starts[i]`` to
+    ``hash_ends[i]``; ``embeddings`` every float16 embedding, donor ``i``'s from byte ``embedding_starts[i]`` to
+    ``embedding_ends[i]``.
     """
 
     deployment: str
@@ -499,19 +510,24 @@ class SyncRows:
     block_sizes: list[int]
     registered_at: list[float]
     embedding_dims: list[int]
+    hash_starts: list[int]
     hash_ends: list[int]
+    embedding_starts: list[int]
     embedding_ends: list[int]
-    block_hashes: bytes
+    block_hashes: array.array[int]
     embeddings: bytes
 
     def __len__(self) -> int:
         return len(self.donor_ids)
 
-    def hash_start(self, i: int) -> int:
-        return self.hash_ends[i - 1] if i else 0
-
-    def embedding_start(self, i: int) -> int:
-        return self.embedding_ends[i - 1] if i else 0
+    @staticmethod
+    def pick(column: list[_T], picked: Sequence[int]) -> list[_T]:
+        """The values of rows ``picked`` (a range of step 1: a slice) of one of the columns."""
+        if isinstance(picked, range) and picked.step == 1:
+            return column[picked.start : picked.stop]
+        if len(picked) == 1:
+            return [column[picked[0]]]
+        return list(operator.itemgetter(*picked)(column)) if picked else []
 
 
 def _column(values: list[int] | list[float], dtype: np.dtype) -> bytes:

@@ -85,22 +85,34 @@ class DonorCatalog:
                 self._add_locked([(r.donor_id, r.registered_at) for r in fresh], self._residency.add_many(fresh))
             return len(fresh)
 
-    def add_rows(self, rows: SyncRows, start: int, stop: int, *, skip_router: str | None = None) -> int:
-        """:meth:`add_many` for rows ``[start, stop)`` of a sync page, from its columns; rows registered by router
-        ``skip_router`` (if given) are left out. Returns how many were added."""
+    def add_rows(self, parts: Sequence[tuple[SyncRows, Sequence[int]]], *, skip_router: str | None = None) -> int:
+        """:meth:`add_many` for rows of sync pages, from their columns: each part is a page's rows and the rows of it
+        to add (in this order); rows registered by router ``skip_router`` (if given) are left out. Returns how many
+        were added."""
+        pick = SyncRows.pick
         with self._lock:
-            kept: Sequence[int] = range(start, stop)
-            if skip_router is not None and skip_router in rows.router_ids[start:stop]:
-                kept = [i for i in kept if rows.router_ids[i] != skip_router]
-            ids = [rows.donor_ids[i] for i in kept] if isinstance(kept, list) else rows.donor_ids[start:stop]
-            if len(set(ids)) == len(ids) and not self._residency.knows_any(ids):
-                picked = kept  # all new (a sync page's usual)
-            else:
-                picked = [kept[j] for j in self._fresh(zip(ids, [rows.registered_at[i] for i in kept], strict=True))]
-            if picked:
-                added = [(rows.donor_ids[i], rows.registered_at[i]) for i in picked]
-                self._add_locked(added, self._residency.add_rows(rows, picked))
-            return len(picked)
+            kept = [
+                (
+                    rows,
+                    picked
+                    if skip_router is None or skip_router not in rows.router_ids
+                    else _not_of(rows, picked, skip_router),
+                )
+                for rows, picked in parts
+            ]
+            ids = [donor_id for rows, picked in kept for donor_id in pick(rows.donor_ids, picked)]
+            stamps = [at for rows, picked in kept for at in pick(rows.registered_at, picked)]
+            new = len(set(ids)) == len(ids) and not self._residency.knows_any(ids)
+            if not new:  # known donors or repeats: only copies newer than what is known
+                fresh = set(self._fresh(zip(ids, stamps, strict=True)))
+                position = iter(range(len(ids)))
+                kept = [(rows, [i for i in picked if next(position) in fresh]) for rows, picked in kept]
+                ids = [donor_id for j, donor_id in enumerate(ids) if j in fresh]
+                stamps = [at for j, at in enumerate(stamps) if j in fresh]
+            if ids:
+                taken, evicted = self._residency.add_rows(kept, new=new)
+                self._add_locked(list(zip(ids, stamps, strict=True)), evicted, taken if new else None)
+            return len(ids)
 
     def forget(self, donor_id: str) -> bool:
         """A donor is gone (evicted on its worker, reported gone by a connector). False if unknown."""
@@ -263,14 +275,20 @@ class DonorCatalog:
             picked.append(i)
         return picked
 
-    def _add_locked(self, added: list[tuple[str, float]], evicted: list[str]) -> None:
+    def _add_locked(
+        self, added: list[tuple[str, float]], evicted: list[str], taken: list[DonorEntry] | None = None
+    ) -> None:
         """Residency took the ``(donor_id, registered_at)`` pairs ``added`` and pushed out ``evicted``: each pair gets
         the next cursor, which stays the donor's unless it was evicted or replaced later in the batch; then the
-        pipeline follows."""
+        pipeline follows. ``taken``: the entries residency took for ``added``, in order, when no donor repeats."""
         for donor_id in evicted:
             self._forget_locked(donor_id)
-        ids = [donor_id for donor_id, _ in added]
-        if not evicted and len(set(ids)) == len(ids):  # each donor's entry is the one residency just took
+        if not evicted and taken is not None:
+            self._order.extend(range(self._seq + 1, self._seq + len(taken) + 1))
+            self._order_entries += taken
+            self._seq += len(taken)
+        elif not evicted and len(ids := [donor_id for donor_id, _ in added]) == len(set(ids)):
+            # each donor's entry is the one residency just took
             self._order.extend(range(self._seq + 1, self._seq + len(ids) + 1))
             self._order_entries += self._residency.entries(ids)
             self._seq += len(ids)
@@ -343,3 +361,8 @@ class DonorCatalog:
                     and entry.donor_id in index
                 ):
                     entry.own_embedding = None
+
+
+def _not_of(rows: SyncRows, picked: Sequence[int], router_id: str) -> list[int]:
+    """Rows ``picked`` but those registered by ``router_id``."""
+    return [i for i in picked if rows.router_ids[i] != router_id]

@@ -81,8 +81,10 @@ from .indexer import RequestGate
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
 from .sync import (
+    ADD_DELAY_S,
     REPLY_TIMEOUT_S,
     RETRIES,
+    HeldPages,
     PageBudget,
     SyncLimiter,
     SyncSession,
@@ -94,10 +96,6 @@ from .sync import (
 log = logging.getLogger(__name__)
 
 GAP_RESYNC_DELAY_S = 1.0
-SYNC_ADD_CHUNK = 2048
-"""Registrations of a sync page added per event-loop turn at most (the loop serves requests between chunks). A
-residency insert costs less a donor the more donors of each worker it takes at once: a 1 MB page (~1,000 donors of
-16 blocks) goes in one turn, ~10 ms on a busy 2-core VM, as long as building its registrations took before."""
 MAX_PENDING_REGISTRATIONS = 1024
 """Finished prompts waiting to become donors at most (embedding, hashing); one beyond is dropped and counted."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
@@ -110,13 +108,6 @@ CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_
 
 UNREADABLE_SALT = object()
 """Stands for a salt the request carries where the router cannot read it (``nvext`` that is not a map)."""
-
-
-def sync_chunks(rows: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` ranges splitting a page's rows into as few chunks of at most :data:`SYNC_ADD_CHUNK` as can
-    be, of equal size (no small remainder: residency's per-call cost is spread over each chunk's donors)."""
-    count = -(-rows // SYNC_ADD_CHUNK)
-    return [(rows * i // count, rows * (i + 1) // count) for i in range(count)]
 
 
 class KvRouterLike(Protocol):
@@ -239,6 +230,8 @@ class SemanticRouter:
         self._sync: SyncSession | None = None
         self._sync_watch: asyncio.Future[None] | None = None
         self._sync_gc = SyncGcFreeze()
+        self._held = HeldPages()
+        self._held_wait: asyncio.Future[None] | None = None
         self.embeddings = (
             PromptEmbeddings(
                 discovery.embed_prompts, queue_size=cfg.embed_queue_size, budget_s=cfg.embed_budget_ms / 1000
@@ -750,6 +743,11 @@ class SemanticRouter:
     def close(self) -> None:
         """Stop the donor thread and the catalog's indexer (what it has queued is applied or counted)."""
         self._donor_executor.shutdown(wait=True, cancel_futures=True)
+        if self._held_wait is not None:
+            self._held_wait.cancel()
+        self._held.seal()
+        while self._add_held_chunk():  # sync pages held are added, never dropped
+            pass
         self._sync_gc.thaw()
         self.catalog.close()
 
@@ -843,7 +841,9 @@ class SemanticRouter:
         self.metrics.sync_replies.inc()
 
     async def on_sync_page(self, event: SemblendEvent, msg: Msg) -> None:
-        """A peer's page: ask for what follows it, then index its registrations a chunk per loop turn."""
+        """A peer's page: ask for what follows it, then hold its rows; the held pages' donors are added together once
+        they are :data:`~semblend_dynamo.router.sync.ADD_DONORS` or more, once no peer is being synced, or
+        :data:`~semblend_dynamo.router.sync.ADD_DELAY_S` after the first was held, whichever comes first."""
         if not isinstance(event, DonorSyncPage):
             return
         session = self._sync
@@ -854,13 +854,36 @@ class SemanticRouter:
             await self._ask_sync(target=event.router_id, after=after, upto=upto)
         if session.finished.get(event.router_id) == "done":
             self.metrics.sync_peers.labels("done").inc()
-        rows = event.rows()
-        for start, stop in sync_chunks(len(rows)):
-            if start:
+        if self._held.put(event.rows()) or not (session.active and session is self._sync):
+            await self._add_held()
+        elif self._held and (self._held_wait is None or self._held_wait.done()):
+            self._held_wait = asyncio.ensure_future(self._add_held(ADD_DELAY_S))
+
+    async def _add_held(self, delay: float = 0.0) -> None:
+        """Add every held sync page's donors to the catalog, a chunk per event-loop turn (after ``delay``: the
+        waiting call, cancelled by an earlier add; a cancel between its chunks leaves the rest held for that add)."""
+        if delay:
+            await asyncio.sleep(delay)
+        elif self._held_wait is not None:
+            self._held_wait.cancel()
+            self._held_wait = None
+        self._held.seal()
+        if self._add_held_chunk():
+            while self._held:
                 await asyncio.sleep(0)
-            self.catalog.add_rows(rows, start, stop, skip_router=self.router_id)
-            session.touch()
-        self._sync_gc.page_added(session.active and session is self._sync)
+                self._add_held_chunk()
+        session = self._sync
+        self._sync_gc.page_added(session is not None and session.active)
+
+    def _add_held_chunk(self) -> bool:
+        """Add the next chunk of held donors; False if there was none."""
+        chunk = self._held.next_chunk()
+        if chunk is None:
+            return False
+        self.catalog.add_rows(chunk, skip_router=self.router_id)
+        if self._sync is not None:
+            self._sync.touch()
+        return True
 
     async def request_sync(self) -> None:
         """Called on every NATS (re)connect: ask every peer for its donors (those missed meanwhile)."""
@@ -875,12 +898,14 @@ class SemanticRouter:
             await asyncio.sleep(REPLY_TIMEOUT_S / 2)
             session = self._sync
             if session is None or (not session.active and time.monotonic() - session.started > REPLY_TIMEOUT_S):
-                self._sync_gc.thaw()
+                await self._add_held()  # anything still held; thaws the collector
                 return
             again, abandoned = session.overdue(REPLY_TIMEOUT_S, RETRIES)
             for peer in abandoned:
                 self.metrics.sync_peers.labels("abandoned").inc()
                 log.warning("donor sync from peer %s given up: no reply after %d tries", peer[:8], RETRIES + 1)
+            if abandoned and not session.active:
+                await self._add_held()
             for peer, (after, upto) in again:
                 await self._ask_sync(target=peer, after=after, upto=upto)
 

@@ -439,27 +439,30 @@ class Residency:
         presence looked up once for all of its donors; returns the donor ids pushed out by the capacity bound."""
         return self._insert([DonorEntry.of(r, self._blocks((r.worker_id, r.dp_rank)).key) for r in registrations])
 
-    def add_rows(self, rows: SyncRows, picked: Sequence[int]) -> list[str]:
-        """:meth:`add_many` for rows ``picked`` of a sync page, taken from its columns (no registration objects)."""
-        if isinstance(picked, range) and picked.step == 1:
-            first, stop = picked.start, picked.stop
+    def add_rows(
+        self, parts: Iterable[tuple[SyncRows, Sequence[int]]], *, new: bool = False
+    ) -> tuple[list[DonorEntry], list[str]]:
+        """:meth:`add_many` for rows of sync pages, taken from their columns (no registration objects): each part is
+        a page's rows and the rows of it to take. ``new``: the caller knows that no donor is known or repeats.
+        Returns the entries taken (in order) and the donor ids pushed out by the capacity bound."""
+        entries: list[DonorEntry] = []
+        for rows, picked in parts:
+            entries += self._entries(rows, picked)
+        return entries, self._insert(entries, new=new)
 
-            def take(column: list[_T]) -> list[_T]:
-                return column[first:stop]
-        else:
+    def _entries(self, rows: SyncRows, picked: Sequence[int]) -> list[DonorEntry]:
+        """The entries of rows ``picked`` of a sync page, built column by column."""
 
-            def take(column: list[_T]) -> list[_T]:
-                return [column[i] for i in picked]
+        def take(column: list[_T]) -> list[_T]:
+            return SyncRows.pick(column, picked)
 
-        hashes = array("Q")
-        hashes.frombytes(rows.block_hashes)
         hash_ends = take(rows.hash_ends)
         embedding_ends = take(rows.embedding_ends)
-        hash_starts = take([0, *rows.hash_ends[:-1]])
-        embedding_starts = take([0, *rows.embedding_ends[:-1]])
+        hash_starts = take(rows.hash_starts)
+        embedding_starts = take(rows.embedding_starts)
         worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
         keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
-        entries = list(
+        return list(
             map(
                 DonorEntry,
                 take(rows.donor_ids),
@@ -470,19 +473,19 @@ class Residency:
                 _shared(take(rows.namespaces), sys.intern),
                 _shared(take(rows.num_tokens), _shared_int),
                 _shared(take(rows.block_sizes), _shared_int),
-                map(hashes.__getitem__, map(slice, hash_starts, hash_ends)),
+                map(rows.block_hashes.__getitem__, map(slice, hash_starts, hash_ends)),
                 map(rows.embeddings.__getitem__, map(slice, embedding_starts, embedding_ends)),
                 _shared(take(rows.embedding_dims), _shared_int),
                 take(rows.registered_at),
             )
         )
-        return self._insert(entries)
 
-    def _insert(self, entries: list[DonorEntry]) -> list[str]:
-        """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity."""
+    def _insert(self, entries: list[DonorEntry], *, new: bool = False) -> list[str]:
+        """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity;
+        ``new``: no entry's donor is known or repeats (checked here otherwise)."""
         donors = self._donors
         ids = list(map(_DONOR_ID, entries))
-        if len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids)):  # all new (a sync page's usual)
+        if new or (len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids))):  # a sync page's usual
             self._take_slots(entries)
             donors.update(zip(ids, entries, strict=True))
             self._worker_donors.update(map(_WORKER, entries))

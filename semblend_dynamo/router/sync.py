@@ -10,22 +10,26 @@ registrations and the message limit's bytes.
 Requester (:class:`SyncSession`): on every NATS (re)connect it asks every peer for its first page; the first page
 tells how far the peer's catalog cursors go, so the rest is split into ``window`` cursor ranges ("lanes") walked in
 parallel, one request in flight per lane: at most ``window`` requests per peer. A peer that goes quiet is asked
-again, and given up after a few tries.
+again, and given up after a few tries. The pages' rows are held (:class:`HeldPages`) and added to the catalog several
+pages at a time, each worker's donors of them in one batch.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..events.schemas import (
     SYNC_PAGE_OVERHEAD,
     DonorSyncPage,
     DonorSyncRequest,
     RegistrationFields,
+    SyncRows,
     sync_page_bytes,
 )
 
@@ -38,6 +42,15 @@ REPLY_TIMEOUT_S = 2.0
 """A peer with requests in flight and no page for this long is asked again."""
 RETRIES = 5
 """Times a quiet peer is asked again before its sync is given up."""
+ADD_DONORS = 8192
+"""Held pages' donors added together (~8 pages of 1 MiB): residency posts each worker's donors of a chunk in one
+batch, and the batch's fixed cost (some 60 numpy calls) is then spread over ~8x more donors than a page's."""
+ADD_DELAY_S = 0.2
+"""The longest a held page waits (from the first page held) before its donors are added anyway."""
+ADD_CHUNK = 2048
+"""Held donors added per event-loop turn at most (the loop serves requests between chunks): ~15-25 ms a chunk on a
+busy 2-core VM. A chunk holds whole workers' donors of the held pages, so a smaller one would not shrink the
+per-worker batches, only add per-chunk work (1,024: +0.5-1 µs a donor at 300K, and no shorter longest chunk)."""
 
 CursorRange = tuple[int, int | None]
 """``(after, upto)``: a peer's catalog cursors in ``(after, upto]`` (``upto`` None: to the end)."""
@@ -234,3 +247,69 @@ class SyncSession:
                 state.outstanding[cursor_range] += 1
                 again.append((peer, cursor_range))
         return again, abandoned
+
+
+Chunk = list[tuple[SyncRows, Sequence[int]]]
+"""Donors to add in one call: parts, each a held page's rows and the rows of it (in page order)."""
+
+
+class HeldPages:
+    """Sync pages' rows held back to be added to the catalog several pages at a time.
+
+    :meth:`put` holds a page's rows (in arrival order) and says when ``add_donors`` or more are held; :meth:`seal`
+    cuts every held page's rows into chunks of at most ``chunk`` donors by worker: the rows sorted by worker (stable,
+    so a donor sent twice keeps its arrival order) are cut into equal chunks, and a chunk takes from each page the
+    rows that fall in it, so it holds whole workers' donors of all the pages held (but where a cut falls inside a
+    worker) and residency posts each of them in one batch. :meth:`next_chunk` hands each chunk out once. Nothing held
+    is dropped: the caller seals and adds it all when it adds.
+    """
+
+    def __init__(self, add_donors: int = ADD_DONORS, chunk: int = ADD_CHUNK) -> None:
+        self.add_donors = add_donors
+        self.chunk = chunk
+        self._pages: list[SyncRows] = []
+        self.held = 0
+        """Donors in pages held and not sealed yet."""
+        self._chunks: deque[Chunk] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._pages or self._chunks)
+
+    def put(self, rows: SyncRows) -> bool:
+        """Hold a page's rows; True once the donors held reach ``add_donors``."""
+        if len(rows):
+            self._pages.append(rows)
+            self.held += len(rows)
+        return self.held >= self.add_donors
+
+    def seal(self) -> None:
+        """Turn the pages held into chunks to add (after any chunks sealed before)."""
+        if not self._pages:
+            return
+        pages, total, self._pages, self.held = self._pages, self.held, [], 0
+        count = -(-total // self.chunk)
+        if count == 1:
+            self._chunks.append([(page, range(len(page))) for page in pages])
+            return
+        order = np.lexsort((_joined(pages, "dp_ranks"), _joined(pages, "worker_ids")))
+        chunk_of = np.empty(total, dtype=np.intp)
+        chunk_of[order] = np.arange(total) * count // total
+        chunks: list[Chunk] = [[] for _ in range(count)]
+        start = 0
+        for page in pages:
+            mine = chunk_of[start : start + len(page)]
+            start += len(page)
+            rows_by_chunk = np.argsort(mine, kind="stable")
+            ends = np.cumsum(np.bincount(mine, minlength=count)).tolist()
+            for c, (begin, end) in enumerate(itertools.pairwise([0, *ends])):
+                if end > begin:
+                    chunks[c].append((page, rows_by_chunk[begin:end].tolist()))
+        self._chunks.extend(chunks)
+
+    def next_chunk(self) -> Chunk | None:
+        """The next sealed chunk to add, or None."""
+        return self._chunks.popleft() if self._chunks else None
+
+
+def _joined(pages: Sequence[SyncRows], column: str) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(getattr(page, column) for page in pages), dtype=np.uint64)

@@ -136,9 +136,10 @@ def test_a_sync_pages_rows_end_where_its_registrations_added_one_by_one_end() ->
     )
     columns = decode(encode(page), DonorSyncPage, max_bytes=1 << 20).rows()
     every, _ = _catalog(capacity=100)
-    assert every.add_rows(columns, 0, len(columns)) == len(columns)  # no router skipped (these rows' own is "")
-    assert rows.add_rows(columns, 0, 25, skip_router="me") == 25
-    assert rows.add_rows(columns, 25, len(columns), skip_router="me") == 35
+    assert every.add_rows([(columns, range(len(columns)))]) == len(columns)  # no router skipped (their own is "")
+    assert rows.add_rows([(columns, range(25))], skip_router="me") == 25
+    parts = [(columns, range(25, 27)), (columns, [27, 28, 29]), (columns, range(30, 62))]
+    assert rows.add_rows(parts, skip_router="me") == 35
     for registration in registrations[:60]:
         one.add(registration)
     assert one.snapshot() == rows.snapshot() and len(rows) == 50 and "mine" not in rows

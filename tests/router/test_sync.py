@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 from typing import Any
 
 import msgpack
@@ -22,8 +23,13 @@ from semblend_dynamo.events.schemas import (
     sync_page_bytes,
 )
 from semblend_dynamo.router import handler as handler_module
-from semblend_dynamo.router.handler import SYNC_ADD_CHUNK, sync_chunks
-from semblend_dynamo.router.sync import RETRIES, SyncLimiter, SyncSession, sync_inbox
+from semblend_dynamo.router.sync import (
+    RETRIES,
+    HeldPages,
+    SyncLimiter,
+    SyncSession,
+    sync_inbox,
+)
 from tests.router.test_handler import BLOCK, W1, _router
 
 
@@ -337,16 +343,18 @@ async def test_the_requester_asks_each_lane_and_indexes_only_pages_it_asked_for(
     await router.on_sync_page(_page([_registration(3)], after=5, upto=15), MsgTestDouble(""))  # again: unsolicited
     await router.on_sync_page(_page([_registration(4)], router_id="stranger", after=9), MsgTestDouble(""))
     await router.on_sync_page(_page([_registration(5)], router_id=router.router_id), MsgTestDouble(""))
-    assert "peer-1" in router.catalog and "peer-2" in router.catalog
-    assert "peer-3" not in router.catalog and "peer-4" not in router.catalog and "peer-5" not in router.catalog
     assert _counter(router, "sync_pages", "unsolicited") == 3
+    assert "peer-1" not in router.catalog  # held: lanes are still awaited
     for after, upto in [(15, 25), (25, None)]:
         await router.on_sync_page(_page([], after=after, upto=upto), MsgTestDouble(""))
     assert router.metrics.sync_peers.labels("done")._value.get() == 1
+    assert "peer-1" in router.catalog and "peer-2" in router.catalog  # the sync is over: every held page added
+    assert "peer-3" not in router.catalog and "peer-4" not in router.catalog and "peer-5" not in router.catalog
 
 
 async def test_the_collector_skips_what_is_alive_while_pages_are_awaited_and_walks_it_again_after() -> None:
     router = _sync_router(0, sync_window=2)
+    router._held.add_donors = 1  # each page added when it comes
     await router.request_sync()
     assert gc.get_freeze_count() == 0
     await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
@@ -362,6 +370,7 @@ async def test_a_sync_whose_peers_go_quiet_thaws_the_collector_when_it_is_given_
 ) -> None:
     monkeypatch.setattr(handler_module, "REPLY_TIMEOUT_S", 0.02)
     router = _sync_router(0, sync_window=2)
+    router._held.add_donors = 1
     await router.request_sync()
     await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
     assert gc.get_freeze_count() > 0
@@ -377,9 +386,130 @@ async def test_a_page_echoing_own_registrations_does_not_add_them_as_peers() -> 
     assert "peer-7" not in router.catalog and "peer-8" in router.catalog
 
 
-def test_a_page_is_added_in_equal_chunks_of_at_most_the_chunk_size() -> None:
-    assert sync_chunks(0) == []
-    assert sync_chunks(10) == [(0, 10)]
-    assert sync_chunks(SYNC_ADD_CHUNK) == [(0, SYNC_ADD_CHUNK)]
-    chunks = sync_chunks(SYNC_ADD_CHUNK + 2)
-    assert chunks == [(0, SYNC_ADD_CHUNK // 2 + 1), (SYNC_ADD_CHUNK // 2 + 1, SYNC_ADD_CHUNK + 2)]
+def test_held_donors_are_added_in_equal_chunks_of_at_most_the_chunk_size() -> None:
+    pages = [
+        decode(encode(_page([_registration(i) for i in range(n)])), DonorSyncPage, max_bytes=1 << 20) for n in (6, 4)
+    ]
+    for most, sizes in [(10, [10]), (5, [5, 5]), (4, [4, 3, 3])]:
+        held = HeldPages(chunk=most)
+        for page in pages:
+            held.put(page.rows())
+        held.seal()
+        chunks = []
+        while (chunk := held.next_chunk()) is not None:
+            chunks.append(chunk)
+        assert [sum(len(picked) for _, picked in chunk) for chunk in chunks] == sizes, most
+
+
+# --- held pages --------------------------------------------------------------------------------------------------
+def test_held_pages_are_cut_by_worker_into_chunks_with_every_row_once() -> None:
+    pages = [
+        decode(
+            encode(_page([_registration(i, dim=8 * (i % 3), blocks=i % 4 + 1) for i in range(start, stop)])),
+            DonorSyncPage,
+            max_bytes=1 << 20,
+        ).rows()
+        for start, stop in [(0, 7), (7, 8), (8, 20)]
+    ]
+    held = HeldPages(add_donors=15, chunk=6)
+    assert not held and not held.put(pages[0]) and not held.put(pages[1]) and held
+    assert held.put(pages[2]) and held.held == 20
+    held.seal()
+    assert held.held == 0 and held
+    chunks = []
+    while (chunk := held.next_chunk()) is not None:
+        chunks.append(chunk)
+    assert not held and [sum(len(picked) for _, picked in chunk) for chunk in chunks] == [5, 5, 5, 5]
+    taken = [[(page, i) for page, picked in chunk for i in picked] for chunk in chunks]
+    every = [(page, i) for part in taken for page, i in part]
+    assert sorted((id(page), i) for page, i in every) == sorted(
+        (id(page), i) for page in pages for i in range(len(page))
+    )
+    workers = [[(page.worker_ids[i], page.dp_ranks[i]) for page, i in part] for part in taken]
+    assert all(max(a) <= min(b) for a, b in itertools.pairwise(workers))  # chunks follow each other by worker
+    for chunk in chunks:  # each page's rows of a chunk in page order, the pages in arrival order
+        assert [pages.index(page) for page, _ in chunk] == sorted(pages.index(page) for page, _ in chunk)
+        assert all(list(picked) == sorted(picked) for _, picked in chunk)
+
+
+def _sync_catalog_of(registrations: list[DonorRegistration]) -> list[dict[str, object]]:
+    reference = _sync_router(0)
+    reference.catalog.add_many(registrations)
+    return reference.catalog.snapshot()
+
+
+async def test_pages_answered_out_of_order_end_as_every_donor_added_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=3)
+    await router.request_sync()
+    registrations = [_registration(i, blocks=2) for i in range(40)]
+    await router.on_sync_page(_page(registrations[:10], next_cursor=10, last_cursor=40), MsgTestDouble(""))
+    lanes = [((10, 20), registrations[10:20]), ((20, 30), registrations[20:30]), ((30, None), registrations[30:])]
+    for (after, upto), regs in reversed(lanes):  # the last lane answers first
+        assert len(router.catalog) == 0  # held until the sync is over (or enough are held, or the delay passed)
+        await router.on_sync_page(_page(regs, after=after, upto=upto), MsgTestDouble(""))
+    assert router.catalog.snapshot() == _sync_catalog_of(registrations) and not router._held
+    assert gc.get_freeze_count() == 0
+
+
+async def test_held_pages_are_added_once_enough_are_held_or_after_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 0.05)
+    router = _sync_router(0, sync_window=4)
+    router._held.add_donors = 5
+    await router.request_sync()
+    await router.on_sync_page(
+        _page([_registration(i) for i in range(3)], next_cursor=3, last_cursor=99), MsgTestDouble("")
+    )
+    assert len(router.catalog) == 0
+    await router.on_sync_page(_page([_registration(i) for i in range(3, 5)], after=3, upto=27), MsgTestDouble(""))
+    assert len(router.catalog) == 5 and not router._held and gc.get_freeze_count() > 0  # five held: added at once
+    await router.on_sync_page(_page([_registration(5)], after=27, upto=51), MsgTestDouble(""))
+    assert "peer-5" not in router.catalog
+    await asyncio.sleep(0.2)  # no more pages: the delay adds what is held
+    assert "peer-5" in router.catalog and not router._held
+    router._sync_gc.thaw()
+
+
+async def test_a_peer_given_up_mid_sync_leaves_its_held_pages_added(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "REPLY_TIMEOUT_S", 0.02)
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+    await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
+    assert len(router.catalog) == 0
+    await asyncio.wait_for(router._sync_watch, 5)  # the other lane never answers: the peer is given up
+    assert router.metrics.sync_peers.labels("abandoned")._value.get() == 1
+    assert "peer-1" in router.catalog and "peer-2" in router.catalog and not router._held
+    assert gc.get_freeze_count() == 0
+
+
+async def test_closing_with_pages_held_adds_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+    await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
+    assert len(router.catalog) == 0
+    router.close()
+    assert "peer-1" in router.catalog and "peer-2" in router.catalog and not router._held
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_donor_sent_twice_while_held_keeps_its_newest_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two peers send the same donors (and one page comes again, unsolicited): held together, the catalog keeps one
+    entry a donor, the newest copy, as when the pages are added one at a time."""
+    monkeypatch.setattr(handler_module, "ADD_DELAY_S", 60.0)
+    router = _sync_router(0, sync_window=2)
+    await router.request_sync()
+    older = [_registration(i, blocks=2) for i in range(6)]
+    newer = [r.model_copy(update={"registered_at": r.registered_at + 1, "router_id": "third"}) for r in older[:3]]
+    first = _page(older, next_cursor=6, last_cursor=10)
+    await router.on_sync_page(first, MsgTestDouble(""))
+    await router.on_sync_page(first, MsgTestDouble(""))  # again: unsolicited
+    await router.on_sync_page(_page([*newer, older[4]], router_id="peer2"), MsgTestDouble(""))
+    assert len(router.catalog) == 0 and _counter(router, "sync_pages", "unsolicited") == 1
+    for after, upto in [(6, 8), (8, None)]:
+        await router.on_sync_page(_page([], after=after, upto=upto), MsgTestDouble(""))
+    assert router.catalog.snapshot() == _sync_catalog_of(older[3:] + newer)
+    assert [router.catalog._residency.donor(r.donor_id).router_id for r in older[:3]] == ["third"] * 3
