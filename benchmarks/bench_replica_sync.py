@@ -133,10 +133,12 @@ def resident_count(catalog: Any) -> int:
     return sum(len(catalog._residency.resident(ns)) for ns in NAMESPACES)
 
 
-def router_config(nats_url: str, index: str, capacity: int) -> Any:
+def router_config(nats_url: str, index: str, capacity: int, sync_window: int | None = None) -> Any:
     from tests.adversarial.router_harness import router_config as harness_config
 
     settings: dict[str, Any] = {"max_message_bytes": 1 << 20, "index_capacity": capacity, "block_size": BLOCK_SIZE}
+    if sync_window is not None:
+        settings["sync_window"] = sync_window
     if index == "none":
         settings["enabled"] = False
     else:
@@ -175,7 +177,7 @@ async def late(args: argparse.Namespace) -> None:
     from tests.adversarial.router_harness import InProcessRouter
 
     want = json.loads(args.expect)
-    replica = InProcessRouter(router_config(args.nats, args.index, args.n + 1000))
+    replica = InProcessRouter(router_config(args.nats, args.index, args.n + 1000, args.sync_window))
     catalog = replica.router.catalog
     started = time.perf_counter()
     for first in range(0, args.n, CHUNK):
@@ -310,7 +312,7 @@ def read_line(proc: subprocess.Popen[str], prefixes: tuple[str, ...], timeout: f
     raise TimeoutError(f"no {prefixes} within {timeout}s")
 
 
-def measure(tree: Path, n: int, index: str, timeout: float) -> dict[str, Any]:
+def measure(tree: Path, n: int, index: str, timeout: float, sync_window: int | None = None) -> dict[str, Any]:
     from tests.support.nats import NatsServer
     from tests.support.processes import stop_process
 
@@ -321,6 +323,7 @@ def measure(tree: Path, n: int, index: str, timeout: float) -> dict[str, Any]:
             _, ready = read_line(peer_proc, ("PEER_READY",), timeout)
             peer_cpu = cpu_seconds(peer_proc.pid)
             late_cmd = [*base, "--role", "late", "--nats", nats.url, "--index", index, "--expect", json.dumps(ready)]
+            late_cmd += ["--sync-window", str(sync_window)] if sync_window is not None else []
             late_proc = subprocess.Popen([*late_cmd, "--timeout", str(timeout)], stdout=subprocess.PIPE, text=True)
             try:
                 kind, done = read_line(late_proc, ("LATE_DONE", "LATE_TIMEOUT"), timeout + 600)
@@ -354,6 +357,9 @@ def main() -> None:
     p.add_argument("--baseline-ref", default=BASELINE_REF)
     p.add_argument("--index", choices=("none", "numpy", "usearch"), default="none", help="replica B's search index")
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument(
+        "--sync-window", type=int, help="replica B's sync requests in flight per peer (default: the config's)"
+    )
     p.add_argument("--baseline-timeout", type=float, default=120.0)
     p.add_argument("--breakdown", type=int, metavar="N", help="only: where the CPU goes per donor, in one process")
     p.add_argument("--role", choices=("peer", "late"), help=argparse.SUPPRESS)
@@ -381,7 +387,7 @@ def main() -> None:
             rows.append(("v1 " + args.baseline_ref, measure(old, n, args.index, args.baseline_timeout)))
             print(json.dumps(rows[-1][1]), flush=True)
     for n in args.donors:
-        rows.append(("v2 (this tree)", measure(ROOT, n, args.index, args.timeout)))
+        rows.append(("v2 (this tree)", measure(ROOT, n, args.index, args.timeout, args.sync_window)))
         print(json.dumps(rows[-1][1]), flush=True)
     print(
         "\n| sync | donors | B index | B blocks recovered s | B converged s | donors/s | B CPU s | A CPU s | pages "
