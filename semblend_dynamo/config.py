@@ -203,7 +203,7 @@ class SemblendConfig(BaseModel):
         200.0, gt=0, description="router: sync requests answered per second per requesting router (excess counted)"
     )
     sync_window: int = Field(
-        4, ge=1, le=64, description="router: sync requests in flight per peer while a replica catches up"
+        8, ge=1, le=64, description="router: sync requests in flight per peer while a replica catches up"
     )
     embed_queue_size: int = Field(
         64, ge=1, description="router: prompts waiting for an embedding (beyond: routed exact-only, counted)"
