@@ -62,6 +62,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         min_span_tokens=64,
         min_donor_tokens=TARGET_TOKENS if args.serve_donors else TARGET_TOKENS + 1,
         index_capacity=max(2 * args.donors, 100_000),
+        spans_during_exact=args.spans_during_exact == "on",
     )
     router = make_router(cfg, loop_turns=False, runtime_s=args.runtime_ms / 1000)
     rng = np.random.default_rng(7)
@@ -164,6 +165,7 @@ def parent(args: argparse.Namespace) -> None:
                 cmd += ["--runtime-ms", str(args.runtime_ms)]
                 cmd += ["--profile"] if args.profile else []
                 cmd += ["--serve-donors"] if args.serve_donors else []
+                cmd += ["--spans-during-exact", args.spans_during_exact]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **env}).stdout
                 result = json.loads(out.splitlines()[-1])
                 rows.append(row(f"{label}, run {turn}", result))
@@ -177,6 +179,7 @@ def parent(args: argparse.Namespace) -> None:
         f"load {os.getloadavg()[0]:.1f}"
     )
     print(f"# {args.donors:,} resident donors of 512 tokens; {args.requests} sequential 8K span-path requests per run")
+    print(f"# spans during the exact query: {args.spans_during_exact}")
     if args.serve_donors:
         print("# each finished prompt becomes a donor, its blocks resident (--serve-donors)")
     print(
@@ -212,6 +215,12 @@ def main() -> None:
         "--serve-donors",
         action="store_true",
         help="each finished prompt becomes a donor, its blocks resident (as in the Frontend graph)",
+    )
+    parser.add_argument(
+        "--spans-during-exact",
+        choices=("on", "off"),
+        default="on",
+        help="SEMBLEND_SPANS_DURING_EXACT (off: spans searched after the exact answer)",
     )
     parser.add_argument("--raw", default="", help="directory for each run's raw JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
