@@ -12,16 +12,19 @@
 
 Every method takes the catalog's lock, so the event loop, registration threads and the metrics scrape may call
 it concurrently. Nothing here awaits, and nothing under the lock calls the pipeline (the indexer thread takes this
-lock to report evictions).
+lock to report evictions). One exception: :meth:`resident_donor`, read on the event loop for every placement, does
+not wait while another thread adds a registration of another donor (the donor thread's add can hold the lock for
+milliseconds while residency rewrites a block map); see there.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from ..events.schemas import DonorRegistration, KvEvent, SyncRows
 from ..namespace import NamespaceKey
@@ -38,6 +41,10 @@ class DonorCatalog:
 
     def __init__(self, capacity: int, discovery: DonorDiscovery | None) -> None:
         self._lock = threading.RLock()
+        # Read without the lock by resident_donor (see there): the write in progress may change these donors' entries
+        # (None: any donor's), and how many writes have started.
+        self._changing: frozenset[str] | None = frozenset()
+        self._writes = 0
         self._residency = Residency(capacity)
         self.indexer = (
             PipelineIndexer(discovery, self._pipeline_evicted, self._pipeline_indexed)
@@ -59,7 +66,7 @@ class DonorCatalog:
 
         An older copy of a known donor is ignored (returns False).
         """
-        with self._lock:
+        with self._writing(frozenset((registration.donor_id,))):
             donor_id = registration.donor_id
             known = self._residency.donor(donor_id)
             if known is not None and known.registered_at >= registration.registered_at:
@@ -78,7 +85,7 @@ class DonorCatalog:
         Returns how many were added (older copies of known donors are ignored, and so is the older of two copies
         in ``registrations``).
         """
-        with self._lock:
+        with self._writing():
             regs = list(registrations)
             fresh = [regs[i] for i in self._fresh((r.donor_id, r.registered_at) for r in regs)]
             if fresh:
@@ -90,7 +97,7 @@ class DonorCatalog:
         to add (in this order); rows registered by router ``skip_router`` (if given) are left out. Returns how many
         were added."""
         pick = SyncRows.pick
-        with self._lock:
+        with self._writing():
             kept = [
                 (
                     rows,
@@ -116,7 +123,7 @@ class DonorCatalog:
 
     def forget(self, donor_id: str) -> bool:
         """A donor is gone (evicted on its worker, reported gone by a connector). False if unknown."""
-        with self._lock:
+        with self._writing():
             known = donor_id in self._residency
             self._forget_locked(donor_id)
             self.changed = True
@@ -124,7 +131,7 @@ class DonorCatalog:
 
     def apply_kv_events(self, events: Iterable[KvEvent]) -> int:
         """Apply Dynamo kv-events in arrival order; returns the event-id gaps they revealed."""
-        with self._lock:
+        with self._writing():
             gaps = self._residency.event_gaps
             for event in events:
                 self._residency.apply(event)
@@ -133,20 +140,20 @@ class DonorCatalog:
 
     def reconcile(self, events: Iterable[KvEvent]) -> int:
         """Residency becomes exactly Dynamo's whole index (see :meth:`Residency.reconcile`); returns blocks changed."""
-        with self._lock:
+        with self._writing():
             changed = self._residency.reconcile(events)
             self._sync_pipeline()
             return changed
 
     def merge_dump(self, events: Iterable[KvEvent]) -> None:
         """Stored blocks recovered from Dynamo's index (see :meth:`Residency.merge_dump`)."""
-        with self._lock:
+        with self._writing():
             self._residency.merge_dump(events)
             self._sync_pipeline()
 
     def retain_workers(self, live_worker_ids: Collection[int]) -> list[str]:
         """Donors of departed workers leave; returns their ids."""
-        with self._lock:
+        with self._writing():
             removed = self._residency.retain_workers(set(live_worker_ids))
             for donor_id in removed:
                 self._forget_locked(donor_id)
@@ -156,10 +163,26 @@ class DonorCatalog:
 
     # --- reads -----------------------------------------------------------------------------------
     def resident_donor(self, donor_id: str) -> DonorEntry | None:
-        """The donor if it is known and resident now."""
-        with self._lock:
+        """The donor if it is known and resident now.
+
+        While another thread holds the lock for a registration of another donor, this reads without waiting for it: an
+        add changes only its own donor's entry and may drop others (capacity, blocks gone), so every other donor reads
+        as before or after that add, as with the lock. The read is kept only if no other write started meanwhile
+        (writes publish what they change before they change it); otherwise, and during any other write, it waits.
+        """
+        if not self._lock.acquire(blocking=False):
+            writes, changing = self._writes, self._changing
+            if changing is not None and donor_id not in changing:
+                entry = self._residency.donor(donor_id)
+                resident = entry is not None and entry.missing == 0
+                if self._writes == writes:
+                    return entry if resident else None
+            self._lock.acquire()
+        try:
             entry = self._residency.donor(donor_id)
-            return entry if entry is not None and self._residency.is_resident(donor_id) else None
+            return entry if entry is not None and entry.missing == 0 else None
+        finally:
+            self._lock.release()
 
     def stored_together(self, tokens_hashes: Sequence[int]) -> bool:
         """Whether one worker rank stores blocks of all of ``tokens_hashes`` (see :meth:`Residency.stored_together`)."""
@@ -253,13 +276,26 @@ class DonorCatalog:
 
     def _pipeline_evicted(self, donor_ids: list[str]) -> None:
         """The pipeline's index pushed these out for capacity (indexer thread): they leave the catalog too."""
-        with self._lock:
+        with self._writing():
             for donor_id in donor_ids:
                 if donor_id in self._residency:
                     self._forget_locked(donor_id)
             self.changed = True
 
     # --- internals (lock held) -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _writing(self, donor_ids: frozenset[str] | None = None) -> Iterator[None]:
+        """The lock, for a write that may change the entries of ``donor_ids`` (None: of any donor) and drop others;
+        published before it changes anything, for :meth:`resident_donor`."""
+        with self._lock:
+            before = self._changing
+            self._changing = None if before is None or donor_ids is None else before | donor_ids
+            self._writes += 1
+            try:
+                yield
+            finally:
+                self._changing = before
+
     def _fresh(self, donors: Iterable[tuple[str, float]]) -> list[int]:
         """The positions of the ``(donor_id, registered_at)`` pairs newer than what is known of their donors (the
         catalog's copy, or an earlier pair of the same donor)."""

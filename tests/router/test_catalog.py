@@ -167,3 +167,86 @@ def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_fro
     back = page["indexed"].vector()
     assert back.shape == (dim,) and np.allclose(back, sent[0].vector(), atol=2e-3)
     assert page["indexed"].registration.block_hashes == [1, 2]
+
+
+class _StalledResidencyAdd:
+    """Test double: the catalog's residency stops inside ``add_many`` (the catalog's lock held, nothing changed yet)
+    until released, as a registration's add does while the donor thread rewrites a block map."""
+
+    def __init__(self, catalog: DonorCatalog) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.released = False  # by the test, not by the deadlock guard's timeout
+        residency = catalog._residency
+        add_many = residency.add_many
+
+        def stalled(registrations):  # type: ignore[no-untyped-def]
+            self.entered.set()
+            self.released = self.release.wait(10)
+            return add_many(registrations)
+
+        residency.add_many = stalled  # type: ignore[method-assign]
+
+
+def test_a_read_of_another_donor_does_not_wait_for_a_registration_being_added() -> None:
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1, 2, 3)])
+    catalog.add(_donor("b", [2], dim))
+    b = catalog.resident_donor("b")
+    assert b is not None
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [3], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    seen = catalog.resident_donor("b"), catalog.resident_donor("c")  # while the donor thread holds the lock
+    stall.release.set()
+    writer.join(10)
+    assert stall.released, "the read waited for the registration being added"
+    assert seen == (b, None)
+    assert catalog.resident_donor("a") is not None
+
+
+def test_a_read_of_the_donor_being_added_waits_for_the_add() -> None:
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1, 3)])
+    catalog.add(_donor("a", [1], dim, registered_at=1.0))
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [3], dim, registered_at=2.0),))
+    writer.start()
+    assert stall.entered.wait(10)
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(catalog.resident_donor("a")))
+    reader.start()
+    reader.join(0.2)
+    assert reader.is_alive() and not seen  # it waits for the add (the old copy is being replaced)
+    stall.release.set()
+    writer.join(10)
+    reader.join(10)
+    assert stall.released and len(seen) == 1 and seen[0] is not None and seen[0].registered_at == 2.0
+
+
+def test_a_read_waits_while_another_thread_applies_kv_events() -> None:
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1)])
+    catalog.add(_donor("a", [1], dim))
+    entered, release = threading.Event(), threading.Event()
+    apply = catalog._residency.apply
+
+    def stalled(event):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(10)
+        apply(event)
+
+    catalog._residency.apply = stalled  # type: ignore[method-assign]
+    writer = threading.Thread(target=catalog.apply_kv_events, args=([KvEvent(W1, 2, KvRemoved([1001]))],))
+    writer.start()
+    assert entered.wait(10)
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(catalog.resident_donor("a")))
+    reader.start()
+    reader.join(0.2)
+    assert reader.is_alive() and not seen  # residency may be changing anywhere: the read waits
+    release.set()
+    writer.join(10)
+    reader.join(10)
+    assert seen == [None]
