@@ -309,9 +309,12 @@ def _real(name: str, value: object, *, at_least: float | None = None) -> float:
 class AuditWriter:
     """Thread-safe append-only JSONL writer (or in-memory sink when ``path`` is None).
 
-    Each flushed write is one ``os.write`` of whole lines to a file opened for appending (no text or buffer layer), so
-    a process killed mid-stream leaves whole lines only. Counts records by event and by decline reason so components
-    can expose them as metrics and tests can check that counts match what happened.
+    Each flushed write is one ``os.write`` of whole lines to a file opened for appending (no text or buffer layer). A
+    process killed by SIGKILL inside that call can leave the line it was writing torn (Linux stops a write at a page
+    boundary for a fatal signal): a writer opening a file that does not end with a newline ends the torn line first,
+    so it stays one line of its own that :func:`read_audit` skips, and no later record is lost with it. Counts records
+    by event and by decline reason so components can expose them as metrics and tests can check that counts match what
+    happened.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, fsync: bool = False) -> None:
@@ -326,6 +329,8 @@ class AuditWriter:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            if _ends_torn(self.path):
+                os.write(self._fd, b"\n")
 
     def write(self, record: AuditRecord | None = None, /, *, flush: bool = True, **fields: Any) -> AuditRecord:
         """Append one record (built from ``fields`` when ``record`` is None) and flush it.
@@ -394,8 +399,17 @@ def audit_file(cfg: SemblendConfig) -> str | None:
     return None if cfg.audit_path is None else str(run_audit_path(cfg.audit_path, append=cfg.audit_append))
 
 
+def _ends_torn(path: Path) -> bool:
+    """Whether the file's last line has no newline (a writer killed while writing it)."""
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 def read_audit(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Parse an audit file; a partial last line (crash) is skipped."""
+    """Parse an audit file; a torn line (a writer killed while writing it) is skipped."""
     out: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -1,4 +1,4 @@
-"""The audit under kill -9: at most the last record lost, never a partial line."""
+"""The audit under kill -9: at most the record being written lost (a torn line of its own, skipped by readers)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from semblend_dynamo.audit import AuditWriter, read_audit
 
 WRITER = """
 import sys
@@ -32,13 +34,36 @@ def test_audit_survives_sigkill_with_whole_lines_only(tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         assert proc.returncode == -signal.SIGKILL
-    data = path.read_bytes()
-    assert data.endswith(b"\n")  # no partial last line
-    lines = data.decode().splitlines()
-    parsed = [json.loads(line) for line in lines]  # every line is a whole record
+    parsed, torn = [], 0
+    for line in path.read_bytes().decode().splitlines():
+        try:
+            parsed.append(json.loads(line))
+        except json.JSONDecodeError:  # the record a kill cut short: the last of its run, never merged with the next
+            assert not parsed or torn < len([r for r in parsed if r["request_id"] == "0"])
+            torn += 1
+    assert torn <= 3
     assert len(parsed) >= 3 * 200
     ids = [int(r["request_id"]) for r in parsed]
     runs = [i for i, rid in enumerate(ids) if rid == 0]
     assert len(runs) == 3  # each run's records are contiguous, numbered without gaps
     for start, end in zip(runs, [*runs[1:], len(ids)], strict=True):
         assert ids[start:end] == list(range(end - start))
+
+
+def test_a_writer_ends_a_torn_line_before_appending(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b'{"event":"lookup","ts":1.0,"run_id":"a","request_id":"7"}\n{"event":"loo')  # killed mid-line
+    with AuditWriter(path) as writer:
+        writer.write(event="lookup", request_id="8", found=True)
+    lines = path.read_bytes().split(b"\n")
+    assert lines[1] == b'{"event":"loo' and lines[-1] == b""  # the torn line stays on its own
+    assert [r["request_id"] for r in read_audit(path)] == ["7", "8"]  # nothing after it is lost
+
+
+def test_a_writer_adds_nothing_to_a_whole_or_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    for expected_lines in (1, 2):
+        with AuditWriter(path) as writer:
+            writer.write(event="lookup", request_id="1", found=True)
+        assert path.read_bytes().count(b"\n") == expected_lines
+        assert all(path.read_bytes().split(b"\n")[:-1])  # no empty line
