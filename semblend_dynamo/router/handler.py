@@ -370,12 +370,12 @@ class SemanticRouter:
             return True
         if needed > len(tokens) // size:
             return False
-        lora, salt = routed.lora or None, routed.cache_salt or None
-        first, last = (
-            compute_block_hash_for_seq(block, size, lora_name=lora, cache_namespace=salt)[0]
-            for block in (tokens[:size], tokens[(needed - 1) * size : needed * size])
+        # One call for both blocks: a block's hash does not depend on its position (only on its tokens, LoRA and salt)
+        first_and_last = tokens[:size] + tokens[(needed - 1) * size : needed * size]
+        hashes = compute_block_hash_for_seq(
+            first_and_last, size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
         )
-        return self.catalog.stored_together((first, last))
+        return self.catalog.stored_together(hashes)
 
     def _ask_exact(self, routed: RoutedRequest) -> Awaitable[dict[str, Any]]:
         """Dynamo's exact overlap for the request, asked now (its runtime starts a query when it is called); an error
