@@ -177,6 +177,7 @@ async def measure(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
     ]
 
 
+SLOW_MS = 5.0  # a request slower than this in a stage is counted: the tail the p99 hides
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FRONTEND = re.compile(r"^(\S+Z) .*metrics: request (received|completed) request_id=([0-9a-f-]+)")
 _ROUTED = re.compile(r"routed request=\S+ .* stages_us=(\S*)")
@@ -244,6 +245,15 @@ def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
         sem = [s[stage] for s in stages["sem"] if stage in s]
         exact = [s.get(stage, 0.0) for s in stages["exact"]]
         lines.append(f"| router stage `{stage}` | {cells(sem, exact)} |")
+    lines.append("")
+    for name in ("sem", "exact"):
+        for stage in ("decide", "total_added"):
+            got = [s[stage] for s in stages[name] if stage in s]
+            if got:
+                slow = sum(ms > SLOW_MS for ms in got)
+                lines.append(
+                    f"{name} router `{stage}`: max {max(got):.2f} ms, {slow} of {len(got)} requests over {SLOW_MS:g} ms"
+                )
     return lines
 
 
