@@ -4,6 +4,7 @@
     TRITON_INTERPRET=1 python benchmarks/bench_rope_delta.py --smoke   # tiny shapes on CPU: checks the script runs
     python benchmarks/bench_rope_delta.py --sweep-every-size --out bench.json  # + every case's own sweep (SIZE_SWEEP)
     python benchmarks/pick_rope_defaults.py bench.json   # then: the library's default table from that sweep
+    python benchmarks/bench_rope_delta.py --short --rounds 3 --out short.json  # the short cases x SESSION10_SWEEP only
 
 Prints the measured device copy bandwidth (torch copy of a 4 GiB buffer, read + write bytes), a small tuning sweep,
 then for Llama-3-8B and Qwen2.5-7B KV shapes (bf16 and fp8 e4m3 with per-layer scales, 32-token blocks) at 2K / 8K /
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -100,6 +102,80 @@ SIZE_SWEEP = [
 """``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
 heads per program). 30 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
 `NEW_SIZE_SWEEP` and `LOAD_ALL_SIZE_SWEEP`."""
+_BF16_BEST = KernelTuning(1, 16, 2, 1, 40)
+_BF16_TILES = KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True)
+_BF16_W8 = KernelTuning(1, 8, 4, 1, None)
+_FP8_TILES = KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True)
+_FP8_GRID = KernelTuning(1, 4, 2, 1, 64)
+SESSION10_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
+    ("bf16", "inplace"): [
+        # baselines: the session-9 H200 bests at the short sizes, and the defaults there
+        _BF16_BEST,
+        _BF16_W8,
+        KernelTuning(1, 16, 8, 1, 40),
+        _BF16_TILES,
+        KernelTuning(1, 16, 1, 1, 40),
+        # cache hints
+        replace(_BF16_BEST, load_hint="cg"),
+        replace(_BF16_BEST, load_hint="ef"),
+        replace(_BF16_BEST, store_hint="cs"),
+        replace(_BF16_BEST, store_hint="ef"),
+        replace(_BF16_BEST, load_hint="cg", store_hint="cs"),
+        replace(_BF16_TILES, load_hint="cg"),
+        # unmasked full tiles, program order
+        replace(_BF16_BEST, unmasked_full_tiles=True),
+        replace(_BF16_BEST, layers_fastest=True),
+        replace(_BF16_BEST, unmasked_full_tiles=True, layers_fastest=True),
+        replace(_BF16_W8, unmasked_full_tiles=True),
+        replace(_BF16_W8, layers_fastest=True),
+        replace(_BF16_TILES, unmasked_full_tiles=True),
+        replace(_BF16_TILES, layers_fastest=True),
+        KernelTuning(1, 16, 1, 1, 40, layers_fastest=True),
+    ],
+    ("fp8", "inplace"): [
+        _FP8_TILES,
+        _FP8_GRID,
+        KernelTuning(1, 4, 2, 1, 64, programs_per_sm=8),
+        # fp16 rotation (half the instructions and, uncapped at 4 warps, 47 registers instead of 79 on sm_90a)
+        replace(_FP8_TILES, fp16_rotation=True),
+        replace(_FP8_TILES, fp16_rotation=True, unmasked_full_tiles=True),
+        KernelTuning(1, 4, 2, 1, None, 4, load_all_tiles=True, fp16_rotation=True),
+        KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True, fp16_rotation=True),
+        replace(_FP8_GRID, max_registers=None, fp16_rotation=True),
+        replace(_FP8_GRID, max_registers=48, fp16_rotation=True),
+        replace(_FP8_GRID, max_registers=48, fp16_rotation=True, unmasked_full_tiles=True),
+        replace(_FP8_GRID, max_registers=48, fp16_rotation=True, layers_fastest=True),
+        # hints, unmasked tiles and program order without fp16
+        replace(_FP8_TILES, unmasked_full_tiles=True),
+        replace(_FP8_TILES, layers_fastest=True),
+        replace(_FP8_TILES, load_hint="cg"),
+        replace(_FP8_TILES, store_hint="cs"),
+        replace(_FP8_GRID, load_hint="cg", store_hint="cs"),
+        replace(_FP8_GRID, unmasked_full_tiles=True),
+    ],
+    ("fp8", "copy"): [
+        KernelTuning(1, 4, 4, 1, None),
+        _FP8_TILES,
+        KernelTuning(1, 4, 2, 1, None),
+        replace(_FP8_TILES, fp16_rotation=True),
+        KernelTuning(1, 4, 4, 1, None, fp16_rotation=True),
+        KernelTuning(1, 4, 2, 1, None, fp16_rotation=True),
+        KernelTuning(1, 4, 4, 1, None, load_hint="cg", store_hint="cs"),
+        KernelTuning(1, 4, 4, 1, None, layers_fastest=True),
+    ],
+}
+"""``--cases`` / ``--short`` (issue 16.4, session 10): per (dtype, op), the session-9 H200 bests and defaults at the
+short sizes, then the opt-in variants (cache hints, unmasked full tiles, layers-fastest program order, fp16
+rotation for fp8) on top of them."""
+SHORT_CASES = [
+    "bf16:Llama-3-8B:2048:inplace",
+    "bf16:Qwen2.5-7B:2048:inplace",
+    "bf16:Qwen2.5-7B:8192:inplace",
+    "fp8:Qwen2.5-7B:2048:inplace",
+    "fp8:Llama-3-8B:2048:inplace",
+    "fp8:Qwen2.5-7B:2048:copy",
+]
+"""``--short``: the shapes that missed issue 16.4's goals on the H200 in session 9 (and fp8 Llama 2K in place)."""
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_LAYER_SCALE = 0.05
 
@@ -239,15 +315,88 @@ def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
 
 
 def short_name(t: KernelTuning) -> str:
-    """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back)."""
+    """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back; the session-10
+    variants add ``+ld<hint>``, ``+st<hint>``, ``+u`` (unmasked full tiles), ``+L`` (layers fastest), ``+f16``)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
     persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
     pipelined = "q" if t.pipeline_heads else ""
     all_tiles = "a" if t.load_all_tiles else ""
+    variants = (
+        (f"+ld{t.load_hint}" if t.load_hint else "")
+        + (f"+st{t.store_hint}" if t.store_hint else "")
+        + ("+u" if t.unmasked_full_tiles else "")
+        + ("+L" if t.layers_fastest else "")
+        + ("+f16" if t.fp16_rotation else "")
+    )
     return (
         f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
-        f"{heads}{persistent}{pipelined}{all_tiles}"
+        f"{heads}{persistent}{pipelined}{all_tiles}{variants}"
     )
+
+
+def _is_session10_variant(t: KernelTuning) -> bool:
+    return bool(t.load_hint or t.store_hint or t.unmasked_full_tiles or t.layers_fastest or t.fp16_rotation)
+
+
+def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool) -> list[dict[str, object]]:
+    """Each ``dtype:model:tokens:op`` case: the library default and its `SESSION10_SWEEP` settings, timed ``rounds``
+    times each in interleaved order (median kept), every setting checked against the reference once; then % of a
+    same-size copy per setting, and the best session-10 variant against the best baseline of the same run."""
+    models = SMOKE_MODELS if smoke else MODELS
+    rows = []
+    for item in spec:
+        dname, name, tokens_text, op = item.split(":")
+        if smoke:
+            name, tokens_text = "tiny", "64"
+        case = make_case(models[name], int(tokens_text), device, DTYPES[dname])
+        default = case_default(case, op)
+        settings = [default, *(t for t in SESSION10_SWEEP[dname, op] if t != default)]
+        errors = {t: check_matches_reference(case, op, t) for t in settings}
+        fns = {t: kernel_fn(case, op, t) for t in settings}
+        samples: dict[KernelTuning, list[float]] = {t: [] for t in settings}
+        for r in range(rounds):
+            for t in settings if r % 2 == 0 else settings[::-1]:
+                samples[t].append(time_ms(fns[t], cuda, graph=True, rep_ms=100))
+        times = {t: statistics.median(v) for t, v in samples.items()}
+        nbytes = case.k_bytes * (2 if op == "inplace" else 4)
+        same_size_gbps = copy_bandwidth_gbps(device, nbytes // 2, cuda)
+        copy_ms = nbytes / (same_size_gbps * 1e9) * 1e3
+        label = f"{dname} {name} {tokens_text} {op}"
+        print(
+            f"\n## {label}: same-size copy {same_size_gbps:.0f} GB/s ({copy_ms:.4f} ms); default {short_name(default)}"
+        )
+        print("| setting | ms (median) | min / max | % of same-size copy | max abs diff vs reference |")
+        print("|---|---|---|---|---|")
+        for t in sorted(settings, key=lambda t: times[t]):
+            v = samples[t]
+            print(
+                f"| {short_name(t)}{' (default)' if t == default else ''} | {times[t]:.4f} | {min(v):.4f} / "
+                f"{max(v):.4f} | {100 * copy_ms / times[t]:.1f}% | {errors[t]:g} |"
+            )
+        new = {t: ms for t, ms in times.items() if _is_session10_variant(t)}
+        old = {t: ms for t, ms in times.items() if not _is_session10_variant(t)}
+        a, b = min(new, key=lambda t: new[t]), min(old, key=lambda t: old[t])
+        print(
+            f"session10 {label}: {short_name(a)}={new[a]:.4f} ({100 * copy_ms / new[a]:.1f}%) vs {short_name(b)}="
+            f"{old[b]:.4f} ({100 * copy_ms / old[b]:.1f}%) ({100 * (new[a] / old[b] - 1):+.1f}%); default "
+            f"{times[default]:.4f} ({100 * copy_ms / times[default]:.1f}%)"
+        )
+        rows.append(
+            {
+                "case": item,
+                "same_size_copy_gbps": same_size_gbps,
+                "same_size_copy_ms": copy_ms,
+                "default": short_name(default),
+                "settings": {
+                    short_name(t): {"ms": times[t], "samples": samples[t], "max_abs_diff_vs_reference": errors[t]}
+                    for t in settings
+                },
+            }
+        )
+        del case, fns
+        if cuda:
+            torch.cuda.empty_cache()
+    return rows
 
 
 def main() -> int:
@@ -257,9 +406,25 @@ def main() -> int:
     parser.add_argument(
         "--sweep-every-size", action="store_true", help="sweep launch settings for every case, not one per model"
     )
+    parser.add_argument(
+        "--cases",
+        help="only these cases, comma-separated dtype:model:tokens:op (e.g. bf16:Qwen2.5-7B:2048:inplace), each "
+        "with the default and SESSION10_SWEEP; no per-model sweep, no table",
+    )
+    parser.add_argument("--short", action="store_true", help="--cases with SHORT_CASES (the session-9 misses)")
+    parser.add_argument("--rounds", type=int, default=3, help="--cases: interleaved timings per setting (median)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.smoke
     device = "cuda" if cuda else "cpu"
+    if args.cases or args.short:
+        spec = args.cases.split(",") if args.cases else SHORT_CASES
+        hardware = torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()
+        print(f"# hardware: {hardware}; torch {torch.__version__}; cases {spec}; rounds {args.rounds}")
+        rows = run_cases(spec, args.rounds, cuda, device, args.smoke)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"hardware": hardware, "torch": torch.__version__, "cases": rows}, f, indent=2)
+        return 0
     models = SMOKE_MODELS if args.smoke else MODELS
     token_counts = (64,) if args.smoke else (2048, 8192, 32768)
     hardware = torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()

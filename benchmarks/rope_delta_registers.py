@@ -1,6 +1,7 @@
 """Registers and stack (spills) per thread of the RoPE-delta kernels compiled for sm_90a, without a GPU.
 
     python benchmarks/rope_delta_registers.py [--heads-per-iter 2] [--pipeline] [--tiles 4] [--style gptj] [--launch 8:64 ...]
+        [--load-hint cg] [--store-hint cs] [--full-tiles] [--fp16-rotation] [--layers-fastest] [--sass-counts]
 
 Compiles both kernels (grid, persistent and load-all-tiles, whose programs load ``--tiles`` (layer x head) tiles at
 once; copy and in place; bf16 and fp8; head_dim 128, 32-token blocks) with
@@ -29,8 +30,11 @@ _ALIGNED = ("pool", "plan", "groups", "inv_freq", "stride_b", "stride_l", "strid
 _CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
-def usage(kernel: object, fp8: bool, warps: int, cap: int | None, constants: dict[str, object]) -> tuple[int, int]:
-    """(registers, stack bytes) per thread of ``kernel`` for these constants and launch."""
+def usage(
+    kernel: object, fp8: bool, warps: int, cap: int | None, constants: dict[str, object], sass: bool = False
+) -> tuple[int, int, str]:
+    """(registers, stack bytes, SASS instruction counts if ``sass``) per thread of ``kernel`` for these constants and
+    launch."""
     names = list(kernel.arg_names)  # type: ignore[attr-defined]
     signature = {"pool": "*fp8e4nv" if fp8 else "*bf16", "plan": "*i64", "groups": "*i64", "inv_freq": "*fp32"}
     consts = {k: v for k, v in constants.items() if k in names}
@@ -49,10 +53,21 @@ def usage(kernel: object, fp8: bool, warps: int, cap: int | None, constants: dic
         f.write(compiled.asm["cubin"])
         f.flush()
         out = subprocess.run([_CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        listing = subprocess.run([_CUOBJDUMP, "-sass", f.name], capture_output=True, text=True, check=True).stdout
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", out)
     if m is None:
         raise RuntimeError(f"no register count in cuobjdump's output: {out[:200]}")
-    return int(m.group(1)), int(m.group(2))
+    return int(m.group(1)), int(m.group(2)), sass_counts(listing) if sass else ""
+
+
+_COUNTED = ("LDG", "STG", "FFMA", "FMUL", "FADD", "HFMA2", "HMUL2", "HADD2", "F2FP", "F2F", "PRMT", "ISETP")
+
+
+def sass_counts(listing: str) -> str:
+    """Static counts of a few SASS opcodes (each instruction once, loops not unrolled by this count)."""
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", listing)
+    counts = {op: sum(1 for o in ops if o == op) for op in _COUNTED}
+    return " ".join(f"{op}={n}" for op, n in counts.items() if n) + f" total={len(ops)}"
 
 
 def main() -> int:
@@ -62,6 +77,13 @@ def main() -> int:
     parser.add_argument("--tiles", type=int, default=4, help="tiles per program of the load-all-tiles kernels")
     parser.add_argument("--style", choices=["neox", "gptj"], default="neox")
     parser.add_argument("--launch", action="append", help="WARPS:CAP, cap '-' for none (default: 4:- 4:64 8:- 16:40)")
+    parser.add_argument("--load-hint", default="", help="KernelTuning.load_hint (cg, ef, el, cg-ef)")
+    parser.add_argument("--store-hint", default="", help="KernelTuning.store_hint (cs, cg, wt, ef, el)")
+    parser.add_argument("--full-tiles", action="store_true", help="KernelTuning.unmasked_full_tiles (in place)")
+    parser.add_argument("--fp16-rotation", action="store_true", help="KernelTuning.fp16_rotation (fp8 rows only)")
+    parser.add_argument("--layers-fastest", action="store_true", help="KernelTuning.layers_fastest")
+    parser.add_argument("--sass-counts", action="store_true", help="also count LDG/STG/FFMA/HFMA2/F2FP/... in the SASS")
+    parser.add_argument("--kernels", default="", help="comma-separated subset (e.g. inplace,inplace_tiles)")
     args = parser.parse_args()
     try:
         launches = [(int(w), None if c == "-" else int(c)) for w, c in (s.split(":") for s in args.launch or [])]
@@ -79,14 +101,26 @@ def main() -> int:
         "PIPELINE": args.pipeline,
         "TILES": args.tiles,
         "BLOCK_D": 128,
+        "LOAD_HINT": args.load_hint,
+        "STORE_HINT": args.store_hint,
+        "FULL_TILES": args.full_tiles,
+        "GROUP_AXIS": 1 if args.layers_fastest else 0,
     }
-    print("| kernel | dtype | warps | register cap | registers | stack bytes |\n|---|---|---|---|---|---|")
-    for name in ("inplace", "inplace_persistent", "inplace_tiles", "copy", "copy_persistent", "copy_tiles"):
+    names = ("inplace", "inplace_persistent", "inplace_tiles", "copy", "copy_persistent", "copy_tiles")
+    chosen = [n for n in names if not args.kernels or n in args.kernels.split(",")]
+    print(
+        "| kernel | dtype | warps | register cap | registers | stack bytes |"
+        + (" SASS |\n|---|---|---|---|---|---|---|" if args.sass_counts else "\n|---|---|---|---|---|---|")
+    )
+    for name in chosen:
         kernel = getattr(rope_delta, f"_rope_delta_{name}_kernel")
         for fp8 in (False, True):
             for warps, cap in launches or [(4, None), (4, 64), (8, None), (16, 40)]:
-                regs, stack = usage(kernel, fp8, warps, cap, constants)
-                print(f"| {name} | {'fp8' if fp8 else 'bf16'} | {warps} | {cap or '-'} | {regs} | {stack} |")
+                regs, stack, sass = usage(
+                    kernel, fp8, warps, cap, constants | {"F16": args.fp16_rotation and fp8}, args.sass_counts
+                )
+                extra = f" {sass} |" if args.sass_counts else ""
+                print(f"| {name} | {'fp8' if fp8 else 'bf16'} | {warps} | {cap or '-'} | {regs} | {stack} |{extra}")
     return 0
 
 
