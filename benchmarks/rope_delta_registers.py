@@ -1,7 +1,7 @@
 """Registers and stack (spills) per thread of the RoPE-delta kernels compiled for sm_90a, without a GPU.
 
     python benchmarks/rope_delta_registers.py [--heads-per-iter 2] [--pipeline] [--tiles 4] [--style gptj] [--launch 8:64 ...]
-        [--load-hint cg] [--store-hint cs] [--full-tiles] [--fp16-rotation] [--layers-fastest] [--sass-counts]
+        [--layers-fastest] [--sass-counts] [--kernels inplace,inplace_tiles]
 
 Compiles both kernels (grid, persistent and load-all-tiles, whose programs load ``--tiles`` (layer x head) tiles at
 once; copy and in place; bf16 and fp8; head_dim 128, 32-token blocks) with
@@ -77,10 +77,6 @@ def main() -> int:
     parser.add_argument("--tiles", type=int, default=4, help="tiles per program of the load-all-tiles kernels")
     parser.add_argument("--style", choices=["neox", "gptj"], default="neox")
     parser.add_argument("--launch", action="append", help="WARPS:CAP, cap '-' for none (default: 4:- 4:64 8:- 16:40)")
-    parser.add_argument("--load-hint", default="", help="KernelTuning.load_hint (cg, ef, el, cg-ef)")
-    parser.add_argument("--store-hint", default="", help="KernelTuning.store_hint (cs, cg, wt, ef, el)")
-    parser.add_argument("--full-tiles", action="store_true", help="KernelTuning.unmasked_full_tiles (in place)")
-    parser.add_argument("--fp16-rotation", action="store_true", help="KernelTuning.fp16_rotation (fp8 rows only)")
     parser.add_argument("--layers-fastest", action="store_true", help="KernelTuning.layers_fastest")
     parser.add_argument("--sass-counts", action="store_true", help="also count LDG/STG/FFMA/HFMA2/F2FP/... in the SASS")
     parser.add_argument("--kernels", default="", help="comma-separated subset (e.g. inplace,inplace_tiles)")
@@ -101,9 +97,6 @@ def main() -> int:
         "PIPELINE": args.pipeline,
         "TILES": args.tiles,
         "BLOCK_D": 128,
-        "LOAD_HINT": args.load_hint,
-        "STORE_HINT": args.store_hint,
-        "FULL_TILES": args.full_tiles,
         "GROUP_AXIS": 1 if args.layers_fastest else 0,
     }
     names = ("inplace", "inplace_persistent", "inplace_tiles", "copy", "copy_persistent", "copy_tiles")
@@ -116,9 +109,7 @@ def main() -> int:
         kernel = getattr(rope_delta, f"_rope_delta_{name}_kernel")
         for fp8 in (False, True):
             for warps, cap in launches or [(4, None), (4, 64), (8, None), (16, 40)]:
-                regs, stack, sass = usage(
-                    kernel, fp8, warps, cap, constants | {"F16": args.fp16_rotation and fp8}, args.sass_counts
-                )
+                regs, stack, sass = usage(kernel, fp8, warps, cap, constants, args.sass_counts)
                 extra = f" {sass} |" if args.sass_counts else ""
                 print(f"| {name} | {'fp8' if fp8 else 'bf16'} | {warps} | {cap or '-'} | {regs} | {stack} |{extra}")
     return 0

@@ -52,12 +52,6 @@ GROUP_COLUMNS = 8
 and source offset minus target offset (zeros otherwise)."""
 
 
-LOAD_HINTS = ("", "cg", "ef", "el", "cg-ef")
-STORE_HINTS = ("", "cs", "cg", "wt", "ef", "el")
-"""`KernelTuning.load_hint` / ``store_hint`` values: cache modifier ``.cg`` / ``.cs`` / ``.wt``, eviction policy
-``evict_first`` (``ef``) / ``evict_last`` (``el``)."""
-
-
 class InvalidPlan(ValueError):
     """A plan row points outside the pool, leaves its block, or would race with another row."""
 
@@ -100,20 +94,10 @@ class KernelTuning:
     storing the current ones (two tiles in flight per program instead of one). ``load_all_tiles``: each program takes
     one row group and loads every tile it moves (its layers x heads, K or V) with one load before it stores any (a
     program's bytes all in flight at once, cos/sin computed while they are); ``heads_per_iter``, ``blocks_per_program``,
-    ``programs_per_sm`` and ``pipeline_heads`` keep their defaults with it.
-
-    Opt-in memory-system and arithmetic variants (issue 16.4, session 10; none is a default): ``load_hint`` /
-    ``store_hint`` put a cache hint on every data load / store (not on the descriptor or plan reads): loads ``"cg"``
-    (L2 only, not L1: an in-place store then has no L1 line to invalidate), ``"ef"`` / ``"el"`` (L1/L2 evict-first /
-    evict-last), ``"cg-ef"``; stores ``"cs"`` (streaming), ``"cg"``, ``"wt"``, ``"ef"``, ``"el"``.
-    ``unmasked_full_tiles`` (in place): a row group that covers its whole block (one aligned row, every layer and
-    head run of the program full) moves its tiles with unmasked loads and stores; needs ``heads_per_iter`` 1 and no
-    ``pipeline_heads``. ``layers_fastest``: grid and load-all-tiles programs are numbered layer run first, group
-    second, so the programs that run together cover neighbouring layers of the same blocks (contiguous memory)
-    rather than the same layer of many blocks (not with ``programs_per_sm``). ``fp16_rotation`` (fp8 pools only):
-    rotate in fp16 (e4m3 codes and cos/sin converted to fp16, packed half2 arithmetic) instead of fp32; within half
-    an e4m3 step plus a few fp16 ulps of the exact rotation (fp32: half a step), for about half the instructions
-    per element.
+    ``programs_per_sm`` and ``pipeline_heads`` keep their defaults with it. ``layers_fastest``: grid and
+    load-all-tiles programs are numbered layer run first, group second, so the programs that run together cover
+    neighbouring layers of the same blocks (contiguous memory) rather than the same layer of many blocks (not with
+    ``programs_per_sm``; issue 16.4, session 10).
     """
 
     heads_per_iter: int = 1
@@ -125,11 +109,7 @@ class KernelTuning:
     programs_per_sm: int | None = None
     pipeline_heads: bool = False
     load_all_tiles: bool = False
-    load_hint: str = ""
-    store_hint: str = ""
-    unmasked_full_tiles: bool = False
     layers_fastest: bool = False
-    fp16_rotation: bool = False
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
@@ -141,10 +121,6 @@ class KernelTuning:
         loops = (self.heads_per_iter, self.blocks_per_program, self.programs_per_sm, self.pipeline_heads)
         if self.load_all_tiles and loops != (1, 1, None, False):
             raise ValueError(f"load_all_tiles takes one row group per program and loops over nothing: {self}")
-        if self.load_hint not in LOAD_HINTS or self.store_hint not in STORE_HINTS:
-            raise ValueError(f"load_hint must be one of {LOAD_HINTS}, store_hint one of {STORE_HINTS}: {self}")
-        if self.unmasked_full_tiles and (self.heads_per_iter != 1 or self.pipeline_heads):
-            raise ValueError(f"unmasked_full_tiles takes one head per iteration, not pipelined: {self}")
         if self.layers_fastest and self.programs_per_sm is not None:
             raise ValueError(f"layers_fastest orders grid programs; persistent programs have their own order: {self}")
 
@@ -156,8 +132,7 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "copy", 173391, KernelTuning(layers_per_program=8)),
     (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
-    (False, "inplace", 21673, KernelTuning(num_warps=8, layers_per_program=4, max_registers=None)),
-    (False, "inplace", 43347, KernelTuning(layers_per_program=8)),
+    (False, "inplace", 43347, KernelTuning(layers_per_program=1, layers_fastest=True)),
     (False, "inplace", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
     (False, "inplace", 1 << 62, KernelTuning(layers_per_program=4)),
@@ -180,7 +155,11 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
 """Written by benchmarks/pick_rope_defaults.py from the H200 per-size sweep of the final issue 16.4 code
 (benchmarks/results/rope_delta_h200_issue16_final_code.txt; docs/benchmarks.md): each benchmarked size gets its best
 setting, up to the geometric midpoint of its K head-blocks and the next size's. fp8 in place up to 2K tokens: the
-load-all-tiles programs, best at both 2K sizes in the session-9 H200 sweep (benchmarks/results/kern5/). The sizes: 2K / 8K / 32K tokens of
+load-all-tiles programs, best at both 2K sizes in the session-9 H200 sweep (benchmarks/results/kern5/). bf16 in place
+up to 43347 head-blocks (Llama-3-8B 2K, Qwen2.5-7B 2K and 8K): 16 warps, 1 layer per program, 40 registers,
+layers-fastest program order, from the session-10 H200 short sweep (benchmarks/results/kern7/h200/; best at Llama 2K
+and Qwen 8K, 0.1 point of copy bandwidth behind the best at Qwen 2K; replaced 8 warps / 4 layers uncapped up to 21673
+and 16 warps / 8 layers / 40 registers up to 43347). The sizes: 2K / 8K / 32K tokens of
 Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
@@ -315,7 +294,6 @@ if triton is not None:
             bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
             return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
         elif INTERPRETED and tl.float8e4nv == DTYPE:
-            x = x.to(tl.float32)  # fp16 rotation: exact, then rounded once to e4m3 as the GPU's cvt does
             return _fp8_e4m3_rne(tl.minimum(tl.maximum(x, -448.0), 448.0))
         else:
             return x.to(DTYPE)
@@ -335,61 +313,20 @@ if triton is not None:
         return code.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
 
     @triton.jit
-    def _ld(ptr, mask, HINT: tl.constexpr):
-        """``tl.load`` with `KernelTuning.load_hint`'s cache hint (``mask`` None: unmasked)."""
-        if HINT == "cg":
-            x = tl.load(ptr, mask=mask, cache_modifier=".cg")
-        elif HINT == "ef":
-            x = tl.load(ptr, mask=mask, eviction_policy="evict_first")
-        elif HINT == "el":
-            x = tl.load(ptr, mask=mask, eviction_policy="evict_last")
-        elif HINT == "cg-ef":
-            x = tl.load(ptr, mask=mask, cache_modifier=".cg", eviction_policy="evict_first")
-        else:
-            x = tl.load(ptr, mask=mask)
-        return x
-
-    @triton.jit
-    def _st(ptr, value, mask, HINT: tl.constexpr):
-        """``tl.store`` with `KernelTuning.store_hint`'s cache hint (``mask`` None: unmasked)."""
-        if HINT == "cs":
-            tl.store(ptr, value, mask=mask, cache_modifier=".cs")
-        elif HINT == "cg":
-            tl.store(ptr, value, mask=mask, cache_modifier=".cg")
-        elif HINT == "wt":
-            tl.store(ptr, value, mask=mask, cache_modifier=".wt")
-        elif HINT == "ef":
-            tl.store(ptr, value, mask=mask, eviction_policy="evict_first")
-        elif HINT == "el":
-            tl.store(ptr, value, mask=mask, eviction_policy="evict_last")
-        else:
-            tl.store(ptr, value, mask=mask)
-
-    @triton.jit
-    def _load_rotary(
-        src3,
-        off,
-        rows,
-        ROTARY_DIM: tl.constexpr,
-        BLOCK_HALF: tl.constexpr,
-        IS_NEOX: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        MASKED: tl.constexpr = True,
-    ):
+    def _load_rotary(src3, off, rows, ROTARY_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr):
         """The rotary channels of ``R`` K tiles as stored (neox: its two halves, gptj: the interleaved pairs, twice).
 
         ``src3``: ``[1, BLOCK_T, 1]`` pointers to each lane's token; ``off``: ``[R, 1, 1]`` offsets of the tiles (a
-        head, or a layer and a head) from there; ``rows``: ``[R, BLOCK_T, 1]``, which (tile, lane) exist (ignored
-        when not ``MASKED``: every tile, lane and channel of the tensor exists).
+        head, or a layer and a head) from there; ``rows``: ``[R, BLOCK_T, 1]``, which (tile, lane) exist.
         """
         if IS_NEOX:
             j = tl.arange(0, BLOCK_HALF)[None, None, :]
-            mask = rows & (j < ROTARY_DIM // 2) if MASKED else None
+            mask = rows & (j < ROTARY_DIM // 2)
             off1 = off + j
-            return _ld(src3 + off1, mask, LOAD_HINT), _ld(src3 + off1 + ROTARY_DIM // 2, mask, LOAD_HINT)
+            return tl.load(src3 + off1, mask=mask), tl.load(src3 + off1 + ROTARY_DIM // 2, mask=mask)
         else:
             cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
-            x = _ld(src3 + off + cols, rows & (cols < ROTARY_DIM) if MASKED else None, LOAD_HINT)
+            x = tl.load(src3 + off + cols, mask=rows & (cols < ROTARY_DIM))
             return x, x
 
     @triton.jit
@@ -407,37 +344,29 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        STORE_HINT: tl.constexpr = "",
-        MASKED: tl.constexpr = True,
-        F16: tl.constexpr = False,
     ):
-        """Rotate what `_load_rotary` loaded (in fp32; ``F16``: in fp16) and store it, rounded, at ``dst3`` (``off``,
-        ``rows`` and ``MASKED`` as there)."""
-        work = tl.float16 if F16 else tl.float32
-        c = c.to(work)
-        s = s.to(work)
+        """Rotate what `_load_rotary` loaded in fp32 and store it, rounded, at ``dst3`` (``off`` and ``rows`` as
+        there)."""
         if IS_NEOX:
             j = tl.arange(0, BLOCK_HALF)[None, None, :]
-            mask = rows & (j < ROTARY_DIM // 2) if MASKED else None
+            mask = rows & (j < ROTARY_DIM // 2)
             off1 = off + j
-            x1 = a.to(work)
-            x2 = b.to(work)
-            _st(dst3 + off1, _to_storage(x1 * c - x2 * s, dst3.dtype.element_ty, INTERPRETED), mask, STORE_HINT)
-            _st(
+            x1 = a.to(tl.float32)
+            x2 = b.to(tl.float32)
+            tl.store(dst3 + off1, _to_storage(x1 * c - x2 * s, dst3.dtype.element_ty, INTERPRETED), mask=mask)
+            tl.store(
                 dst3 + off1 + ROTARY_DIM // 2,
                 _to_storage(x2 * c + x1 * s, dst3.dtype.element_ty, INTERPRETED),
-                mask,
-                STORE_HINT,
+                mask=mask,
             )
         else:
             cols = tl.arange(0, 2 * BLOCK_HALF)[None, None, :]
-            x1, x2 = tl.split(tl.reshape(a.to(work), (R, BLOCK_T, BLOCK_HALF, 2)))
+            x1, x2 = tl.split(tl.reshape(a.to(tl.float32), (R, BLOCK_T, BLOCK_HALF, 2)))
             out = tl.reshape(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), (R, BLOCK_T, 2 * BLOCK_HALF))
-            _st(
+            tl.store(
                 dst3 + off + cols,
                 _to_storage(out, dst3.dtype.element_ty, INTERPRETED),
-                rows & (cols < ROTARY_DIM) if MASKED else None,
-                STORE_HINT,
+                mask=rows & (cols < ROTARY_DIM),
             )
 
     @triton.jit
@@ -457,10 +386,6 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        MASKED: tl.constexpr = True,
-        F16: tl.constexpr = False,
     ):
         """Rotate the first ROTARY_DIM channels of K of heads ``[head_first, head_stop)`` for the ``live`` lanes.
 
@@ -469,7 +394,6 @@ if triton is not None:
         cancel (up to fp32 rounding, which the one-step bound covers) and need no multiply per element.
         ``PIPELINE``: each step loads the next heads before storing the current ones (two tiles in flight; the
         compiler cannot reorder them itself, as it cannot tell that the stores do not alias the loads).
-        Not ``MASKED`` (one head per iteration, not pipelined): every lane is live and ROTARY_DIM fills the tile.
         """
         hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
         src3 = src[None, :, None]
@@ -479,19 +403,11 @@ if triton is not None:
         s = sin[None, None, :]
         if PIPELINE:
             head = head_first + hh
-            a, b = _load_rotary(
-                src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX, LOAD_HINT
-            )
+            a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
             for h0 in range(head_first, head_stop, HEADS_PER_ITER):
                 following = h0 + HEADS_PER_ITER + hh
                 next_a, next_b = _load_rotary(
-                    src3,
-                    following * stride_h,
-                    live3 & (following < head_stop),
-                    ROTARY_DIM,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    LOAD_HINT,
+                    src3, following * stride_h, live3 & (following < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX
                 )
                 head = h0 + hh
                 _store_rotated(
@@ -508,24 +424,12 @@ if triton is not None:
                     BLOCK_HALF,
                     IS_NEOX,
                     INTERPRETED,
-                    STORE_HINT,
-                    True,
-                    F16,
                 )
                 a, b = next_a, next_b
         else:
             for h0 in range(head_first, head_stop, HEADS_PER_ITER):
                 head = h0 + hh
-                a, b = _load_rotary(
-                    src3,
-                    head * stride_h,
-                    live3 & (head < head_stop),
-                    ROTARY_DIM,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    LOAD_HINT,
-                    MASKED,
-                )
+                a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
                 _store_rotated(
                     dst3,
                     head * stride_h,
@@ -540,9 +444,6 @@ if triton is not None:
                     BLOCK_HALF,
                     IS_NEOX,
                     INTERPRETED,
-                    STORE_HINT,
-                    MASKED,
-                    F16,
                 )
 
     @triton.jit
@@ -557,8 +458,6 @@ if triton is not None:
         head_stop,
         HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
     ):
         """Copy channels ``[start, stop)`` of heads ``[head_first, head_stop)`` for the ``live`` lanes.
 
@@ -577,10 +476,10 @@ if triton is not None:
                 mask2 = rows & (c0 + BLOCK_HALF + j < stop)
                 off1 = head * stride_h + c0 + j
                 off2 = off1 + BLOCK_HALF
-                x1 = _ld(src3 + off1, mask1, LOAD_HINT)
-                x2 = _ld(src3 + off2, mask2, LOAD_HINT)
-                _st(dst3 + off1, x1, mask1, STORE_HINT)
-                _st(dst3 + off2, x2, mask2, STORE_HINT)
+                x1 = tl.load(src3 + off1, mask=mask1)
+                x2 = tl.load(src3 + off2, mask=mask2)
+                tl.store(dst3 + off1, x1, mask=mask1)
+                tl.store(dst3 + off2, x2, mask=mask2)
 
     @triton.jit
     def _group_rows(plan, first, count, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr):
@@ -641,9 +540,6 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        F16: tl.constexpr = False,
     ):
         """Copy K (rotated by ``cos``/``sin``) or V (``kv``) of the row group at ``desc``, layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
@@ -666,20 +562,7 @@ if triton is not None:
             src = pool + inner + src_lane
             dst = pool + inner + dst_lane
             if (kv == 1) | (delta == 0):
-                _copy_heads(
-                    src,
-                    dst,
-                    live,
-                    0,
-                    HEAD_DIM,
-                    stride_h,
-                    head_first,
-                    head_stop,
-                    HEADS_PER_ITER,
-                    BLOCK_HALF,
-                    LOAD_HINT,
-                    STORE_HINT,
-                )
+                _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, HEADS_PER_ITER, BLOCK_HALF)
             else:
                 _rotate_heads(
                     src,
@@ -697,10 +580,6 @@ if triton is not None:
                     IS_NEOX,
                     INTERPRETED,
                     PIPELINE,
-                    LOAD_HINT,
-                    STORE_HINT,
-                    True,
-                    F16,
                 )
                 if ROTARY_DIM < HEAD_DIM:
                     _copy_heads(
@@ -714,8 +593,6 @@ if triton is not None:
                         head_stop,
                         HEADS_PER_ITER,
                         BLOCK_HALF,
-                        LOAD_HINT,
-                        STORE_HINT,
                     )
 
     @triton.jit
@@ -743,90 +620,28 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        FULL_TILES: tl.constexpr = False,
-        F16: tl.constexpr = False,
     ):
         """Rotate K of the row group at ``desc`` in place by ``cos``/``sin`` (delta 0: nothing), layers
-        ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``. ``FULL_TILES``: a group that is one
-        row over the whole block moves its tiles unmasked (the host sets it only where ``tokens_per_block`` and
-        ``ROTARY_DIM`` fill the tile)."""
+        ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
         if delta != 0:
             lane = tl.arange(0, BLOCK_T)
             k_lane = block * stride_b + lane.to(tl.int64) * stride_t
             if count == 1:  # one row: its slots come with the group (no trip to the plan)
                 dst_off = tl.load(desc + 4)
-                n_tokens = tl.load(desc + 5)
-                live = (lane >= dst_off) & (lane < dst_off + n_tokens)
-                full = (dst_off == 0) & (n_tokens == BLOCK_T)
+                live = (lane >= dst_off) & (lane < dst_off + tl.load(desc + 5))
             else:
                 live = _group_rows(plan, tl.load(desc), count, 4, 0, BLOCK_T) >= 0
-                full = count < 0
-            if FULL_TILES:
-                if full:
-                    _inplace_layers(
-                        pool,
-                        k_lane,
-                        live,
-                        cos,
-                        sin,
-                        layer_first,
-                        layer_stop,
-                        head_first,
-                        head_stop,
-                        stride_l,
-                        stride_h,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        1,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                        False,
-                        LOAD_HINT,
-                        STORE_HINT,
-                        False,
-                        F16,
-                    )
-                else:
-                    _inplace_layers(
-                        pool,
-                        k_lane,
-                        live,
-                        cos,
-                        sin,
-                        layer_first,
-                        layer_stop,
-                        head_first,
-                        head_stop,
-                        stride_l,
-                        stride_h,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        HEADS_PER_ITER,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                        PIPELINE,
-                        LOAD_HINT,
-                        STORE_HINT,
-                        True,
-                        F16,
-                    )
-            else:
-                _inplace_layers(
-                    pool,
-                    k_lane,
+            for layer in range(layer_first, layer_stop):
+                k = pool + layer * stride_l + k_lane
+                _rotate_heads(
+                    k,
+                    k,
                     live,
                     cos,
                     sin,
-                    layer_first,
-                    layer_stop,
+                    stride_h,
                     head_first,
                     head_stop,
-                    stride_l,
-                    stride_h,
                     ROTARY_DIM,
                     BLOCK_T,
                     HEADS_PER_ITER,
@@ -834,61 +649,7 @@ if triton is not None:
                     IS_NEOX,
                     INTERPRETED,
                     PIPELINE,
-                    LOAD_HINT,
-                    STORE_HINT,
-                    True,
-                    F16,
                 )
-
-    @triton.jit
-    def _inplace_layers(
-        pool,
-        k_lane,
-        live,
-        cos,
-        sin,
-        layer_first,
-        layer_stop,
-        head_first,
-        head_stop,
-        stride_l,
-        stride_h,
-        ROTARY_DIM: tl.constexpr,
-        BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
-        BLOCK_HALF: tl.constexpr,
-        IS_NEOX: tl.constexpr,
-        INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr,
-        STORE_HINT: tl.constexpr,
-        MASKED: tl.constexpr,
-        F16: tl.constexpr,
-    ):
-        """`_rotate_heads` in place for layers ``[layer_first, layer_stop)``; ``k_lane``: each lane's token's offset."""
-        for layer in range(layer_first, layer_stop):
-            k = pool + layer * stride_l + k_lane
-            _rotate_heads(
-                k,
-                k,
-                live,
-                cos,
-                sin,
-                stride_h,
-                head_first,
-                head_stop,
-                ROTARY_DIM,
-                BLOCK_T,
-                HEADS_PER_ITER,
-                BLOCK_HALF,
-                IS_NEOX,
-                INTERPRETED,
-                PIPELINE,
-                LOAD_HINT,
-                STORE_HINT,
-                MASKED,
-                F16,
-            )
 
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
     _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
@@ -920,9 +681,6 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        F16: tl.constexpr = False,
         GROUP_AXIS: tl.constexpr = 0,
     ):
         """One program per (run of row groups, run of layers, K|V x run of heads): gather each group's tokens, rotate
@@ -968,9 +726,6 @@ if triton is not None:
                 IS_NEOX,
                 INTERPRETED,
                 PIPELINE,
-                LOAD_HINT,
-                STORE_HINT,
-                F16,
             )
 
     @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
@@ -998,9 +753,6 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        F16: tl.constexpr = False,
     ):
         """A fixed grid looping over units (row group, run of layers, K|V x run of heads; groups counted fastest):
         program p takes units p, p + P, ..., and reads the next unit's descriptor before moving the current unit's
@@ -1046,9 +798,6 @@ if triton is not None:
                 IS_NEOX,
                 INTERPRETED,
                 PIPELINE,
-                LOAD_HINT,
-                STORE_HINT,
-                F16,
             )
             count, block, delta = next_count, next_block, next_delta
 
@@ -1076,10 +825,6 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        FULL_TILES: tl.constexpr = False,
-        F16: tl.constexpr = False,
         GROUP_AXIS: tl.constexpr = 0,
     ):
         """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
@@ -1119,10 +864,6 @@ if triton is not None:
                 IS_NEOX,
                 INTERPRETED,
                 PIPELINE,
-                LOAD_HINT,
-                STORE_HINT,
-                FULL_TILES,
-                F16,
             )
 
     @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
@@ -1148,10 +889,6 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        FULL_TILES: tl.constexpr = False,
-        F16: tl.constexpr = False,
     ):
         """A fixed grid looping over units (row group, run of layers, run of heads; groups counted fastest), as the
         persistent copy kernel does."""
@@ -1192,10 +929,6 @@ if triton is not None:
                 IS_NEOX,
                 INTERPRETED,
                 PIPELINE,
-                LOAD_HINT,
-                STORE_HINT,
-                FULL_TILES,
-                F16,
             )
             count, block, delta = next_count, next_block, next_delta
 
@@ -1263,9 +996,6 @@ if triton is not None:
         BLOCK_D: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        F16: tl.constexpr = False,
         GROUP_AXIS: tl.constexpr = 0,
     ):
         """One program per (row group, run of layers, K|V x run of heads) that loads all its tiles (one tensor of
@@ -1291,78 +1021,18 @@ if triton is not None:
         d = tl.arange(0, BLOCK_D)[None, None, :]
         if (kv == 1) | (delta == 0):
             mask = rows & (d < HEAD_DIM)
-            _st(dst3 + off + d, _ld(src3 + off + d, mask, LOAD_HINT), mask, STORE_HINT)
+            tl.store(dst3 + off + d, tl.load(src3 + off + d, mask=mask), mask=mask)
         else:
             if ROTARY_DIM < HEAD_DIM:  # channels past rotary_dim are copied: loaded with the rest
                 rest = rows & (ROTARY_DIM + d < HEAD_DIM)
-                kept = _ld(src3 + off + ROTARY_DIM + d, rest, LOAD_HINT)
-            a, b = _load_rotary(src3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX, LOAD_HINT)
+                kept = tl.load(src3 + off + ROTARY_DIM + d, mask=rest)
+            a, b = _load_rotary(src3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
             cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the tiles are in flight
             c = cos[None, None, :]
             s = sin[None, None, :]
-            _store_rotated(
-                dst3,
-                off,
-                rows,
-                a,
-                b,
-                c,
-                s,
-                ROTARY_DIM,
-                BLOCK_T,
-                TILES,
-                BLOCK_HALF,
-                IS_NEOX,
-                INTERPRETED,
-                STORE_HINT,
-                True,
-                F16,
-            )
+            _store_rotated(dst3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, TILES, BLOCK_HALF, IS_NEOX, INTERPRETED)
             if ROTARY_DIM < HEAD_DIM:
-                _st(dst3 + off + ROTARY_DIM + d, kept, rest, STORE_HINT)
-
-    @triton.jit
-    def _inplace_tiles(
-        k3,
-        off,
-        rows,
-        inv_freq,
-        delta,
-        ROTARY_DIM: tl.constexpr,
-        BLOCK_T: tl.constexpr,
-        TILES: tl.constexpr,
-        BLOCK_HALF: tl.constexpr,
-        IS_NEOX: tl.constexpr,
-        INTERPRETED: tl.constexpr,
-        LOAD_HINT: tl.constexpr,
-        STORE_HINT: tl.constexpr,
-        MASKED: tl.constexpr,
-        F16: tl.constexpr,
-    ):
-        """Load every tile, compute cos/sin while they are in flight, rotate and store (``MASKED`` as in
-        `_load_rotary`)."""
-        a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX, LOAD_HINT, MASKED)
-        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the tiles are in flight
-        c = cos[None, None, :]
-        s = sin[None, None, :]
-        _store_rotated(
-            k3,
-            off,
-            rows,
-            a,
-            b,
-            c,
-            s,
-            ROTARY_DIM,
-            BLOCK_T,
-            TILES,
-            BLOCK_HALF,
-            IS_NEOX,
-            INTERPRETED,
-            STORE_HINT,
-            MASKED,
-            F16,
-        )
+                tl.store(dst3 + off + ROTARY_DIM + d, kept, mask=rest)
 
     @triton.jit(do_not_specialize=_TILES_RUNTIME_SIZES)
     def _rope_delta_inplace_tiles_kernel(
@@ -1385,19 +1055,12 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        LOAD_HINT: tl.constexpr = "",
-        STORE_HINT: tl.constexpr = "",
-        FULL_TILES: tl.constexpr = False,
-        F16: tl.constexpr = False,
         GROUP_AXIS: tl.constexpr = 0,
     ):
         """One program per (row group, run of layers, run of heads) that loads all its K tiles (one tensor of
         ``TILES`` x ``BLOCK_T`` lanes) before storing any: reads and writes go through the same pointer, so the
-        compiler cannot overlap one tile's load with the previous tile's store; here every load is issued first.
-        ``FULL_TILES``: a one-row group over the whole block whose program holds exactly ``TILES`` tiles moves them
-        unmasked."""
-        desc = groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS
-        block, delta, live, _, _ = _whole_group(plan, desc, 4, 0, BLOCK_T)
+        compiler cannot overlap one tile's load with the previous tile's store; here every load is issued first."""
+        block, delta, live, _, _ = _whole_group(plan, groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS, 4, 0, BLOCK_T)
         if delta != 0:
             layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
             head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
@@ -1406,62 +1069,11 @@ if triton is not None:
             )
             k3 = (pool + block * stride_b + tl.arange(0, BLOCK_T).to(tl.int64) * stride_t)[None, :, None]
             rows = tiles & live[None, :, None]
-            if FULL_TILES:
-                one_row = (tl.load(desc + 1) == 1) & (tl.load(desc + 4) == 0) & (tl.load(desc + 5) == BLOCK_T)
-                if one_row & ((layer_end - layer_first) * (head_stop - head_first) == TILES):
-                    _inplace_tiles(
-                        k3,
-                        off,
-                        rows,
-                        inv_freq,
-                        delta,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        TILES,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                        LOAD_HINT,
-                        STORE_HINT,
-                        False,
-                        F16,
-                    )
-                else:
-                    _inplace_tiles(
-                        k3,
-                        off,
-                        rows,
-                        inv_freq,
-                        delta,
-                        ROTARY_DIM,
-                        BLOCK_T,
-                        TILES,
-                        BLOCK_HALF,
-                        IS_NEOX,
-                        INTERPRETED,
-                        LOAD_HINT,
-                        STORE_HINT,
-                        True,
-                        F16,
-                    )
-            else:
-                _inplace_tiles(
-                    k3,
-                    off,
-                    rows,
-                    inv_freq,
-                    delta,
-                    ROTARY_DIM,
-                    BLOCK_T,
-                    TILES,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    INTERPRETED,
-                    LOAD_HINT,
-                    STORE_HINT,
-                    True,
-                    F16,
-                )
+            a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the tiles are in flight
+            c = cos[None, None, :]
+            s = sin[None, None, :]
+            _store_rotated(k3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, TILES, BLOCK_HALF, IS_NEOX, INTERPRETED)
 
     _INTERPRETED = type(_rope_delta_copy_kernel).__name__ == "InterpretedFunction"
 else:
@@ -1562,7 +1174,7 @@ def _launch_copy(
         layout.num_kv_heads,
         _heads_per_program(layout, tune),
         num_warps=tune.num_warps,
-        **_meta(layout, rotary_dim, style, tune, op="copy", group_axis=_group_axis(c, tune), fp8=_fp8_pool(pool, tune)),
+        **_meta(layout, rotary_dim, style, tune, group_axis=_group_axis(c, tune)),
         HEAD_DIM=layout.head_dim,
         **({"BLOCK_D": triton.next_power_of_2(layout.head_dim)} if tune.load_all_tiles else {}),
     )
@@ -1595,9 +1207,7 @@ def _launch_inplace(
         layout.num_kv_heads,
         _heads_per_program(layout, tune),
         num_warps=tune.num_warps,
-        **_meta(
-            layout, rotary_dim, style, tune, op="inplace", group_axis=_group_axis(c, tune), fp8=_fp8_pool(pool, tune)
-        ),
+        **_meta(layout, rotary_dim, style, tune, group_axis=_group_axis(c, tune)),
     )
 
 
@@ -1643,15 +1253,6 @@ def _group_axis(c: _Checked, tune: KernelTuning) -> int:
     return 1 if tune.layers_fastest and tune.programs_per_sm is None and group_runs <= _MAX_GRID_Y else 0
 
 
-def _fp8_pool(pool: torch.Tensor, tune: KernelTuning) -> bool:
-    """Whether ``pool`` is fp8; refuses `KernelTuning.fp16_rotation` for any other dtype (fp16 has neither bf16's
-    range nor fp32's precision)."""
-    fp8 = pool.dtype == FP8_KV_DTYPE
-    if tune.fp16_rotation and not fp8:
-        raise ValueError(f"fp16_rotation applies to float8_e4m3fn pools only, not {pool.dtype}")
-    return fp8
-
-
 _INTERPRETER_MULTIPROCESSORS = 2
 """What the persistent kernels size their grid by off CUDA (Triton's interpreter): few, so that programs loop."""
 
@@ -1664,33 +1265,17 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 def _meta(
-    layout: PagedKVLayout,
-    rotary_dim: int,
-    style: str,
-    tune: KernelTuning,
-    *,
-    op: str = "copy",
-    group_axis: int = 0,
-    fp8: bool = True,
+    layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning, *, group_axis: int = 0
 ) -> dict[str, Any]:
     registers = {} if tune.max_registers is None else {"maxnreg": tune.max_registers}
-    block_t = triton.next_power_of_2(layout.tokens_per_block)
-    block_half = triton.next_power_of_2(rotary_dim // 2)
     common: dict[str, Any] = {
         "ROTARY_DIM": rotary_dim,
-        "BLOCK_T": block_t,
-        "BLOCK_HALF": block_half,
+        "BLOCK_T": triton.next_power_of_2(layout.tokens_per_block),
+        "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
         "IS_NEOX": style == "neox",
         "INTERPRETED": _INTERPRETED,
-        "LOAD_HINT": tune.load_hint,
-        "STORE_HINT": tune.store_hint,
-        "F16": tune.fp16_rotation and fp8,
     }
-    if op == "inplace":  # unmasked tiles only where the block fills BLOCK_T lanes and rotary_dim fills the channels
-        common["FULL_TILES"] = (
-            tune.unmasked_full_tiles and block_t == layout.tokens_per_block and 2 * block_half == rotary_dim
-        )
-    if tune.programs_per_sm is None:
+    if tune.programs_per_sm is None:  # grid and load-all-tiles kernels: which axis counts row groups
         common["GROUP_AXIS"] = group_axis
     if tune.load_all_tiles:  # the tile count is fixed per layout and tuning (not per call: no recompiles)
         tiles = min(tune.layers_per_program, layout.num_layers) * _heads_per_program(layout, tune)
