@@ -48,7 +48,7 @@ from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_co
 
 from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role, audit_file, new_trace_id
 from semblend_dynamo.config import ConfigError, SemblendConfig, isolation_rule_error
-from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key, u32_tokens
+from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.planner import Planner
 from semblend_dynamo.policy import DonorPolicy, Lineage, Tenancy, isolation_in_force_error
@@ -63,6 +63,7 @@ from .metadata import ConnectorMetadata, LoadPlan
 from .model_info import ModelInfo
 from .outcome_link import OutcomeLink
 from .tenancy import read_tenancy, refine
+from .unbox import u32_prompt
 from .validation import Declined, ValidatedLoad, trim_load, validate_load
 
 logger = logging.getLogger(__name__)
@@ -353,9 +354,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
-        # One conversion of the token list: the u32 array is both the request key's input and the prompt every lookup
-        # (the span aligner's too) compares with the donors' u32 arrays.
-        prompt_u32 = self._prompts[request_id] = u32_tokens(read_prompt(request))
+        # One conversion of the token list (in C when trtllm_connector.unbox is built): the u32 array is both the
+        # request key's input and the prompt every lookup (the span aligner's too) compares with the donors' u32 arrays.
+        prompt_u32 = self._prompts[request_id] = u32_prompt(read_prompt(request))
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
         hint = self.hints.take(key)
