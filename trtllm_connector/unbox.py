@@ -4,8 +4,9 @@
 with ``unbox.c`` (a small C library reading each int's value; ~4x faster than ``array("I").fromlist``, which took
 ~34 µs of an 8K decision on the development VM) and otherwise with :func:`~semblend_dynamo.events.schemas.u32_tokens`
 (same result, same errors). The library reads CPython's int objects, so it is built for one Python version
-(``libunbox.<cache tag>.so`` beside this file): ``python -m trtllm_connector.unbox build`` (a C compiler and the
-Python headers); ``python -m trtllm_connector.unbox status`` says whether this process uses it, and why not.
+(``libunbox.<cache tag>.so`` beside this file) when the package is installed (``setup.py``, optional: without a
+compiler or the Python headers the install still succeeds) or by hand with ``python -m trtllm_connector.unbox build``;
+``python -m trtllm_connector.unbox status`` says whether this process uses it, and why not.
 ``SEMBLEND_NATIVE_UNBOX=0`` turns it off. One log line at import says when it is not used.
 """
 
@@ -14,65 +15,25 @@ from __future__ import annotations
 import argparse
 import array
 import ctypes
-import hashlib
 import logging
 import os
-import shlex
-import subprocess
 import sys
-import sysconfig
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from semblend_dynamo.events.schemas import u32_tokens
 
-__all__ = ["ENV", "REASON", "Unboxer", "build", "library_path", "load", "u32_prompt"]
+from .unbox_build import BuildError, build, library_name, source_digest
+
+__all__ = ["ENV", "REASON", "BuildError", "Unboxer", "build", "library_path", "load", "u32_prompt"]
 
 ENV = "SEMBLEND_NATIVE_UNBOX"
-SOURCE = Path(__file__).with_name("unbox.c")
-CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
 log = logging.getLogger(__name__)
-
-
-class BuildError(RuntimeError):
-    """The library could not be compiled; the message says why in one line."""
 
 
 def library_path() -> Path:
     """This interpreter's library: it reads CPython's int objects, so each version has its own."""
-    return Path(__file__).with_name(f"libunbox.{sys.implementation.cache_tag}.so")
-
-
-def source_digest() -> str:
-    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-
-
-def build(output: Path | None = None, compiler: str | None = None) -> Path:
-    """Compile ``unbox.c`` for this interpreter to ``output`` (replaced atomically); ``compiler``: default $CC or cc."""
-    output = output or library_path()
-    command = shlex.split(compiler or os.environ.get("CC") or "cc")
-    include = sysconfig.get_paths()["include"]
-    fd, tmp = tempfile.mkstemp(prefix=".unbox-", suffix=".so", dir=output.parent)
-    os.close(fd)
-    try:
-        result = subprocess.run(
-            [*command, *CFLAGS, f"-I{include}", f'-DUB_SOURCE_DIGEST="{source_digest()}"', "-o", tmp, str(SOURCE)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            detail = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[0]
-            raise BuildError(f"{shlex.join(command)} failed: {detail}")
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, output)
-    except OSError as exc:
-        raise BuildError(f"{shlex.join(command)}: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return output
+    return Path(__file__).with_name(library_name())
 
 
 def disabled() -> bool:
@@ -93,7 +54,11 @@ def load(path: Path) -> tuple[Unboxer | None, str]:
     except (OSError, AttributeError) as exc:
         return None, f"{path.name} cannot be loaded: {exc}"
     built_from.restype = ctypes.c_char_p
-    if built_from() != source_digest().encode():
+    try:
+        digest = source_digest()
+    except OSError as exc:
+        return None, f"cannot check {path.name} against its source: {exc}"
+    if built_from() != digest.encode():
         return None, f"{path.name} was built from another unbox.c (rebuild: python -m trtllm_connector.unbox build)"
     function.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_ssize_t)
     function.restype = ctypes.c_int

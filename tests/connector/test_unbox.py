@@ -91,3 +91,22 @@ def test_a_library_built_from_other_source_is_refused(tmp_path: Path) -> None:
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(stale)], check=True)
     function, reason = unbox.load(library)
     assert function is None and "another unbox.c" in reason
+
+
+def test_a_library_whose_source_is_not_installed_is_not_used(
+    unboxer: unbox.Unboxer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = unbox.build(tmp_path / "libunbox.so")
+
+    def gone() -> str:
+        raise FileNotFoundError("unbox.c")
+
+    monkeypatch.setattr(unbox, "source_digest", gone)
+    function, reason = unbox.load(path)
+    assert function is None and reason.startswith("cannot check libunbox.so against its source")
+
+
+def test_status_says_which_path_this_process_uses(capsys: pytest.CaptureFixture[str]) -> None:
+    assert unbox.main(["status"]) == 0
+    path = "native" if unbox._UB_U32 is not None else "fromlist"
+    assert capsys.readouterr().out == f"{path}: {unbox.REASON}\n"
