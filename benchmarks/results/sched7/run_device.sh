@@ -26,7 +26,7 @@ out=/tmp/sched7out/$stage
 rm -rf "$out" /tmp/base && mkdir -p "$out" /tmp/base && tar -xJf .stage/old/base.tar.xz -C /tmp/base
 cp benchmarks/bench_connector.py /tmp/base/benchmarks/bench_connector.py
 base() { (cd /tmp/base && PYTHONPATH=/tmp/base:$PYTHONPATH timeout 280 python3 "$@"); }
-here() { timeout 280 python3 "$@"; }
+here() { PYTHONPATH=$PWD:$PYTHONPATH timeout 280 python3 "$@"; }  # this tree first, whatever env.sh put before it
 base -m semblend_dynamo._native build > /dev/null 2>&1
 base -m semblend_dynamo._native status
 cc_cmd=cc
