@@ -1,7 +1,9 @@
-"""The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension.
+"""The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension; and
+the connector's prompt unboxing (trtllm_connector/unbox.c), built for the installing Python (it reads int objects).
 
-Everything else is in pyproject.toml. The library is optional: without a working C compiler the install still
-succeeds (setuptools prints why) and the aligner uses its numpy path.
+Everything else is in pyproject.toml. Both libraries are optional: without a working C compiler (or, for the unboxing,
+the Python headers) the install still succeeds (setuptools prints why), the aligner uses its numpy path and the
+connector ``array.fromlist``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ _spec = importlib.util.spec_from_file_location(
 assert _spec is not None and _spec.loader is not None
 native_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(native_build)
+_unbox_spec = importlib.util.spec_from_file_location(
+    "_unbox_build", Path(__file__).parent / "trtllm_connector/unbox_build.py"
+)
+assert _unbox_spec is not None and _unbox_spec.loader is not None
+unbox_build = importlib.util.module_from_spec(_unbox_spec)
+_unbox_spec.loader.exec_module(unbox_build)
+UNBOX = "trtllm_connector.unbox"
 
 
 class BuildNativeLibrary(build_ext):
@@ -28,9 +37,18 @@ class BuildNativeLibrary(build_ext):
 
     def get_ext_filename(self, fullname: str) -> str:
         package = fullname.rpartition(".")[0]
-        return str(Path(*package.split(".")) / native_build.LIBRARY_NAME)
+        # Called with the full dotted name and with its last part alone (get_ext_fullpath).
+        unbox = fullname.rpartition(".")[2] == UNBOX.rpartition(".")[2]
+        name = unbox_build.library_name() if unbox else native_build.LIBRARY_NAME
+        return str(Path(*package.split(".")) / name)
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name == UNBOX:
+            try:
+                unbox_build.build(Path(self.get_ext_fullpath(ext.name)))
+            except unbox_build.BuildError as exc:
+                raise CompileError(f"{exc}; the connector will unbox prompts with array.fromlist") from exc
+            return
         try:
             native_build.build(Path(self.get_ext_fullpath(ext.name)))
         except native_build.BuildError as exc:
@@ -46,7 +64,8 @@ class PlatformWheel(bdist_wheel):
 
 setup(
     ext_modules=[
-        Extension("semblend_dynamo._native.span_aligner", ["semblend_dynamo/_native/span_aligner.c"], optional=True)
+        Extension("semblend_dynamo._native.span_aligner", ["semblend_dynamo/_native/span_aligner.c"], optional=True),
+        Extension(UNBOX, ["trtllm_connector/unbox.c"], optional=True),
     ],
     cmdclass={"build_ext": BuildNativeLibrary, "bdist_wheel": PlatformWheel},
 )

@@ -33,9 +33,27 @@ RUN_ID = uuid.uuid4().hex[:16]
 """One id per process start, stamped on every record this process writes."""
 
 
+_TRACE_IDS_PER_DRAW = 128
+_trace_ids: list[str] = []  # drawn ahead from os.urandom, taken from the end; emptied in a forked child
+
+
 def new_trace_id() -> str:
-    """A fresh ``trace_id``: 16 random hex digits (``os.urandom``; a tenth of ``uuid4``'s cost on the decision path)."""
-    return os.urandom(8).hex()
+    """A fresh ``trace_id``: 16 random hex digits from ``os.urandom``.
+
+    Drawn 128 at a time: one ``getrandom`` system call per 128 ids instead of one per id (in the connector's decision,
+    caches cold, the call took ~6 µs on the development VM; taking a drawn id ~0.1). A forked child empties the pool
+    (``os.register_at_fork``), so it never hands out the ids its parent will. ``list.pop`` is atomic: threads never
+    share an id.
+    """
+    try:
+        return _trace_ids.pop()
+    except IndexError:
+        raw = os.urandom(8 * _TRACE_IDS_PER_DRAW).hex()
+        _trace_ids.extend([raw[i : i + 16] for i in range(16, len(raw), 16)])
+        return raw[:16]
+
+
+os.register_at_fork(after_in_child=_trace_ids.clear)
 
 
 class AuditEvent(str, Enum):

@@ -36,6 +36,7 @@ NON_SETTING_VARIABLES = {
     "SEMBLEND_KEEP_TEST_LOGS": "tests: keep the logs of the processes a test started",
     "SEMBLEND_VERSION": "the package version an image is built from (deploy/docker/Dockerfile build argument)",
     "SEMBLEND_NATIVE_ALIGNER": "0 turns the span aligner's compiled core off, read once per process (docs/pipeline.md)",
+    "SEMBLEND_NATIVE_UNBOX": "0 turns the connector's C prompt unboxing off, read once per process (trtllm_connector/unbox.py)",
 }
 """``SEMBLEND_*`` variables that are not settings; any other unknown ``SEMBLEND_*`` variable is an error."""
 _TRUE = {"1", "true", "yes", "on"}

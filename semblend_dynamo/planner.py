@@ -17,7 +17,6 @@ The deviation estimate (:func:`estimate_deviation`) is a heuristic, not a measur
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
 from collections.abc import Collection, Sequence
@@ -165,34 +164,57 @@ class Planner:
         if not spans:
             return _decline(DeclineReason.NO_CANDIDATE, "no token-exact span")
 
+        # One pass per stage over the spans, no generator per gate (the planner runs on every scheduler decision,
+        # with cold caches); tests/core/test_planner_reference.py holds it to the decisions of the earlier loops.
         ordered = sorted(spans, key=_TARGET_START)
-        for prev, cur in itertools.pairwise(ordered):
-            if cur.target_start < prev.target_end:
+        prev_end = -1
+        for span in ordered:
+            if span.target_start < prev_end:
                 return _decline(DeclineReason.INTERNAL_ERROR, "spans overlap on the target")
-        if ordered[-1].target_end > target_len:
+            prev_end = span.target_start + span.length
+        if prev_end > target_len:
             return _decline(DeclineReason.INTERNAL_ERROR, "a span ends past the prompt")
-        exact = _exact_equivalence(ordered, approximate_donors)
 
-        # Trim inward to target blocks, clip to [device prefix, limit).
-        kept: list[tuple[Span, bool]] = []
-        vanished = past_prefix = 0
-        for span, is_exact in zip(ordered, exact, strict=True):
-            start = max(-(-span.target_start // bs) * bs, device_prefix_tokens)
-            end = min(span.target_end // bs * bs, limit)
-            if span.target_end <= device_prefix_tokens:
+        # Exact-equivalent: delta 0 from position 0 (or directly continuing such a span of the same donor), from a
+        # donor whose own KV is exact. Then trim inward to target blocks, clip to [device prefix, limit).
+        min_span = cfg.min_span_tokens
+        long_enough: list[tuple[Span, bool]] = []
+        kept = vanished = past_prefix = longest = 0
+        prev: Span | None = None
+        prev_exact = False
+        for span in ordered:
+            ts = span.target_start
+            te = ts + span.length
+            if span.donor_start != ts or span.donor_id in approximate_donors:
+                is_exact = False
+            elif ts == 0:
+                is_exact = True
+            else:
+                is_exact = (
+                    prev is not None
+                    and prev_exact
+                    and prev.donor_id == span.donor_id
+                    and prev.target_start + prev.length == ts
+                )
+            prev, prev_exact = span, is_exact
+            if te <= device_prefix_tokens:
                 past_prefix += 1
                 continue
+            start = max(-(-ts // bs) * bs, device_prefix_tokens)
+            end = min(te // bs * bs, limit)
             if end <= start:
                 vanished += 1
                 continue
-            kept.append((_clip(span, start, end), is_exact))
+            kept += 1
+            if end - start > longest:
+                longest = end - start
+            if end - start >= min_span:
+                long_enough.append((span if start == ts and end == te else _clip(span, start, end), is_exact))
         if not kept:
             if past_prefix and not vanished:
                 return _decline(DeclineReason.EXACT_PREFIX_WINS, "every span lies inside the device prefix")
             return _decline(DeclineReason.ALIGNMENT_NOT_BLOCK_ALIGNED, "no span covers a whole target block")
-        long_enough = [(s, e) for s, e in kept if s.length >= cfg.min_span_tokens]
         if not long_enough:
-            longest = max(s.length for s, _ in kept)
             return _decline(
                 DeclineReason.BELOW_MIN_SPAN, f"longest usable span {longest} < min_span_tokens {cfg.min_span_tokens}"
             )
@@ -221,19 +243,33 @@ class Planner:
         if len(chosen) > cfg.max_spans:
             return _decline(DeclineReason.TOO_MANY_SPANS, f"{len(chosen)} spans > max_spans {cfg.max_spans}")
 
-        plan_spans = [s for s, _ in chosen]
-        plan_exact = [e for _, e in chosen]
-        reused = sum(s.length for s in plan_spans)
+        plan_spans: list[Span] = []
+        shifted_spans: list[Span] = []
+        reused = 0
+        moves = False
+        for span, is_exact in chosen:
+            plan_spans.append(span)
+            reused += span.length
+            if not is_exact:
+                shifted_spans.append(span)
+            if span.donor_start != span.target_start:
+                moves = True
         ratio = reused / target_len
         if chain_head_tokens is None and ratio < cfg.min_reuse_ratio:
             return _decline(
                 DeclineReason.BELOW_REUSE_RATIO,
                 f"reuse {reused}/{target_len} = {ratio:.3f} < min_reuse_ratio {cfg.min_reuse_ratio}",
             )
-        shifted = not all(plan_exact)
+        shifted = bool(shifted_spans)
         # Exact-equivalent spans have no deviation and no RoPE delta: the estimate and the delta scan are for shifted.
-        deviation = estimate_deviation(plan_spans, plan_exact, skipped=chain_head_tokens or 0) if shifted else 0.0
+        # The estimate as estimate_deviation makes it: token-weighted over the shifted spans, summed in this order.
+        deviation = 0.0
         if shifted:
+            skipped = chain_head_tokens or 0
+            total = sum([s.length for s in shifted_spans])
+            deviation = (
+                sum([s.length * span_deviation(s.length, s.delta, skipped=skipped) for s in shifted_spans]) / total
+            )
             if similarity is not None and not similarity >= cfg.min_similarity:
                 return _decline(
                     DeclineReason.BELOW_SIMILARITY,
@@ -254,7 +290,7 @@ class Planner:
             prompt_tokens=target_len,
             reused_tokens=reused,
             reuse_ratio=ratio,
-            requires_rope_correction=shifted and any(s.delta != 0 for s in plan_spans),
+            requires_rope_correction=shifted and moves,
             estimated_deviation=deviation,
             mode="shifted" if shifted else "exact",
         )
@@ -279,20 +315,3 @@ def _clip(span: Span, start: int, end: int) -> Span:
         target_start=start,
         length=end - start,
     )
-
-
-def _exact_equivalence(ordered: Sequence[Span], approximate_donors: Collection[str] = ()) -> list[bool]:
-    """Exact-equivalent: delta 0 from position 0 (or directly continuing such a span of the same donor), from a donor
-    whose own KV is exact."""
-    out: list[bool] = []
-    for i, span in enumerate(ordered):
-        if span.delta != 0 or span.donor_id in approximate_donors:
-            out.append(False)
-        elif span.target_start == 0:
-            out.append(True)
-        else:
-            prev = ordered[i - 1] if i else None
-            out.append(
-                prev is not None and out[-1] and prev.donor_id == span.donor_id and prev.target_end == span.target_start
-            )
-    return out

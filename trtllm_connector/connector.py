@@ -48,7 +48,7 @@ from semblend_kernels.rope_delta import CopySpan, rope_delta_copy, rope_delta_co
 
 from semblend_dynamo.audit import AuditEvent, AuditRecord, AuditWriter, Role, audit_file, new_trace_id
 from semblend_dynamo.config import ConfigError, SemblendConfig, isolation_rule_error
-from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key, u32_tokens
+from semblend_dynamo.events.schemas import DonorHint, deployment_digest, request_key
 from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.planner import Planner
 from semblend_dynamo.policy import DonorPolicy, Lineage, Tenancy, isolation_in_force_error
@@ -63,11 +63,17 @@ from .metadata import ConnectorMetadata, LoadPlan
 from .model_info import ModelInfo
 from .outcome_link import OutcomeLink
 from .tenancy import read_tenancy, refine
+from .unbox import u32_prompt
 from .validation import Declined, ValidatedLoad, trim_load, validate_load
 
 logger = logging.getLogger(__name__)
 
 LORA_ATTRS = ("lora_task_id", "py_lora_task_id")
+# Enum values read on every decision, once (an enum member's ``.value`` is a Python-level descriptor).
+_RECIPIENT = Role.RECIPIENT.value
+_DONOR_PREFILL = Role.DONOR_PREFILL.value
+_CHAIN_STEP = Role.CHAIN_STEP.value
+_LINEAGE_VALUES = {lineage: lineage.value for lineage in Lineage}
 
 
 def read_prompt(request: Any) -> list[int]:
@@ -87,7 +93,7 @@ def read_lora(request: Any) -> str:
     return ""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Promise:
     """A load promised in ``get_num_new_matched_tokens``, waiting for its blocks and the metadata."""
 
@@ -155,6 +161,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._tags: dict[int, dict[str, Any]] = {}  # request id -> its audit role and trace id, until it is gone
         self._engine_blocks: dict[int, tuple[list[int], str | None]] = {}  # 1.3+: block_hashes and cache_salt
         self._prompts: dict[int, array.array[int]] = {}  # the prompt as decided on (u32), a donor's tokens at finish
+        self._promised_counter = metrics.decisions("promised")  # the series, looked up once
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
@@ -347,26 +354,26 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _decide(self, request: Any, num_computed: int, started: float) -> int:
         request_id = _request_id(request)
         self._device_matched[request_id] = num_computed
-        # One conversion of the token list: the u32 array is both the request key's input and the prompt every lookup
-        # (the span aligner's too) compares with the donors' u32 arrays.
-        prompt_u32 = self._prompts[request_id] = u32_tokens(read_prompt(request))
+        # One conversion of the token list (in C when trtllm_connector.unbox is built): the u32 array is both the
+        # request key's input and the prompt every lookup (the span aligner's too) compares with the donors' u32 arrays.
+        prompt_u32 = self._prompts[request_id] = u32_prompt(read_prompt(request))
         key = request_key(prompt_u32)
         prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
         hint = self.hints.take(key)
         tenancy = self._tenancy[request_id] = read_tenancy(request)
         device_lineage = self._lineage[request_id] = self.policy.device_prefix_lineage(tenancy, num_computed)
-        tags = self._tags[request_id] = {
-            "role": Role(hint.role).value if hint else Role.RECIPIENT.value,
-            "trace_id": (hint.trace_id if hint else None) or new_trace_id(),
-        }
-        if tags["role"] == Role.DONOR_PREFILL.value:  # a donor holds the KV a cold prefill gives: it never loads
+        role = Role(hint.role).value if hint else _RECIPIENT
+        trace_id = (hint.trace_id if hint else None) or new_trace_id()
+        self._tags[request_id] = {"role": role, "trace_id": trace_id}
+        if role == _DONOR_PREFILL:  # a donor holds the KV a cold prefill gives: it never loads
             return 0
-        if hint is not None and hint.role == Role.CHAIN_STEP.value and not hint.spans:  # a chain step of own words
+        if hint is not None and hint.role == _CHAIN_STEP and not hint.spans:  # a chain step of own words
             return 0
         refused = self.policy.may_seek(tenancy)
-        if refused is not None or tenancy.tenant is None:
+        tenant = tenancy.tenant
+        if refused is not None or tenant is None:
             return self._decline(request_id, refused or DeclineReason.TENANT_UNKNOWN, started, key=key)
-        namespace = self._namespace_digest(read_lora(request), tenancy.tenant)
+        namespace = self._namespace_digest(read_lora(request), tenant)
         candidates = self._hint_candidates(hint, namespace)
         similarity = hint.similarity if hint else None
         if isinstance(candidates, DeclineReason):
@@ -428,9 +435,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._promises[request_id] = _Promise(load, key, namespace, started, lineage, donor_ids=donor_ids)
         for donor in donors.values():  # one lease per donor, returned once in build_connector_meta
             self.registry.lease(donor)
-        metrics.decisions("promised").inc()
+        self._promised_counter.inc()
         metrics.PROMISED_TOKENS.inc(load.tokens)
-        role, trace_id = self._tag(request_id)
         record = AuditRecord(
             event=AuditEvent.PROMISED,
             role=role,
@@ -444,7 +450,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             blocks=load.tokens // self.tokens_per_block,
             delta=load.segments[0].delta,
             requires_rope_correction=_rope_corrected(load.requires_rope_correction, load.lineage),
-            lineage=load.lineage.value,
+            lineage=_LINEAGE_VALUES[load.lineage],
             mode=self.cfg.mode,
             latency_us=(time.perf_counter() - started) * 1e6,
         )
@@ -476,12 +482,14 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
     def _align(self, namespace: str, prompt: np.ndarray, candidates: list[str] | None) -> list[Span]:
         return self.aligner.align(namespace, prompt, candidates=candidates, max_spans=self.cfg.max_spans)
 
-    def _approximate_donors(self, spans: list[Span]) -> set[str]:
-        out = set()
+    def _approximate_donors(self, spans: list[Span]) -> set[str] | tuple[()]:
+        """The spans' donors whose own KV is approximate (an empty tuple for none: no set made on every decision)."""
+        out: set[str] | tuple[()] = ()
+        get = self.registry.get
         for span in spans:
-            donor = self.registry.get(span.donor_id)
+            donor = get(span.donor_id)
             if donor is not None and donor.lineage is Lineage.APPROXIMATE:
-                out.add(span.donor_id)
+                out = {*out, span.donor_id}
         return out
 
     def _namespace_digest(self, lora: str, tenant: str) -> str:
@@ -514,9 +522,12 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             raise Declined(DeclineReason.UNSUPPORTED_LAYOUT, "the worker has not registered the KV pool")
         if load.requires_rope_correction and self.model.kv_scale_missing:
             raise Declined(DeclineReason.KV_SCALE_UNKNOWN, "fp8 KV without SEMBLEND_KV_SCALE: exact loads only")
-        needs_geometry = any(
-            s.delta or s.donor_start % self.tokens_per_block or s.length % self.tokens_per_block for s in load.segments
-        )
+        tpb = self.tokens_per_block
+        needs_geometry = False
+        for s in load.segments:
+            if s.target_start != s.donor_start or s.donor_start % tpb or s.length % tpb:
+                needs_geometry = True
+                break
         if needs_geometry and not pool.geometry_ok:
             raise Declined(DeclineReason.UNSUPPORTED_LAYOUT, "pool geometry unknown: only whole-block copies possible")
         refused = self.policy.may_load(tenancy, load.lineage)

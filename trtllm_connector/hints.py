@@ -60,6 +60,8 @@ class HintInbox:
 
     def take(self, request_key: str) -> DonorHint | None:
         """Called from ``get_num_new_matched_tokens``: the hint for this prompt, removed from the inbox."""
+        if not self._hints:  # nothing to take or expire (a hint submitted meanwhile is as if it came after this call)
+            return None
         with self._lock:
             entry = self._hints.pop(request_key, None)
             self._expire()

@@ -17,6 +17,9 @@ from semblend_dynamo.policy import Tenancy
 SALT_ATTRS = ("cache_salt", "py_cache_salt")
 SALT_ID_ATTRS = ("cache_salt_id", "py_cache_salt_id")
 _MISSING = object()
+# Tenancies without a salt string, made once (frozen): most requests of a deployment without salts are one of these.
+_UNKNOWN = Tenancy.unknown()
+_NO_SALT_ID = Tenancy.from_salt_id(None)
 
 
 def read_tenancy(request: Any) -> Tenancy:
@@ -31,7 +34,7 @@ def read_tenancy(request: Any) -> Tenancy:
         if isinstance(value, str):
             return Tenancy.from_salt(value)
         if value is not None:  # a salt of an unknown type: do not guess whose it is
-            return Tenancy.unknown()
+            return _UNKNOWN
     for name in SALT_ID_ATTRS:
         value = getattr(request, name, _MISSING)
         if value is _MISSING:
@@ -40,10 +43,10 @@ def read_tenancy(request: Any) -> Tenancy:
         if isinstance(value, int) and not isinstance(value, bool):
             salt_id = value
         elif value is not None:
-            return Tenancy.unknown()
+            return _UNKNOWN
     if not seen:
-        return Tenancy.unknown()
-    return Tenancy.from_salt_id(salt_id)
+        return _UNKNOWN
+    return _NO_SALT_ID if salt_id is None else Tenancy.from_salt_id(salt_id)
 
 
 def refine(decided: Tenancy, request_data: Any) -> Tenancy:

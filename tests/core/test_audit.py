@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from semblend_dynamo.audit import (
     AuditWriter,
     Role,
     audit_file,
+    new_trace_id,
     read_audit,
     run_audit_path,
 )
@@ -97,3 +99,25 @@ def test_replay_runs_never_share_an_audit_file_unless_appending(tmp_path) -> Non
     assert all(len(ids) == 1 for ids in run_ids) and run_ids[0] != run_ids[1]
     appended = {r["run_id"] for r in read_audit(path)}
     assert len(appended) == 2 and not appended & (run_ids[0] | run_ids[1])
+
+
+def test_trace_ids_are_random_hex_and_never_repeat_across_refills() -> None:
+    ids = [new_trace_id() for _ in range(3000)]  # several refills of the pool
+    assert all(len(t) == 16 and int(t, 16) >= 0 and t == t.lower() for t in ids)
+    assert len(set(ids)) == len(ids)
+
+
+def test_a_forked_child_never_draws_the_trace_ids_its_parent_will_draw() -> None:
+    new_trace_id()  # the pool holds ids drawn before the fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, ",".join(new_trace_id() for _ in range(8)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child = f.read().split(",")
+    os.waitpid(pid, 0)
+    parent = [new_trace_id() for _ in range(8)]
+    assert len(child) == 8 and not set(child) & set(parent)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Device (issue 16.2, sched7): on a quiet host, a baseline tree (main before sched7) against this tree, in two calls
+# of under 10 minutes each:
+#   bash benchmarks/results/sched7/run_device.sh bench [ROUNDS]   (default 2 rounds; ~6 min on the 2-core VM)
+#     1. decisions_ab.py (file mode) in both trees, then cmp: the same decisions and audit bytes;
+#     2. bench_connector at 8K, exact and shifted, alternating base / this tree / this tree with the C prompt unboxing
+#        off (SEMBLEND_NATIVE_UNBOX=0: what the Python-side changes alone give), ROUNDS rounds; summarize_ab.py.
+#   bash benchmarks/results/sched7/run_device.sh detail
+#     3. lockstep_ab.py (paired, decisions alternating one by one between the two trees' processes), shifted and exact;
+#     4. decide_steps.py (per-step medians and where the p99 decisions spent their excess) in both trees, shifted hit
+#        and exact hit; call_times.py (each callee's median in the flow) for the shifted hit in both trees;
+#     5. gc_tail.py in this tree (collections inside the p99 decisions, net tracked objects per request) at Python's
+#        default threshold and at TensorRT-LLM's (20,000, with 3M live objects).
+# Staging, in the checkout that carries this tree (.stage/fp/env.sh as in sched5: wheels into /tmp/semdev, this
+# tree's native aligner built):
+#   mkdir -p .stage/old && git archive <baseline commit> | xz > .stage/old/base.tar.xz
+#   the C prompt unboxing needs the Python headers of the device's python3 (3.12); if the host lacks them, stage a copy:
+#   tar -cJf .stage/pyinc.tar.xz -C /root/.pyenv/versions/3.12.1/include python3.12
+#   command: bash benchmarks/results/sched7/run_device.sh bench 2 (then ... detail), carry [".stage"]
+# Each call leaves one archive, $OUT/sched7_<stage>.tgz (the device returns at most 8 files), and prints its tables.
+set -uo pipefail
+source .stage/fp/env.sh
+stage=${1:-bench}
+rounds=${2:-2}
+out=/tmp/sched7out/$stage
+rm -rf "$out" /tmp/base && mkdir -p "$out" /tmp/base && tar -xJf .stage/old/base.tar.xz -C /tmp/base
+cp benchmarks/bench_connector.py /tmp/base/benchmarks/bench_connector.py
+base() { (cd /tmp/base && PYTHONPATH=/tmp/base:$PYTHONPATH timeout 280 python3 "$@"); }
+here() { PYTHONPATH=$PWD:$PYTHONPATH timeout 280 python3 "$@"; }  # this tree first, whatever env.sh put before it
+base -m semblend_dynamo._native build > /dev/null 2>&1
+base -m semblend_dynamo._native status
+cc_cmd=cc
+inc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+if [ ! -f "$inc/Python.h" ] && [ -f .stage/pyinc.tar.xz ]; then
+  rm -rf /tmp/pyinc && mkdir -p /tmp/pyinc && tar -xJf .stage/pyinc.tar.xz -C /tmp/pyinc
+  cc_cmd="cc -I/tmp/pyinc/$(ls /tmp/pyinc | head -1)"
+fi
+here -m trtllm_connector.unbox build --cc "$cc_cmd" 2>&1 | tail -1
+here -m trtllm_connector.unbox status 2>&1 | tee "$out/unbox_status.txt"
+{ uptime; nproc; lscpu | grep -i "model name"; python3 -V; git log --oneline -1; } 2>&1 | tee "$out/host.txt"
+
+if [ "$stage" = bench ]; then
+  here benchmarks/results/sched4/decisions_ab.py 100 file > "$out/decisions_sched7.txt"
+  base "$PWD/benchmarks/results/sched4/decisions_ab.py" 100 file > "$out/decisions_base.txt"
+  if cmp -s "$out/decisions_base.txt" "$out/decisions_sched7.txt"; then echo "decisions_ab: identical"; else
+    echo "decisions_ab: DIFFERENT"; fi | tee "$out/decisions_cmp.txt"
+  wc -l "$out/decisions_base.txt" "$out/decisions_sched7.txt" | tee -a "$out/decisions_cmp.txt"
+  rm "$out/decisions_base.txt" "$out/decisions_sched7.txt"
+  for run in $(seq 1 "$rounds"); do
+    for mode in exact shifted; do
+      args=(benchmarks/bench_connector.py --prompt-tokens 8192 --requests 2000 --mode $mode)
+      base "${args[@]}" > "$out/base_${mode}_run$run.txt" 2>&1
+      here "${args[@]}" > "$out/sched7_${mode}_run$run.txt" 2>&1
+      SEMBLEND_NATIVE_UNBOX=0 here "${args[@]}" > "$out/sched7-fromlist_${mode}_run$run.txt" 2>&1
+    done
+  done
+  python3 benchmarks/results/sched4/summarize_ab.py "$out" | tee "$out/summary.txt"
+else
+  for mode in shifted exact; do
+    here benchmarks/results/sched3/lockstep_ab.py $mode 1000 /tmp/base python3 "$PWD" python3
+  done 2>&1 | tee "$out/lockstep.txt"
+  for args in "shifted shifted-hit" "exact hit"; do
+    tag=${args// /_}
+    base "$PWD/benchmarks/results/sched4/decide_steps.py" 2000 $args > "$out/steps_base_$tag.txt" 2>&1
+    here benchmarks/results/sched4/decide_steps.py 2000 $args > "$out/steps_sched7_$tag.txt" 2>&1
+    for tree in base sched7; do echo "== $tree $args"; tail -8 "$out/steps_${tree}_$tag.txt"; done
+  done 2>&1 | tee "$out/steps.txt"
+  {
+    echo "== base"; base "$PWD/benchmarks/results/sched7/call_times.py" 2000 shifted shifted-hit
+    echo "== sched7"; here benchmarks/results/sched7/call_times.py 2000 shifted shifted-hit
+  } 2>&1 | tee "$out/call_times.txt"
+  {
+    here benchmarks/results/sched7/gc_tail.py 2000 shifted shifted-hit
+    here benchmarks/results/sched7/gc_tail.py 2000 shifted shifted-hit 20000 3000000
+    here benchmarks/results/sched7/gc_tail.py 2000 exact hit 20000 3000000
+  } 2>&1 | tee "$out/gc_tail.txt"
+fi
+uptime | tee -a "$out/host.txt"
+[ -f "$out/summary.txt" ] && cp "$out/summary.txt" "$OUT/summary.txt"
+tar -czf "$OUT/sched7_$stage.tgz" -C "$out" .
