@@ -42,6 +42,8 @@ _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
 _FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
 _PROBE_MIX = np.uint64(0xBF58476D1CE4E5B9)  # the id table's slots: an unrelated odd constant, independent of the filter
+_PROBE_MIX_INT = int(_PROBE_MIX)
+_U64 = (1 << 64) - 1
 _EMPTY = -1
 _REMOVED = -2
 
@@ -160,6 +162,37 @@ class _IdTable:
             self._resize(2 * live, np.concatenate((self.keys[held], hashes)), np.concatenate((self.ids[held], ids)))
             return
         self._place(hashes, ids)
+
+    def insert_one(self, key: int, id_: int, live: int) -> None:
+        """:meth:`insert` of one key not in the table, probed in Python (a few µs where the vectorized rounds take
+        tens)."""
+        if 4 * (self._used + 1) > 3 * self.ids.size:
+            self.insert(np.array([key], dtype=np.uint64), np.array([id_], dtype=np.int64), live)
+            return
+        bucket = ((key * _PROBE_MIX_INT) & _U64) >> int(self._shift)
+        while True:
+            row = self.ids[bucket].tolist()
+            for entry, held in enumerate(row):
+                if held < 0:
+                    self.keys[bucket, entry] = key
+                    self.ids[bucket, entry] = id_
+                    self._used += held == _EMPTY
+                    return
+            bucket = (bucket + 1) & self._mask
+
+    def remove_one(self, key: int) -> None:
+        """:meth:`remove` of one key, probed in Python."""
+        bucket = ((key * _PROBE_MIX_INT) & _U64) >> int(self._shift)
+        while True:
+            ids = self.ids[bucket].tolist()
+            keys = self.keys[bucket].tolist()
+            for entry, held in enumerate(ids):
+                if held >= 0 and keys[entry] == key:
+                    self.ids[bucket, entry] = _REMOVED
+                    return
+            if _EMPTY in ids:
+                return
+            bucket = (bucket + 1) & self._mask
 
     def remove(self, hashes: np.ndarray) -> None:
         """Mark hashes in the table removed."""
@@ -457,12 +490,12 @@ class _DonorBook:
         self.length[slot] = donor.tokens.size
         self.donor_ids[slot] = donor.donor_id
         live = self._next - len(self._free)
-        self.slots.insert(np.array([donor.serial], dtype=np.uint64), np.array([slot], dtype=np.int64), live)
+        self.slots.insert_one(donor.serial, slot, live)
         donor.slot = slot
 
     def remove(self, donor: _Donor) -> None:
         self._view = None
-        self.slots.remove(np.array([donor.serial], dtype=np.uint64))
+        self.slots.remove_one(donor.serial)
         self.donor_ids[donor.slot] = None
         self._free.append(donor.slot)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from semblend_dynamo import _native
-from semblend_dynamo.span_aligner import SpanAligner, _Candidate
+from semblend_dynamo.span_aligner import SpanAligner, _Candidate, _IdTable
 
 pytestmark = pytest.mark.skipif(_native.LIBRARY is None, reason=f"native core not loaded: {_native.REASON}")
 
@@ -161,3 +161,26 @@ def test_clipped_pieces_at_the_minimum_length(u32: bool, left: int, right: int) 
     pieces += [("best", 32, 64)] + ([("right", 64, right)] if right - 64 >= 8 else [])
     assert expected == pieces
     assert native_path.align("ns", target) == numpy_path.align("ns", target)
+
+
+def test_the_one_key_id_table_operations_agree_with_a_dict() -> None:
+    """The donor book's serial -> slot table: one key at a time (probed in Python), mixed with the vectorized calls,
+    through rebuilds, removals and reused entries; consecutive serials and keys above 2**63 alike."""
+    rng = np.random.default_rng(9)
+    table, mirror = _IdTable(), {}
+    keys = [*range(3000), *(2 * int(k) + 1 for k in rng.integers(1 << 62, 1 << 63, 1000, dtype=np.int64))]
+    for step, key in enumerate(keys):
+        if key in mirror:
+            continue
+        mirror[key] = step
+        if step % 5 == 0:
+            table.insert(np.array([key], dtype=np.uint64), np.array([step], dtype=np.int64), len(mirror))
+        else:
+            table.insert_one(key, step, len(mirror))
+        if step % 3 == 0:
+            gone = list(mirror)[int(rng.integers(len(mirror)))]
+            del mirror[gone]
+            table.remove_one(gone)
+        table.remove_one((1 << 64) - 1)  # not in the table: nothing happens
+    probe = np.array([*keys, 5000, (1 << 64) - 1], dtype=np.uint64)
+    assert table.find(probe).tolist() == [mirror.get(k, -1) for k in probe.tolist()]
