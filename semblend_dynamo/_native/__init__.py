@@ -5,9 +5,11 @@ The library is plain C (no Python API), built when the package is installed (``s
 aligner keeps its numpy path, when ``SEMBLEND_NATIVE_ALIGNER=0``, when the library is missing (no compiler at install
 time), or when it was built from another version of ``span_aligner.c``; :data:`REASON` and one log line say why.
 
-The functions run with the GIL held (``PyDLL``): they take microseconds, and releasing the GIL would let another
-thread keep it for a whole switch interval. Arrays are passed by address; the caller keeps them alive and unchanged
-for the call.
+One call, ``sa_align``, runs the whole alignment (tens of microseconds to a few hundred at 8K tokens and 100K donors),
+by default without the GIL (``ctypes.CDLL``): another thread, such as Dynamo's runtime delivering the exact query's
+answer, runs meanwhile instead of waiting for the search to end. ``SEMBLEND_ALIGNER_RELEASE_GIL=0`` keeps the GIL held
+(``PyDLL``). Arrays are passed by address; the caller keeps them alive and unchanged for the call (the aligner's owner
+serializes alignments with every table change).
 """
 
 from __future__ import annotations
