@@ -2,8 +2,8 @@
 # Quiet host (issues 16.1 / 16.2, span7): the span aligner in one compiled call against a baseline tree (main before
 # span7), on the host CPU of a device machine.
 #   1. align_ab.py: SpanAligner.align of both trees in one process, calls interleaved, 20K and 100K donors, int64 and
-#      uint32, shifted hit / shared hit / miss; then the same with 8 MB written between calls (caches as a request finds
-#      them through the Frontend).
+#      uint32, shifted hit / shared hit / miss; then 100K int64 with 8 MB written between calls (caches as a request
+#      finds them through the Frontend).
 #   2. bench_connector at 8K tokens, shifted mode, alternating base / this tree, ROUNDS rounds (default 3), both trees
 #      with this tree's bench_connector.py; summarize_ab.py over the rounds.
 #   3. lockstep_ab.py shifted (both trees' schedulers in two processes, decisions alternating one by one).
@@ -34,9 +34,9 @@ here -m semblend_dynamo._native status
 
 if [ "$part" = align ]; then
   here=$PWD
-  (cd benchmarks/results/span7 && timeout 280 python3 align_ab.py /tmp/base "$here" --donors 20000,100000 \
+  (cd benchmarks/results/span7 && timeout 360 python3 align_ab.py /tmp/base "$here" --donors 20000,100000 \
     --calls 600) 2>&1 | tee "$out/align_ab_evict0.txt"
-  (cd benchmarks/results/span7 && timeout 250 python3 align_ab.py /tmp/base "$here" --donors 100000 \
+  (cd benchmarks/results/span7 && timeout 200 python3 align_ab.py /tmp/base "$here" --donors 100000 --widths int64 \
     --calls 600 --evict-mb 8) 2>&1 | tee "$out/align_ab_evict8.txt"
   uptime | tee -a "$out/host.txt"
   cat "$out"/align_ab_evict*.txt > "$OUT/summary_align.txt"
