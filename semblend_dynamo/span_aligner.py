@@ -9,8 +9,9 @@ in one vectorized pass to get maximal exact spans. Spans are trimmed inward to t
 length and chosen greedily so they do not overlap on the target.
 
 When its compiled core is loaded (:mod:`semblend_dynamo._native`, plain C through ctypes), :meth:`SpanAligner.align`
-runs the same steps in C, one window after the other, but for the postings of shared chunks; the numpy path is the
-reference (identical spans) and the fallback.
+runs the same steps, the greedy choice included, in one C call (by default without the GIL), reading the tables, the
+shared chunks' postings and a donor book (serial -> token address) as arrays; the numpy path is the reference
+(identical spans) and the fallback.
 
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
 time, never correctness. Spans never cross namespaces: each namespace has its own chunk table.
