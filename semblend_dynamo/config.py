@@ -37,6 +37,8 @@ NON_SETTING_VARIABLES = {
     "SEMBLEND_VERSION": "the package version an image is built from (deploy/docker/Dockerfile build argument)",
     "SEMBLEND_NATIVE_ALIGNER": "0 turns the span aligner's compiled core off, read once per process (docs/pipeline.md)",
     "SEMBLEND_NATIVE_UNBOX": "0 turns the connector's C prompt unboxing off, read once per process (trtllm_connector/unbox.py)",
+    "SEMBLEND_ALIGNER_RELEASE_GIL": "0 keeps the GIL held during the compiled span search, read once per process "
+    "(docs/pipeline.md)",
 }
 """``SEMBLEND_*`` variables that are not settings; any other unknown ``SEMBLEND_*`` variable is an error."""
 _TRUE = {"1", "true", "yes", "on"}

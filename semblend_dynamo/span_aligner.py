@@ -9,8 +9,9 @@ in one vectorized pass to get maximal exact spans. Spans are trimmed inward to t
 length and chosen greedily so they do not overlap on the target.
 
 When its compiled core is loaded (:mod:`semblend_dynamo._native`, plain C through ctypes), :meth:`SpanAligner.align`
-runs the same steps in C, one window after the other, but for the postings of shared chunks; the numpy path is the
-reference (identical spans) and the fallback.
+runs the same steps, the greedy choice included, in one C call (by default without the GIL), reading the tables, the
+shared chunks' postings and a donor book (serial -> token address) as arrays; the numpy path is the reference
+(identical spans) and the fallback.
 
 A hash hit is never trusted: every span comes from a direct token comparison, so hash collisions cost
 time, never correctness. Spans never cross namespaces: each namespace has its own chunk table.
@@ -42,6 +43,8 @@ _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
 _FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
 _PROBE_MIX = np.uint64(0xBF58476D1CE4E5B9)  # the id table's slots: an unrelated odd constant, independent of the filter
+_PROBE_MIX_INT = int(_PROBE_MIX)
+_U64 = (1 << 64) - 1
 _EMPTY = -1
 _REMOVED = -2
 
@@ -85,6 +88,7 @@ class _Donor:
     address: int  # of tokens, for the compiled core
     chunk_hashes: list[int]
     postings: list[int]
+    slot: int = -1  # in the aligner's _DonorBook, while indexed by a native aligner
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,12 @@ class _Candidate:
 
 
 _START = operator.attrgetter("start")
+_new = object.__new__
+# Span's slots, set directly (a frozen dataclass's __init__ goes through object.__setattr__ and __post_init__).
+_set_donor_id = Span.__dict__["donor_id"].__set__
+_set_donor_start = Span.__dict__["donor_start"].__set__
+_set_target_start = Span.__dict__["target_start"].__set__
+_set_length = Span.__dict__["length"].__set__
 
 
 class _IdTable:
@@ -153,6 +163,37 @@ class _IdTable:
             self._resize(2 * live, np.concatenate((self.keys[held], hashes)), np.concatenate((self.ids[held], ids)))
             return
         self._place(hashes, ids)
+
+    def insert_one(self, key: int, id_: int, live: int) -> None:
+        """:meth:`insert` of one key not in the table, probed in Python (a few µs where the vectorized rounds take
+        tens)."""
+        if 4 * (self._used + 1) > 3 * self.ids.size:
+            self.insert(np.array([key], dtype=np.uint64), np.array([id_], dtype=np.int64), live)
+            return
+        bucket = ((key * _PROBE_MIX_INT) & _U64) >> int(self._shift)
+        while True:
+            row = self.ids[bucket].tolist()
+            for entry, held in enumerate(row):
+                if held < 0:
+                    self.keys[bucket, entry] = key
+                    self.ids[bucket, entry] = id_
+                    self._used += held == _EMPTY
+                    return
+            bucket = (bucket + 1) & self._mask
+
+    def remove_one(self, key: int) -> None:
+        """:meth:`remove` of one key, probed in Python."""
+        bucket = ((key * _PROBE_MIX_INT) & _U64) >> int(self._shift)
+        while True:
+            ids = self.ids[bucket].tolist()
+            keys = self.keys[bucket].tolist()
+            for entry, held in enumerate(ids):
+                if held >= 0 and keys[entry] == key:
+                    self.ids[bucket, entry] = _REMOVED
+                    return
+            if _EMPTY in ids:
+                return
+            bucket = (bucket + 1) & self._mask
 
     def remove(self, hashes: np.ndarray) -> None:
         """Mark hashes in the table removed."""
@@ -234,14 +275,22 @@ class _ChunkTable:
     (slot = top bits of the mixed hash): small enough to stay in cache on the hot path. ``_counts`` (distinct hashes
     per slot, uint16) is only touched on mutation, to know when a bit can be cleared; wrapping would take 65,536
     distinct hashes in one slot and could only hide matches, never invent them.
+
+    ``mirror`` (a native aligner's table): the postings of every chunk several donors share are also kept in an int64
+    array per key id (``_shared``, same order), whose address and length ``shared_at`` and ``shared_count`` give the
+    compiled core: appended to on admission, shifted in place on release, dropped when one posting is left.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, mirror: bool = False) -> None:
+        self.mirror = mirror
         self.postings: dict[int, list[int]] = {}
         self.ids: dict[int, int] = {}
         self.id_table = _IdTable()
         self.single_serial = np.full(64, -1, dtype=np.int64)
         self.single_offset = np.zeros(64, dtype=np.int64)
+        self.shared_at = np.zeros(64, dtype=np.int64)
+        self.shared_count = np.zeros(64, dtype=np.int64)
+        self._shared: dict[int, np.ndarray] = {}
         self._free: list[int] = []
         self._next_id = 0
         self._counts = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
@@ -262,6 +311,8 @@ class _ChunkTable:
                 ids._mask,
                 self.single_serial,
                 self.single_offset,
+                self.shared_at,
+                self.shared_count,
             )
         return self._view
 
@@ -310,6 +361,9 @@ class _ChunkTable:
             self.single_offset[ids] = packed & _OFFSET_MASK
         if shared:
             self.single_serial[[self.ids[h] for h in shared]] = -1
+            if self.mirror:
+                for h in dict.fromkeys(shared):
+                    self._mirror_appended(h)
         if not new:
             return
         if len(self.postings) * _FILTER_LOAD > self._counts.size:
@@ -328,12 +382,17 @@ class _ChunkTable:
             if plist is None:
                 continue
             try:
-                plist.remove(p)
+                at = plist.index(p)
             except ValueError:
                 continue
+            del plist[at]
+            if self.mirror and len(plist) >= 1:
+                self._mirror_removed(self.ids[h], at)
             if not plist:
                 del self.postings[h]
-                self._free.append(self.ids.pop(h))
+                key = self.ids.pop(h)
+                self._free.append(key)
+                self._mirror_dropped(key)
                 gone.append(h)
             else:
                 touched.append(h)
@@ -343,6 +402,8 @@ class _ChunkTable:
             ids = [self.ids[h] for h in alone]
             self.single_serial[ids] = packed >> _OFFSET_BITS
             self.single_offset[ids] = packed & _OFFSET_MASK
+            for key in ids:
+                self._mirror_dropped(key)
         if not gone:
             return
         removed = np.array(gone, dtype=np.uint64)
@@ -351,6 +412,35 @@ class _ChunkTable:
         np.subtract.at(self._counts, slots, 1)
         empty = slots[self._counts[slots] == 0]
         np.bitwise_and.at(self._bits, empty >> 3, (~(1 << (empty & 7))).astype(np.uint8))
+
+    def _mirror_appended(self, h: int) -> None:
+        """The postings of ``h`` (two or more) appended since its mirror was last written, copied to it."""
+        plist = self.postings[h]
+        key = self.ids[h]
+        arr = self._shared.get(key)
+        have = 0 if arr is None else int(self.shared_count[key])
+        if arr is None or arr.size < len(plist):
+            grown = np.empty(max(4, 2 * len(plist)), dtype=np.int64)
+            if arr is not None:
+                grown[:have] = arr[:have]
+            arr = self._shared[key] = grown
+            self.shared_at[key] = arr.__array_interface__["data"][0]
+        arr[have : len(plist)] = plist[have:]
+        self.shared_count[key] = len(plist)
+
+    def _mirror_removed(self, key: int, at: int) -> None:
+        """Posting ``at`` of a shared chunk's list was deleted: the same in its mirror (when it has one)."""
+        arr = self._shared.get(key)
+        if arr is None:
+            return
+        count = int(self.shared_count[key])
+        arr[at : count - 1] = arr[at + 1 : count]  # numpy copies overlapping ranges as if through a buffer
+        self.shared_count[key] = count - 1
+
+    def _mirror_dropped(self, key: int) -> None:
+        if self._shared.pop(key, None) is not None:
+            self.shared_at[key] = 0
+            self.shared_count[key] = 0
 
     def _take_ids(self, n: int) -> list[int]:
         """``n`` key ids: freed ones first, then never-used ones (the arrays double when full)."""
@@ -361,6 +451,8 @@ class _ChunkTable:
             grow = max(self._next_id, 2 * self.single_serial.size) - self.single_serial.size
             self.single_serial = np.concatenate((self.single_serial, np.full(grow, -1, dtype=np.int64)))
             self.single_offset = np.concatenate((self.single_offset, np.zeros(grow, dtype=np.int64)))
+            self.shared_at = np.concatenate((self.shared_at, np.zeros(grow, dtype=np.int64)))
+            self.shared_count = np.concatenate((self.shared_count, np.zeros(grow, dtype=np.int64)))
         return reused + fresh
 
     def _rebuild(self) -> None:
@@ -369,6 +461,52 @@ class _ChunkTable:
         keys = np.fromiter(self.postings.keys(), dtype=np.uint64, count=len(self.postings))
         self._counts = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint16)
         self._bits = np.packbits(self._counts > 0, bitorder="little")
+
+
+class _DonorBook:
+    """A native aligner's donors for the compiled core: serial -> slot in an :class:`_IdTable` (the chunk tables' kind,
+    keyed by serial), and each slot's token address, length and donor id. Slots of released donors are reused."""
+
+    def __init__(self) -> None:
+        self.slots = _IdTable()
+        self.address = np.zeros(64, dtype=np.int64)
+        self.length = np.zeros(64, dtype=np.int64)
+        self.donor_ids: list[str | None] = []  # per slot
+        self._free: list[int] = []
+        self._next = 0
+        self._view: _native.DonorsView | None = None
+
+    def add(self, donor: _Donor) -> None:
+        self._view = None
+        if self._free:
+            slot = self._free.pop()
+        else:
+            slot = self._next
+            self._next += 1
+            self.donor_ids.append(None)
+            if slot == self.address.size:
+                self.address = np.concatenate((self.address, np.zeros(slot, dtype=np.int64)))
+                self.length = np.concatenate((self.length, np.zeros(slot, dtype=np.int64)))
+        self.address[slot] = donor.address
+        self.length[slot] = donor.tokens.size
+        self.donor_ids[slot] = donor.donor_id
+        live = self._next - len(self._free)
+        self.slots.insert_one(donor.serial, slot, live)
+        donor.slot = slot
+
+    def remove(self, donor: _Donor) -> None:
+        self._view = None
+        self.slots.remove_one(donor.serial)
+        self.donor_ids[donor.slot] = None
+        self._free.append(donor.slot)
+
+    def native_view(self) -> _native.DonorsView:
+        if self._view is None:
+            slots = self.slots
+            self._view = _native.DonorsView.of(
+                slots.keys, slots.ids, int(slots._shift), slots._mask, self.address, self.length
+            )
+        return self._view
 
 
 class SpanAligner:
@@ -416,7 +554,10 @@ class SpanAligner:
         self.max_diagonals = max_diagonals
         self.native = _native.LIBRARY is not None if native is None else native
         self.dtype = np.dtype(np.uint32 if tokens_u32 else np.int64)
-        self._scan_buffer: np.ndarray | None = None  # the compiled core's work buffer, kept between alignments
+        self._work = np.zeros(0, dtype=np.int64)  # the compiled core's work buffer, kept between alignments
+        self._work_for = (0, 0)  # (target length, max_spans) the buffer is known to be large enough for
+        self._params = (anchor, block_size, min_span_tokens, max_diagonals, max_postings)
+        self._book = _DonorBook() if self.native else None
         self._donors: dict[str, _Donor] = {}
         self._by_serial: dict[int, _Donor] = {}
         self._tables: dict[str, _ChunkTable] = {}
@@ -470,10 +611,12 @@ class SpanAligner:
         self.remove_donor(donor.donor_id)
         self._donors[donor.donor_id] = donor
         self._by_serial[donor.serial] = donor
+        if self._book is not None:
+            self._book.add(donor)
         if donor.chunk_hashes:
             table = self._tables.get(donor.namespace)
             if table is None:  # made only when needed: building one costs ~0.1 ms, under the lock discover() reads with
-                table = self._tables[donor.namespace] = _ChunkTable()
+                table = self._tables[donor.namespace] = _ChunkTable(mirror=self.native)
             table.add(donor.chunk_hashes, donor.postings)
 
     def remove_donor(self, donor_id: str) -> bool:
@@ -482,6 +625,8 @@ class SpanAligner:
         if donor is None:
             return False
         del self._by_serial[donor.serial]
+        if self._book is not None:
+            self._book.remove(donor)
         table = self._tables.get(donor.namespace)
         if table is not None and donor.chunk_hashes:
             table.remove(donor.chunk_hashes, donor.postings)
@@ -533,10 +678,11 @@ class SpanAligner:
         allowed = self._allowed_serials(namespace, candidates)
         if allowed is not None and not allowed:
             return []
-        found = self._native_candidates(table, t, allowed) if self.native else self._candidates(table, t, allowed)
+        if self.native:
+            return self._native_align(table, t, allowed, max_spans)
         return [
             Span(self._by_serial[c.serial].donor_id, c.start - c.delta, c.start, c.end - c.start)
-            for c in self._choose(found, max_spans)
+            for c in self._choose(self._candidates(table, t, allowed), max_spans)
         ]
 
     def _allowed_serials(self, namespace: str, candidates: Collection[str] | None) -> set[int] | None:
@@ -571,23 +717,39 @@ class SpanAligner:
                 break
         return self._runs(t, windows)
 
-    def _native_candidates(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None) -> list[_Candidate]:
-        """:meth:`_candidates` in the compiled core, but for the postings of chunks several donors share."""
-        scan = _native.Scan(
-            t, self.anchor_tokens, self.block_size, self.min_span_tokens, self.max_diagonals, self._scan_buffer
+    def _native_align(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None, max_spans: int) -> list[Span]:
+        """:meth:`align` in the compiled core, one call from the window scan to the greedy cover (the numpy path's steps,
+        the postings of shared chunks included)."""
+        assert self._book is not None
+        if self._work_for != (t.size, max_spans):
+            size = _native.work_size(t.size, self.anchor_tokens, self.min_span_tokens, *self._params[3:], max_spans)
+            if self._work.size < size:
+                self._work = np.empty(size, dtype=np.int64)
+            self._work_for = (t.size, max_spans)
+        rows = _native.align(
+            table.native_view(),
+            self._book.native_view(),
+            t,
+            self._params,
+            max_spans,
+            None if allowed is None else np.array(sorted(allowed), dtype=np.int64),
+            self._work,  # alignments never overlap (see the class): each reuses it
         )
-        self._scan_buffer = scan.buffer  # alignments never overlap (see the class): the next one reuses it
-        positions, hashes = scan.hits(
-            table.native_view(), None if allowed is None else np.array(sorted(allowed), dtype=np.int64)
-        )
-        diagonals = scan.diagonals(self._shared_hits(table, positions, hashes, allowed) if positions else [])
-        if not diagonals:
-            return []
-        rows: list[int] = []
-        for serial, delta, first, last in diagonals:
-            donor = self._by_serial[serial]
-            rows += (donor.address, donor.tokens.size, delta, first, last)
-        return [_Candidate(diagonals[row][0], start, end, diagonals[row][1]) for row, start, end in scan.runs(rows)]
+        return self._spans_of(rows)
+
+    def _spans_of(self, rows: list[list[int]]) -> list[Span]:
+        """Spans of the compiled core's rows (donor slot, donor start, target start, length)."""
+        assert self._book is not None
+        names = self._book.donor_ids
+        out = []
+        for slot, start, at, length in rows:  # Span(...) without its checks, which the core's rows pass: 1/3 the time
+            span = _new(Span)
+            _set_donor_id(span, names[slot])
+            _set_donor_start(span, start)
+            _set_target_start(span, at)
+            _set_length(span, length)
+            out.append(span)
+        return out
 
     def _shared_hits(
         self, table: _ChunkTable, positions: list[int], hashes: list[int], allowed: set[int] | None

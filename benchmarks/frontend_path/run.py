@@ -22,7 +22,7 @@ first streamed chunk at the client. Cases:
 read before and after to count placements.
 
 Usage: ``.venv/bin/python -m benchmarks.frontend_path.run [--donors 100000] [--requests 300] [--workers 2]
-[--spans-during-exact on|off]``
+[--spans-during-exact on|off] [--aligner-release-gil on|off]``
 """
 
 from __future__ import annotations
@@ -56,10 +56,13 @@ SEED_TIMEOUT_S = 1800.0
 class BenchGraph(LocalGraph):
     """Mockers plus two Frontend -> router paths (namespaces ``sem`` and ``exact``) to the same workers."""
 
-    def __init__(self, cfg: UpConfig, donors: int, spans_during_exact: bool = True) -> None:
+    def __init__(
+        self, cfg: UpConfig, donors: int, spans_during_exact: bool = True, aligner_release_gil: bool = True
+    ) -> None:
         super().__init__(cfg)
         self.donors = donors
         self.spans_during_exact = spans_during_exact
+        self.aligner_release_gil = aligner_release_gil
         self.urls: dict[str, str] = {}
         self.metrics: dict[str, str] = {}
 
@@ -77,6 +80,7 @@ class BenchGraph(LocalGraph):
                     "SEMBLEND_ENABLED": "1" if enabled else "0",
                     "SEMBLEND_INDEX_CAPACITY": str(max(2 * self.donors, 100_000)),
                     "SEMBLEND_SPANS_DURING_EXACT": "1" if self.spans_during_exact else "0",
+                    "SEMBLEND_ALIGNER_RELEASE_GIL": "1" if self.aligner_release_gil else "0",
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 }
             )
@@ -271,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="the semantic router's SEMBLEND_SPANS_DURING_EXACT (off: spans searched after the exact answer)",
     )
+    parser.add_argument(
+        "--aligner-release-gil",
+        choices=("on", "off"),
+        default="on",
+        help="the routers' SEMBLEND_ALIGNER_RELEASE_GIL (off: the compiled span search keeps the GIL)",
+    )
     args = parser.parse_args(argv)
     cfg = UpConfig(
         workers=args.workers,
@@ -281,7 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         embedder="hash",
         workdir=args.workdir,
     )
-    graph = BenchGraph(cfg, args.donors, spans_during_exact=args.spans_during_exact == "on")
+    graph = BenchGraph(
+        cfg,
+        args.donors,
+        spans_during_exact=args.spans_during_exact == "on",
+        aligner_release_gil=args.aligner_release_gil == "on",
+    )
     t0 = time.monotonic()
     try:
         graph.start()

@@ -5,9 +5,11 @@ The library is plain C (no Python API), built when the package is installed (``s
 aligner keeps its numpy path, when ``SEMBLEND_NATIVE_ALIGNER=0``, when the library is missing (no compiler at install
 time), or when it was built from another version of ``span_aligner.c``; :data:`REASON` and one log line say why.
 
-The functions run with the GIL held (``PyDLL``): they take microseconds, and releasing the GIL would let another
-thread keep it for a whole switch interval. Arrays are passed by address; the caller keeps them alive and unchanged
-for the call.
+One call, ``sa_align``, runs the whole alignment (tens of microseconds to a few hundred at 8K tokens and 100K donors),
+by default without the GIL (``ctypes.CDLL``): another thread, such as Dynamo's runtime delivering the exact query's
+answer, runs meanwhile instead of waiting for the search to end. ``SEMBLEND_ALIGNER_RELEASE_GIL=0`` keeps the GIL held
+(``PyDLL``). Arrays are passed by address; the caller keeps them alive and unchanged for the call (the aligner's owner
+serializes alignments with every table change).
 """
 
 from __future__ import annotations
@@ -21,9 +23,22 @@ import numpy as np
 
 from semblend_dynamo._native.build import LIBRARY_NAME, source_digest
 
-__all__ = ["ENV", "LIBRARY", "REASON", "Scan", "TableView", "disabled", "library_path"]
+__all__ = [
+    "ENV",
+    "LIBRARY",
+    "REASON",
+    "RELEASE_ENV",
+    "DonorsView",
+    "TableView",
+    "align",
+    "disabled",
+    "library_path",
+    "release_gil",
+    "work_size",
+]
 
 ENV = "SEMBLEND_NATIVE_ALIGNER"
+RELEASE_ENV = "SEMBLEND_ALIGNER_RELEASE_GIL"
 log = logging.getLogger(__name__)
 
 _P = ctypes.c_void_p
@@ -45,34 +60,38 @@ class TableView(ctypes.Structure):
         ("id_mask", ctypes.c_uint64),
         ("single_serial", _P),
         ("single_offset", _P),
+        ("shared_at", _P),
+        ("shared_count", _P),
     )
+    address: int
 
     @classmethod
-    def of(
-        cls,
-        bits: np.ndarray,
-        filter_shift: int,
-        keys: np.ndarray,
-        ids: np.ndarray,
-        id_shift: int,
-        id_mask: int,
-        single_serial: np.ndarray,
-        single_offset: np.ndarray,
-    ) -> TableView:
-        view = cls(
-            _address(bits),
-            filter_shift,
-            _address(keys),
-            _address(ids),
-            id_shift,
-            id_mask,
-            _address(single_serial),
-            _address(single_offset),
-        )
+    def of(cls, *fields: np.ndarray | int) -> TableView:
+        """Arrays (by address) and integers in the order of ``_fields_``."""
+        view = cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields))
         view.address = ctypes.addressof(view)
         return view
 
+
+class DonorsView(ctypes.Structure):
+    """An aligner's donors as ``sa_donors`` reads them: serial -> slot (an id table), each slot's token address and
+    length. Valid while the arrays it was made from are the aligner's (it drops its view when they change)."""
+
+    _fields_ = (
+        ("keys", _P),
+        ("ids", _P),
+        ("id_shift", ctypes.c_uint64),
+        ("id_mask", ctypes.c_uint64),
+        ("token_addresses", _P),  # not "address": that is the view's own, below
+        ("token_lengths", _P),
+    )
     address: int
+
+    @classmethod
+    def of(cls, *fields: np.ndarray | int) -> DonorsView:
+        view = cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields))
+        view.address = ctypes.addressof(view)
+        return view
 
 
 def _address(arr: np.ndarray) -> int:
@@ -89,14 +108,20 @@ def disabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() in {"0", "false", "no", "off"}
 
 
-def _load() -> tuple[ctypes.PyDLL | None, str]:
+def release_gil() -> bool:
+    """Whether ``sa_align`` runs without the GIL (``SEMBLEND_ALIGNER_RELEASE_GIL``, default on): other threads (Dynamo's
+    runtime delivering an answer) run during the search. Off: through ``PyDLL``, holding it."""
+    return os.environ.get(RELEASE_ENV, "1").strip().lower() not in {"0", "false", "no", "off"}
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
     if disabled():
         return None, f"{ENV}={os.environ[ENV]}"
     path = library_path()
     if not path.exists():
         return None, f"{path.name} is not built (python -m semblend_dynamo._native build)"
     try:
-        lib = ctypes.PyDLL(str(path))
+        lib = (ctypes.CDLL if release_gil() else ctypes.PyDLL)(str(path))
         built_from = lib.sa_source_digest
     except (OSError, AttributeError) as exc:
         return None, f"{path.name} cannot be loaded: {exc}"
@@ -111,14 +136,13 @@ def _load() -> tuple[ctypes.PyDLL | None, str]:
             f"{path.name} was built from another span_aligner.c (rebuild: python -m semblend_dynamo._native build)",
         )
     for name, argtypes, restype in (
-        ("sa_hits", (_P, _P, _I, _I, _I, _P, _I, _P, _P, _P), None),
-        ("sa_diagonals", (_P, _I, _P, _I, _I, _P), _I),
-        ("sa_runs", (_P, _I, _I, _P, _I, _I, _I, _I, _P), _I),
+        ("sa_align", (_P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P), _I),
+        ("sa_work_size", (_I, _I, _I, _I, _I, _I), _I),
     ):
         function = getattr(lib, name)
         function.argtypes = argtypes
         function.restype = restype
-    return lib, f"loaded {path.name} ({digest})"
+    return lib, f"loaded {path.name} ({digest}{', GIL released' if release_gil() else ''})"
 
 
 LIBRARY, REASON = _load()
@@ -128,102 +152,47 @@ if LIBRARY is None:
     )
 
 
-class Scan:
-    """One alignment's buffers for the three native steps, in one int64 array (one address lookup per request).
+def work_size(n: int, anchor: int, min_span: int, max_diagonals: int, max_postings: int, max_spans: int) -> int:
+    """The int64 words :func:`align`'s ``work`` must hold for a target of ``n >= anchor`` tokens."""
+    assert LIBRARY is not None
+    size: int = LIBRARY.sa_work_size(n, anchor, min_span, max_diagonals, max_postings, max_spans)
+    return size
 
-    ``hits()`` screens and looks up every window; ``diagonals()`` groups (with the hits the caller found on shared
-    chunks), ranks and de-duplicates; ``runs()`` compares the chosen diagonals token by token.
-    ``t`` (int64 or uint32 tokens; the donors ``runs()`` compares it with must be of its width) must stay alive and
-    unchanged while the scan is used, and ``buffer`` (when given) used by no other scan.
-    """
 
-    def __init__(
-        self,
-        t: np.ndarray,
-        anchor: int,
-        block_size: int,
-        min_span: int,
-        max_diagonals: int,
-        buffer: np.ndarray | None = None,
-    ) -> None:
-        self.t = t
-        self.anchor = anchor
-        self.block_size = block_size
-        self.min_span = min_span
-        self.max_diagonals = max_diagonals
-        windows = t.size - anchor + 1
-        self._hits_at = 2
-        self._shared_at = self._hits_at + 3 * windows
-        self._diagonals_at = self._shared_at + 2 * windows
-        self._rows_at = self._diagonals_at + 4 * max_diagonals
-        self._runs_at = self._rows_at + 5 * max_diagonals
-        # A window holds at most (size + 1) // (min_span + 1) runs of min_span tokens.
-        size = self._runs_at + 3 * max_diagonals * ((t.size + 1) // (min_span + 1))
-        # Only the parts written are touched; ``buffer``, an earlier scan's, serves again when it is large enough.
-        self.buffer = buffer if buffer is not None and buffer.size >= size else np.empty(size, dtype=np.int64)
-        self._address = _address(self.buffer)
-        self._t_address = _address(t)
-        self.n_hits = 0
-
-    def hits(self, table: TableView, allowed: np.ndarray | None) -> tuple[list[int], list[int]]:
-        """Find the hits on chunks of one donor (kept for ``diagonals``; ``allowed``: sorted int64 serials, None for
-        all); returns the positions and hashes of the hits on chunks several donors share, in target order."""
-        assert LIBRARY is not None
-        at = self._address
-        LIBRARY.sa_hits(
-            table.address,
-            self._t_address,
-            self.t.itemsize,
-            self.t.size,
-            self.anchor,
-            None if allowed is None else _address(allowed),
-            -1 if allowed is None else allowed.size,
-            at + 8 * self._hits_at,
-            at + 8 * self._shared_at,
-            at,
-        )
-        self.n_hits, n_shared = self.buffer[:2].tolist()
-        if not n_shared:  # nearly always: five array operations fewer
-            return [], []
-        shared = self.buffer[self._shared_at : self._shared_at + 2 * n_shared].view(np.uint64)
-        return shared[0::2].tolist(), shared[1::2].tolist()
-
-    def diagonals(self, extra: list[tuple[int, int, int]]) -> list[list[int]]:
-        """Up to ``max_diagonals`` rows (serial, delta, first hit, last hit), as ``SpanAligner.align`` ranks them, of
-        the hits found by ``hits()`` and the ``extra`` hits (serial, delta, position)."""
-        assert LIBRARY is not None
-        at = self._address
-        rows = np.array(extra, dtype=np.int64) if extra else None
-        n = LIBRARY.sa_diagonals(
-            at + 8 * self._hits_at,
-            self.n_hits,
-            None if rows is None else _address(rows),
-            len(extra),
-            self.max_diagonals,
-            at + 8 * self._diagonals_at,
-        )
-        if n < 0:
+def align(
+    table: TableView,
+    donors: DonorsView,
+    t: np.ndarray,
+    params: tuple[int, int, int, int, int],
+    max_spans: int,
+    allowed: np.ndarray | None,
+    work: np.ndarray,
+) -> list[list[int]]:
+    """``SpanAligner.align`` in one call: rows (donor slot in ``donors``, donor start >= 0, target start, length > 0)
+    of the chosen spans, in target order. ``t``: int64 or uint32 tokens (the donors' width), ``n >= anchor``; ``params``: anchor, block size,
+    min span, max diagonals, max postings; ``allowed``: sorted int64 serials, None for all; ``work``: int64, at least
+    :func:`work_size` words. Everything passed stays alive and unchanged for the call (it may run without the GIL)."""
+    assert LIBRARY is not None
+    anchor, block_size, min_span, max_diagonals, max_postings = params
+    found = LIBRARY.sa_align(
+        table.address,
+        donors.address,
+        _address(t),
+        t.itemsize,
+        t.size,
+        anchor,
+        block_size,
+        min_span,
+        max_diagonals,
+        max_postings,
+        max_spans,
+        None if allowed is None else _address(allowed),
+        -1 if allowed is None else allowed.size,
+        _address(work),
+    )
+    if found < 0:
+        if found == -1:
             raise MemoryError("span aligner: out of memory")
-        found: list[list[int]] = self.buffer[self._diagonals_at : self._diagonals_at + 4 * n].reshape(-1, 4).tolist()
-        return found
-
-    def runs(self, rows: list[int]) -> list[list[int]]:
-        """Rows (row index, target start, target end): the exact runs of at least ``min_span`` tokens, trimmed to
-        target blocks, on each of the flattened rows (donor token address, donor length, delta, first hit, last hit),
-        at most ``max_diagonals`` of them."""
-        assert LIBRARY is not None
-        self.buffer[self._rows_at : self._rows_at + len(rows)] = rows
-        at = self._address
-        n = LIBRARY.sa_runs(
-            self._t_address,
-            self.t.itemsize,
-            self.t.size,
-            at + 8 * self._rows_at,
-            len(rows) // 5,
-            self.block_size,
-            self.anchor,
-            self.min_span,
-            at + 8 * self._runs_at,
-        )
-        found: list[list[int]] = self.buffer[self._runs_at : self._runs_at + 3 * n].reshape(-1, 3).tolist()
-        return found
+        raise RuntimeError("span aligner: a diagonal's donor is missing from the donor table")
+    rows: list[list[int]] = work[: 4 * found].reshape(-1, 4).tolist()
+    return rows

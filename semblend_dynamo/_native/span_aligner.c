@@ -1,10 +1,11 @@
-/* The request path of semblend_dynamo.span_aligner.SpanAligner.align, in plain C (no Python API: one shared library
- * serves every CPython version). Loaded with ctypes by semblend_dynamo/_native/__init__.py, which documents the
- * buffers; the numpy implementation in span_aligner.py is the reference these functions must match exactly.
+/* SpanAligner.align's request path (semblend_dynamo/span_aligner.py) in plain C, as one call: no Python API, so one
+ * shared library serves every CPython version. Loaded with ctypes by semblend_dynamo/_native/__init__.py, which
+ * documents the structures; the numpy implementation in span_aligner.py is the reference this must match exactly.
  *
- * All integers are int64 unless named otherwise; arrays are C-contiguous and owned by Python. Token arrays (a target
- * and the donors compared with it) are of one width per call, `width` bytes a token: 8 (int64, the router's) or 4
- * (uint32, the connector's); each exported function that reads tokens has one body, compiled once per width. */
+ * All integers are int64 unless named otherwise; arrays are C-contiguous and owned by Python, which keeps them alive
+ * and unchanged for the call (the call may run without the GIL). Token arrays (a target and the donors compared with
+ * it) are of one width per call, `width` bytes a token: 8 (int64, the router's) or 4 (uint32, the connector's); the
+ * function that reads tokens has one body, compiled once per width. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -18,6 +19,7 @@ static const uint64_t BASE = 0x9E3779B97F4A7C15ULL | 1;
 static const uint64_t MIX = 0xD6E8FEB86659FD93ULL;
 static const uint64_t PROBE_MIX = 0xBF58476D1CE4E5B9ULL;
 static const int32_t EMPTY = -1;
+static const int OFFSET_BITS = 32;
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -26,31 +28,48 @@ ALWAYS_INLINE uint64_t token(const void *tokens, int64_t i, int width) {
     return width == 4 ? ((const uint32_t *)tokens)[i] : (uint64_t)((const int64_t *)tokens)[i];
 }
 
-/* One namespace's chunk table, as _ChunkTable and its _IdTable hold it. */
+/* An _IdTable: uint64 key -> int32 id in buckets of 8 (id -1 empty, -2 removed), linear probing over buckets. */
+typedef struct {
+    const uint64_t *keys;
+    const int32_t *ids;
+    uint64_t shift;
+    uint64_t mask;
+} id_table;
+
+/* One namespace's chunk table, as _ChunkTable holds it. */
 typedef struct {
     const uint8_t *bits; /* filter bitset, little bit order */
     uint64_t filter_shift;
-    const uint64_t *keys; /* id table: buckets of 8 hashes */
-    const int32_t *ids;   /* id table: buckets of 8 key ids (-1 empty, -2 removed) */
-    uint64_t id_shift;
-    uint64_t id_mask;
+    id_table chunks;              /* chunk hash -> key id */
     const int64_t *single_serial; /* per key id: the one donor's serial, -1 when several donors share the chunk */
     const int64_t *single_offset;
+    /* Per key id of a chunk several donors share: the address of its postings (serial << 32 | donor offset, oldest
+     * first, as _ChunkTable.postings lists them) and how many. */
+    const int64_t *shared_at;
+    const int64_t *shared_count;
 } sa_table;
+
+/* The aligner's donors, for the comparisons: serial -> slot, and each slot's token address and length. */
+typedef struct {
+    id_table serials;
+    const int64_t *address;
+    const int64_t *length;
+} sa_donors;
 
 EXPORT const char *sa_source_digest(void) { return SA_SOURCE_DIGEST; }
 
-static int64_t find_id(const sa_table *tb, uint64_t h, uint64_t bucket) {
+static int64_t find_id(const id_table *tb, uint64_t key) {
+    uint64_t bucket = (key * PROBE_MIX) >> tb->shift;
     for (;;) {
         const uint64_t *keys = tb->keys + 8 * bucket;
         const int32_t *ids = tb->ids + 8 * bucket;
         int open = 0;
         for (int e = 0; e < 8; e++) {
-            if (ids[e] >= 0 && keys[e] == h) return ids[e];
+            if (ids[e] >= 0 && keys[e] == key) return ids[e];
             open |= ids[e] == EMPTY;
         }
         if (open) return -1;
-        bucket = (bucket + 1) & tb->id_mask;
+        bucket = (bucket + 1) & tb->mask;
     }
 }
 
@@ -67,12 +86,14 @@ static int allowed_serial(const int64_t *allowed, int64_t n_allowed, int64_t ser
     return lo < n_allowed && allowed[lo] == serial;
 }
 
-ALWAYS_INLINE void hits_of(const sa_table *tb, const void *t, int width, int64_t n, int64_t anchor,
-                           const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
+/* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter and looked up in the id table; writes
+ * the hits as rows (serial, delta, position) to `hits`: a chunk of one donor gives its posting when the serial is
+ * allowed, a chunk several donors share its newest `max_postings` allowed postings. `passed` holds 2 rows per window,
+ * `hits` 3 * max_postings. Returns how many hit rows. */
+ALWAYS_INLINE int64_t hits_of(const sa_table *tb, const void *t, int width, int64_t n, int64_t anchor,
+                              int64_t max_postings, const int64_t *allowed, int64_t n_allowed, uint64_t *passed,
+                              int64_t *hits) {
     int64_t windows = n - anchor + 1;
-    /* The windows that pass the filter, as rows (position, hash), in `shared`'s room: row k is read before shared row
-     * n_shared <= k is written, so the shared hits are compacted in place (no allocation per call). */
-    uint64_t *passed = (uint64_t *)shared;
     uint64_t top = 1; /* BASE ** (anchor - 1) */
     uint64_t h = 0;
     uint64_t power = 1;
@@ -96,42 +117,39 @@ ALWAYS_INLINE void hits_of(const sa_table *tb, const void *t, int width, int64_t
     }
     /* The buckets of all windows that passed are fetched before the first is read, so their cache misses overlap. */
     for (int64_t k = 0; k < n_passed; k++) {
-        uint64_t bucket = (passed[2 * k + 1] * PROBE_MIX) >> tb->id_shift;
-        __builtin_prefetch(tb->keys + 8 * bucket);
-        __builtin_prefetch(tb->ids + 8 * bucket);
+        uint64_t bucket = (passed[2 * k + 1] * PROBE_MIX) >> tb->chunks.shift;
+        __builtin_prefetch(tb->chunks.keys + 8 * bucket);
+        __builtin_prefetch(tb->chunks.ids + 8 * bucket);
     }
-    int64_t n_hits = 0, n_shared = 0;
+    int64_t n_hits = 0;
     for (int64_t k = 0; k < n_passed; k++) {
         int64_t pos = (int64_t)passed[2 * k];
-        uint64_t hash = passed[2 * k + 1];
-        int64_t id = find_id(tb, hash, (hash * PROBE_MIX) >> tb->id_shift);
+        int64_t id = find_id(&tb->chunks, passed[2 * k + 1]);
         if (id < 0) continue;
         int64_t serial = tb->single_serial[id];
-        if (serial < 0) {
-            shared[2 * n_shared] = pos;
-            shared[2 * n_shared + 1] = (int64_t)hash;
-            n_shared++;
-        } else if (allowed_serial(allowed, n_allowed, serial)) {
+        if (serial >= 0) {
+            if (!allowed_serial(allowed, n_allowed, serial)) continue;
             hits[3 * n_hits] = serial;
             hits[3 * n_hits + 1] = pos - tb->single_offset[id];
             hits[3 * n_hits + 2] = pos;
             n_hits++;
+            continue;
+        }
+        /* Several donors: newest first (the list's end), at most max_postings allowed ones. */
+        const int64_t *postings = (const int64_t *)(uintptr_t)tb->shared_at[id];
+        int64_t taken = 0;
+        for (int64_t j = tb->shared_count[id] - 1; j >= 0 && taken < max_postings; j--) {
+            int64_t packed = postings[j];
+            serial = packed >> OFFSET_BITS;
+            if (!allowed_serial(allowed, n_allowed, serial)) continue;
+            hits[3 * n_hits] = serial;
+            hits[3 * n_hits + 1] = pos - (packed & (((int64_t)1 << OFFSET_BITS) - 1));
+            hits[3 * n_hits + 2] = pos;
+            n_hits++;
+            taken++;
         }
     }
-    counts[0] = n_hits;
-    counts[1] = n_shared;
-}
-
-/* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter and looked up in the id table.
- * Writes the chunk hits of one donor as rows (serial, delta, position) to `hits`, only serials in the sorted
- * `allowed` (all when n_allowed < 0), and the hits on chunks several donors share as rows (position, hash) to
- * `shared`, both in target order; each needs room for n - anchor + 1 rows. counts[0], counts[1]: rows written. */
-EXPORT void sa_hits(const sa_table *tb, const void *t, int64_t width, int64_t n, int64_t anchor,
-                    const int64_t *allowed, int64_t n_allowed, int64_t *hits, int64_t *shared, int64_t *counts) {
-    if (width == 4)
-        hits_of(tb, t, 4, n, anchor, allowed, n_allowed, hits, shared, counts);
-    else
-        hits_of(tb, t, 8, n, anchor, allowed, n_allowed, hits, shared, counts);
+    return n_hits;
 }
 
 typedef struct {
@@ -162,13 +180,10 @@ static int same_signature(const diagonal *a, const diagonal *b) {
     return a->delta == b->delta && a->first == b->first && a->last == b->last && a->hits == b->hits;
 }
 
-/* Groups the hit rows (serial, delta, position) of `hits` and then `extra` by diagonal (serial, delta): hit count,
- * first and last position. Ranks the diagonals, drops those whose (delta, first, last, hits) an earlier one has, and
- * writes the first `max_diagonals` of the rest as rows (serial, delta, first, last) to `out`. Returns how many, or -1
- * when out of memory. */
-EXPORT int64_t sa_diagonals(const int64_t *hits, int64_t n_hits, const int64_t *extra, int64_t n_extra,
-                            int64_t max_diagonals, int64_t *out) {
-    int64_t total = n_hits + n_extra;
+/* Groups the hit rows (serial, delta, position) by diagonal (serial, delta): hit count, first and last position. Ranks
+ * the diagonals, drops those whose (delta, first, last, hits) an earlier one has, and writes the first `max_diagonals`
+ * of the rest as rows (serial, delta, first, last) to `out`. Returns how many, or -1 when out of memory. */
+static int64_t diagonals_of(const int64_t *hits, int64_t total, int64_t max_diagonals, int64_t *out) {
     if (total == 0) return 0;
     uint64_t size = table_size(total);
     int64_t *slots = malloc(size * sizeof(int64_t));
@@ -181,7 +196,7 @@ EXPORT int64_t sa_diagonals(const int64_t *hits, int64_t n_hits, const int64_t *
     for (uint64_t s = 0; s < size; s++) slots[s] = -1;
     int64_t n_diags = 0;
     for (int64_t k = 0; k < total; k++) {
-        const int64_t *hit = k < n_hits ? hits + 3 * k : extra + 3 * (k - n_hits);
+        const int64_t *hit = hits + 3 * k;
         int64_t serial = hit[0], delta = hit[1], pos = hit[2];
         uint64_t s = mix2((uint64_t)serial, (uint64_t)delta) & (size - 1);
         while (slots[s] >= 0 && (diags[slots[s]].serial != serial || diags[slots[s]].delta != delta))
@@ -261,12 +276,165 @@ ALWAYS_INLINE int64_t runs_of(const void *t, int width, int64_t n, const int64_t
     return n_out;
 }
 
-/* For each diagonal row (donor token address, donor length, delta, first hit, last hit): the comparison window one
- * chunk beyond the hits, galloping outward while its edge token matches (skipped when shorter than min_span), then
- * every exact run in it of at least min_span tokens, trimmed inward to target blocks; runs still min_span long are
- * written as rows (row index, target start, target end) to `out`, in row then target order. Returns how many. */
-EXPORT int64_t sa_runs(const void *t, int64_t width, int64_t n, const int64_t *rows, int64_t n_rows,
-                       int64_t block_size, int64_t anchor, int64_t min_span, int64_t *out) {
-    return width == 4 ? runs_of(t, 4, n, rows, n_rows, block_size, anchor, min_span, out)
-                      : runs_of(t, 8, n, rows, n_rows, block_size, anchor, min_span, out);
+typedef struct {
+    int64_t serial, start, end, delta, slot;
+} candidate;
+
+/* Whether a goes before b in the greedy cover: longest first, then a donor already used, then delta 0, then the
+ * smallest |delta|, the earliest start, the newest donor (SpanAligner._choose's key). */
+static int preferred(const candidate *a, const candidate *b, const int64_t *used, int64_t n_used) {
+    int64_t la = a->end - a->start, lb = b->end - b->start;
+    if (la != lb) return la > lb;
+    int ua = 0, ub = 0;
+    for (int64_t u = 0; u < n_used; u++) {
+        ua |= used[u] == a->serial;
+        ub |= used[u] == b->serial;
+    }
+    if (ua != ub) return ua;
+    if ((a->delta != 0) != (b->delta != 0)) return a->delta == 0;
+    int64_t da = a->delta < 0 ? -a->delta : a->delta, db = b->delta < 0 ? -b->delta : b->delta;
+    if (da != db) return da < db;
+    if (a->start != b->start) return a->start < b->start;
+    return a->serial > b->serial;
+}
+
+/* Stable insertion sort by target start (a handful of spans). */
+static void sort_by_start(candidate *c, int64_t n) {
+    for (int64_t i = 1; i < n; i++) {
+        candidate x = c[i];
+        int64_t j = i;
+        while (j > 0 && c[j - 1].start > x.start) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = x;
+    }
+}
+
+/* SpanAligner._choose: up to max_spans candidates that do not overlap on the target, as rows (donor slot, donor start,
+ * target start, length) in target order to `out`; `found`: n_found rows in the numpy path's list order (ties go to the
+ * first). Returns how many, or -1 when out of memory. */
+static int64_t choose(const candidate *found, int64_t n_found, int64_t max_spans, int64_t min_span, int64_t *out) {
+    int64_t cap = max_spans < n_found ? max_spans : n_found;
+    candidate *chosen = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(candidate));
+    int64_t *used = NULL;
+    candidate *remaining = NULL;
+    int64_t n_chosen = 0, result = -1;
+    if (!chosen) return -1;
+    if (n_found <= max_spans) {
+        for (int64_t k = 0; k < n_found; k++) chosen[k] = found[k];
+        sort_by_start(chosen, n_found);
+        int disjoint = 1;
+        for (int64_t k = 1; k < n_found; k++) disjoint &= chosen[k - 1].end <= chosen[k].start;
+        if (disjoint) { /* nothing overlaps (the usual case): the greedy cover would take every one, unclipped */
+            n_chosen = n_found;
+            goto write;
+        }
+    }
+    used = malloc((size_t)cap * sizeof(int64_t));
+    remaining = malloc((size_t)n_found * sizeof(candidate));
+    if (!used || !remaining) goto done;
+    for (int64_t k = 0; k < n_found; k++) remaining[k] = found[k];
+    int64_t n_remaining = n_found;
+    while (n_remaining && n_chosen < max_spans) {
+        int64_t b = 0;
+        for (int64_t k = 1; k < n_remaining; k++)
+            if (preferred(&remaining[k], &remaining[b], used, n_chosen)) b = k; /* min(): the first of equals */
+        candidate best = remaining[b];
+        chosen[n_chosen] = best;
+        used[n_chosen++] = best.serial;
+        candidate *next = malloc((size_t)(2 * n_remaining) * sizeof(candidate));
+        if (!next) goto done;
+        int64_t n_next = 0;
+        for (int64_t k = 0; k < n_remaining; k++) {
+            candidate c = remaining[k];
+            if (k == b) continue;
+            if (c.end <= best.start || c.start >= best.end) {
+                next[n_next++] = c;
+                continue;
+            }
+            if (best.start - c.start >= min_span) next[n_next++] = (candidate){c.serial, c.start, best.start, c.delta, c.slot};
+            if (c.end - best.end >= min_span) next[n_next++] = (candidate){c.serial, best.end, c.end, c.delta, c.slot};
+        }
+        free(remaining);
+        remaining = next;
+        n_remaining = n_next;
+    }
+    sort_by_start(chosen, n_chosen);
+write:
+    for (int64_t k = 0; k < n_chosen; k++) {
+        out[4 * k] = chosen[k].slot;
+        out[4 * k + 1] = chosen[k].start - chosen[k].delta;
+        out[4 * k + 2] = chosen[k].start;
+        out[4 * k + 3] = chosen[k].end - chosen[k].start;
+    }
+    result = n_chosen;
+done:
+    free(chosen);
+    free(used);
+    free(remaining);
+    return result;
+}
+
+/* The int64 words sa_align's `work` must hold for a target of n tokens (n >= anchor). */
+EXPORT int64_t sa_work_size(int64_t n, int64_t anchor, int64_t min_span, int64_t max_diagonals, int64_t max_postings,
+                            int64_t max_spans) {
+    int64_t windows = n - anchor + 1;
+    /* A window holds at most (size + 1) / (min_span + 1) runs of min_span tokens. */
+    return 4 * max_spans + 2 * windows + 3 * windows * max_postings + 10 * max_diagonals +
+           3 * max_diagonals * ((n + 1) / (min_span + 1));
+}
+
+ALWAYS_INLINE int64_t align_of(const sa_table *tb, const sa_donors *dn, const void *t, int width, int64_t n,
+                               int64_t anchor, int64_t block_size, int64_t min_span, int64_t max_diagonals,
+                               int64_t max_postings, int64_t max_spans, const int64_t *allowed, int64_t n_allowed,
+                               int64_t *work) {
+    int64_t windows = n - anchor + 1;
+    int64_t *out = work;
+    uint64_t *passed = (uint64_t *)(out + 4 * max_spans);
+    int64_t *hits = (int64_t *)passed + 2 * windows;
+    int64_t *diags = hits + 3 * windows * max_postings;
+    int64_t *rows = diags + 4 * max_diagonals;
+    int64_t *slots = rows + 5 * max_diagonals;
+    int64_t *runs = slots + max_diagonals;
+    int64_t n_hits = hits_of(tb, t, width, n, anchor, max_postings, allowed, n_allowed, passed, hits);
+    int64_t n_diags = diagonals_of(hits, n_hits, max_diagonals, diags);
+    if (n_diags <= 0) return n_diags;
+    for (int64_t r = 0; r < n_diags; r++) {
+        int64_t slot = find_id(&dn->serials, (uint64_t)diags[4 * r]);
+        if (slot < 0) return -2;
+        slots[r] = slot;
+        rows[5 * r] = dn->address[slot];
+        rows[5 * r + 1] = dn->length[slot];
+        rows[5 * r + 2] = diags[4 * r + 1];
+        rows[5 * r + 3] = diags[4 * r + 2];
+        rows[5 * r + 4] = diags[4 * r + 3];
+    }
+    int64_t n_runs = runs_of(t, width, n, rows, n_diags, block_size, anchor, min_span, runs);
+    if (n_runs == 0) return 0;
+    candidate *found = malloc((size_t)n_runs * sizeof(candidate));
+    if (!found) return -1;
+    for (int64_t k = 0; k < n_runs; k++) {
+        int64_t r = runs[3 * k];
+        found[k] = (candidate){diags[4 * r], runs[3 * k + 1], runs[3 * k + 2], diags[4 * r + 1], slots[r]};
+    }
+    int64_t n_out = choose(found, n_runs, max_spans, min_span, out);
+    free(found);
+    return n_out;
+}
+
+/* SpanAligner.align for a target t[0:n] (n >= anchor) against one namespace's table: every window screened and looked
+ * up, hits grouped into ranked, de-duplicated diagonals, each compared in a window galloping outward, the exact runs
+ * trimmed to target blocks and chosen greedily. Only donors whose serial is in the sorted `allowed` count (all when
+ * n_allowed < 0). `work` holds sa_work_size() words; the chosen spans are its first rows (the donor's slot in `dn`,
+ * donor start, target start, length), in target order; donor start >= 0 and length >= min_span > 0. Returns how many, -1 when out of memory, -2 when a diagonal's donor is not in `dn`
+ * (the tables disagree). */
+EXPORT int64_t sa_align(const sa_table *tb, const sa_donors *dn, const void *t, int64_t width, int64_t n,
+                        int64_t anchor, int64_t block_size, int64_t min_span, int64_t max_diagonals,
+                        int64_t max_postings, int64_t max_spans, const int64_t *allowed, int64_t n_allowed,
+                        int64_t *work) {
+    return width == 4 ? align_of(tb, dn, t, 4, n, anchor, block_size, min_span, max_diagonals, max_postings,
+                                 max_spans, allowed, n_allowed, work)
+                      : align_of(tb, dn, t, 8, n, anchor, block_size, min_span, max_diagonals, max_postings,
+                                 max_spans, allowed, n_allowed, work);
 }

@@ -38,7 +38,7 @@ def test_the_library_is_plain_c_that_reports_its_source(tmp_path: Path) -> None:
         assert not [name for name in needed if "python" in name], needed
         symbols = subprocess.run(["readelf", "--dyn-syms", "-W", str(out)], capture_output=True, text=True).stdout
         exported = {line.split()[-1] for line in symbols.splitlines() if " GLOBAL " in line and " UND " not in line}
-        assert exported == {"sa_source_digest", "sa_hits", "sa_diagonals", "sa_runs"}
+        assert exported == {"sa_source_digest", "sa_align", "sa_work_size"}
 
 
 @pytest.mark.parametrize("compiler", ["false", "/nonexistent/cc"])
@@ -102,3 +102,21 @@ def test_asking_for_the_native_path_without_the_library_fails(monkeypatch: pytes
     with pytest.raises(ValueError, match=r"not available: libspan_aligner\.so is not built"):
         SpanAligner(block_size=16, min_span_tokens=32, native=True)
     assert SpanAligner(block_size=16, min_span_tokens=32).native is False
+
+
+@needs_compiler
+@pytest.mark.parametrize(("value", "held"), [(None, False), ("1", False), ("0", True), ("off", True)])
+def test_the_search_releases_the_gil_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str | None, held: bool
+) -> None:
+    """By default the library is loaded as ``ctypes.CDLL`` (calls release the GIL); ``SEMBLEND_ALIGNER_RELEASE_GIL=0``
+    loads it as ``PyDLL`` (calls keep it). The status line says which."""
+    monkeypatch.delenv(_native.ENV, raising=False)
+    if value is None:
+        monkeypatch.delenv(_native.RELEASE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_native.RELEASE_ENV, value)
+    monkeypatch.setattr(_native, "library_path", lambda: build.build(tmp_path / build.LIBRARY_NAME))
+    lib, reason = _native._load()
+    assert lib is not None and isinstance(lib, ctypes.PyDLL) == held
+    assert reason.endswith(")") and ("GIL released" in reason) != held

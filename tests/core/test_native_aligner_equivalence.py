@@ -1,0 +1,186 @@
+"""The compiled core's single call (``sa_align``: hits, shared postings, diagonals, windows, runs, greedy cover) returns
+exactly the numpy path's spans, at scale, on both token widths.
+
+The hypothesis test in test_span_aligner_reference.py covers small tables against the previous implementation; this
+one builds hundreds of donors per round where chunks are shared by more donors than ``max_postings`` (a common system
+prompt, copies of one text at several offsets), releases and replaces donors between alignments (the shared postings'
+arrays shift and shrink, slots and key ids are reused), restricts the donors to random allowed sets, and makes targets
+whose runs overlap on the target (so the greedy cover clips). It checks that those cases did occur.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from semblend_dynamo import _native
+from semblend_dynamo.span_aligner import SpanAligner, _Candidate, _IdTable
+
+pytestmark = pytest.mark.skipif(_native.LIBRARY is None, reason=f"native core not loaded: {_native.REASON}")
+
+
+def _pair(u32: bool, **settings: int) -> tuple[SpanAligner, SpanAligner]:
+    return (
+        SpanAligner(**settings, native=False, tokens_u32=u32),  # type: ignore[arg-type]
+        SpanAligner(**settings, native=True, tokens_u32=u32),  # type: ignore[arg-type]
+    )
+
+
+def _donor_array(tokens: np.ndarray, u32: bool) -> np.ndarray:
+    out = tokens.astype(np.uint32 if u32 else np.int64)
+    out.flags.writeable = False  # as the connector's registry hands them over (shared, not copied)
+    return out
+
+
+def _overlapping(candidates: list[_Candidate]) -> bool:
+    ordered = sorted(candidates, key=lambda c: c.start)
+    return any(a.end > b.start for a, b in itertools.pairwise(ordered))
+
+
+@pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
+@pytest.mark.parametrize("seed", range(4))
+def test_one_call_equals_the_numpy_path_at_scale(u32: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    block = int(rng.choice([8, 16, 32]))
+    settings = dict(
+        block_size=block,
+        min_span_tokens=block * int(rng.integers(1, 3)),
+        anchor_tokens=int(rng.choice([block, block // 2 + 1])),
+        max_postings=int(rng.integers(1, 5)),
+        max_diagonals=int(rng.choice([3, 16, 64])),
+    )
+    numpy_path, native_path = _pair(u32, **settings)
+    vocab = int(rng.choice([40, 3000]))
+    system = rng.integers(0, vocab, 6 * block)
+    text = rng.integers(0, vocab, 40 * block)  # copies of it at several offsets: overlapping diagonals
+    donors: dict[str, np.ndarray] = {}
+    next_id = itertools.count()
+
+    def admit() -> None:
+        kind = rng.random()
+        body = rng.integers(0, vocab, int(rng.integers(block, 30 * block)))
+        if kind < 0.3:
+            tokens = np.concatenate([system, body])
+        elif kind < 0.6:
+            start = int(rng.integers(0, text.size - 8 * block))
+            tokens = np.concatenate([text[start : start + int(rng.integers(8 * block, 20 * block))], body[:block]])
+        else:
+            tokens = body
+        donor_id = f"d{next(next_id)}" if rng.random() > 0.1 or not donors else str(rng.choice(list(donors)))
+        for aligner in (numpy_path, native_path):
+            aligner.add_donor(donor_id, "ns", _donor_array(tokens, u32))
+        donors[donor_id] = tokens
+
+    for _ in range(300):
+        admit()
+    seen = {"shared beyond max_postings": 0, "overlapping candidates": 0, "allowed": 0, "spans": 0}
+    for round_ in range(60):
+        for _ in range(int(rng.integers(0, 12))):  # churn: releases from anywhere in the postings lists, admissions
+            if donors and rng.random() < 0.5:
+                gone = str(rng.choice(list(donors)))
+                assert numpy_path.remove_donor(gone) and native_path.remove_donor(gone)
+                donors.pop(gone)
+            else:
+                admit()
+        pool = list(donors.values())
+        parts: list[np.ndarray] = [system] if rng.random() < 0.5 else []
+        while sum(p.size for p in parts) < 2000:
+            source = text if rng.random() < 0.4 else pool[int(rng.integers(len(pool)))]
+            start = int(rng.integers(0, max(1, source.size - 2 * block)))
+            parts.append(source[start : start + int(rng.integers(block, 12 * block))])
+            parts.append(rng.integers(0, vocab, int(rng.integers(0, 3))))
+        target = np.concatenate(parts).astype(numpy_path.dtype)
+        candidates = None
+        if round_ % 3 == 1:
+            candidates = [str(d) for d in rng.choice(list(donors), size=int(rng.integers(1, 40)), replace=False)]
+            candidates.append("unknown")
+            seen["allowed"] += 1
+        max_spans = int(rng.choice([1, 3, 8, 64]))
+        expected = numpy_path.align("ns", target, candidates=candidates, max_spans=max_spans)
+        assert native_path.align("ns", target, candidates=candidates, max_spans=max_spans) == expected
+        seen["spans"] += len(expected)
+        table = numpy_path._tables["ns"]
+        if any(len(p) > settings["max_postings"] for p in table.postings.values()):
+            seen["shared beyond max_postings"] += 1
+        allowed = numpy_path._allowed_serials("ns", candidates)
+        if _overlapping(numpy_path._candidates(table, target, allowed)):
+            seen["overlapping candidates"] += 1
+    assert all(seen.values()), seen
+
+
+@pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
+def test_the_shared_postings_arrays_mirror_the_lists_through_churn(u32: bool) -> None:
+    """Each chunk several donors share has an array equal to its postings list, a chunk of one donor none: through
+    admissions, releases from the middle of lists, replacements, and donors repeating a chunk."""
+    rng = np.random.default_rng(3)
+    _, aligner = _pair(u32, block_size=4, min_span_tokens=4, max_postings=2)
+    system = rng.integers(0, 50, 16)
+    live: list[str] = []
+    for i in range(400):
+        if live and rng.random() < 0.4:
+            gone = live.pop(int(rng.integers(len(live))))
+            assert aligner.remove_donor(gone)
+        else:
+            body = rng.integers(0, 50, int(rng.integers(4, 40)))
+            tokens = np.concatenate([system, body, system] if i % 3 == 0 else [body, system[:8]])
+            donor_id = f"d{i % 150}"
+            aligner.add_donor(donor_id, "ns", _donor_array(tokens, u32))
+            if donor_id not in live:
+                live.append(donor_id)
+        table = aligner._tables.get("ns")
+        if table is None:
+            continue
+        for h, postings in table.postings.items():
+            key = table.ids[h]
+            if len(postings) == 1:
+                assert key not in table._shared and table.single_serial[key] >= 0
+                continue
+            count = int(table.shared_count[key])
+            mirror = table._shared[key]
+            assert table.single_serial[key] == -1 and mirror[:count].tolist() == postings
+            assert table.shared_at[key] == mirror.__array_interface__["data"][0]
+        assert set(table._shared) <= set(table.ids.values())
+
+
+@pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
+@pytest.mark.parametrize("left", [24, 20, 28])
+@pytest.mark.parametrize("right", [72, 76, 68])
+def test_clipped_pieces_at_the_minimum_length(u32: bool, left: int, right: int) -> None:
+    """The longest span (32..64) clips two shorter ones that overlap it by 8 tokens: what is left of each is kept when
+    it is at least min_span_tokens (8) long, exactly at the bound included, and dropped when shorter."""
+    text = np.random.default_rng(5).integers(0, 30_000, 96)
+    numpy_path, native_path = _pair(u32, block_size=4, min_span_tokens=8)
+    for donor_id, (start, end) in {"best": (32, 64), "left": (left, 40), "right": (56, right)}.items():
+        for aligner in (numpy_path, native_path):
+            aligner.add_donor(donor_id, "ns", _donor_array(text[start:end], u32))
+    target = text.astype(numpy_path.dtype)
+    expected = [(s.donor_id, s.target_start, s.target_end) for s in numpy_path.align("ns", target)]
+    pieces = [("left", left, 32)] if 32 - left >= 8 else []
+    pieces += [("best", 32, 64)] + ([("right", 64, right)] if right - 64 >= 8 else [])
+    assert expected == pieces
+    assert native_path.align("ns", target) == numpy_path.align("ns", target)
+
+
+def test_the_one_key_id_table_operations_agree_with_a_dict() -> None:
+    """The donor book's serial -> slot table: one key at a time (probed in Python), mixed with the vectorized calls,
+    through rebuilds, removals and reused entries; consecutive serials and keys above 2**63 alike."""
+    rng = np.random.default_rng(9)
+    table, mirror = _IdTable(), {}
+    keys = [*range(3000), *(2 * int(k) + 1 for k in rng.integers(1 << 62, 1 << 63, 1000, dtype=np.int64))]
+    for step, key in enumerate(keys):
+        if key in mirror:
+            continue
+        mirror[key] = step
+        if step % 5 == 0:
+            table.insert(np.array([key], dtype=np.uint64), np.array([step], dtype=np.int64), len(mirror))
+        else:
+            table.insert_one(key, step, len(mirror))
+        if step % 3 == 0:
+            gone = list(mirror)[int(rng.integers(len(mirror)))]
+            del mirror[gone]
+            table.remove_one(gone)
+        table.remove_one((1 << 64) - 1)  # not in the table: nothing happens
+    probe = np.array([*keys, 5000, (1 << 64) - 1], dtype=np.uint64)
+    assert table.find(probe).tolist() == [mirror.get(k, -1) for k in probe.tolist()]
