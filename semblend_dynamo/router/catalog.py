@@ -12,18 +12,19 @@
 
 Every method takes the catalog's lock, so the event loop, registration threads and the metrics scrape may call
 it concurrently. Nothing here awaits, and nothing under the lock calls the pipeline (the indexer thread takes this
-lock to report evictions). One exception: :meth:`resident_donor`, read on the event loop for every placement, does
-not wait while another thread adds a registration of another donor (the donor thread's add can hold the lock for
-milliseconds while residency rewrites a block map); see there.
+lock to report evictions). Two exceptions, both read on the event loop for a request: :meth:`resident_donor` (every
+placement) does not wait while another thread adds a registration of another donor, and :meth:`stored_together` (the
+exact-wins gate) does not wait for the lock at all; see there.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import threading
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from ..events.schemas import DonorRegistration, KvEvent, SyncRows
@@ -35,16 +36,81 @@ from .residency import DonorEntry, Residency, WorkerKey
 PENDING_LOCAL_DONORS = 4096
 """Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
 
+log = logging.getLogger(__name__)
+
+
+class _CatalogLock:
+    """The catalog's reentrant lock, with a queue of kv-event batches that found it held by another thread.
+
+    Whoever holds the lock applies the queued batches, in arrival order: right after taking it (so its own work comes
+    after them, as if the batches had waited for the lock) and before letting it go. A thread that queues a batch, and
+    one that lets the lock go, then take the lock if it is free to apply what is queued, so no batch is left behind.
+    """
+
+    def __init__(self, apply_queued: Callable[[], None]) -> None:
+        self.inner = threading.RLock()
+        self.queued: deque[list[KvEvent]] = deque()
+        self._apply_queued = apply_queued
+        self._depth = 0  # acquisitions held by the owner (changed only while it holds the lock)
+
+    def acquire(self, blocking: bool = True) -> bool:
+        if not self.inner.acquire(blocking):
+            return False
+        self._depth += 1
+        if self._depth == 1 and self.queued:
+            self._apply(release=False)
+        return True
+
+    def release(self) -> None:
+        if self._depth == 1 and self.queued:
+            self._apply(release=True)
+            return
+        self._depth -= 1
+        self.inner.release()
+        if not self._depth:
+            self.flush()
+
+    def flush(self) -> None:
+        """Apply the queued batches if the lock is free (else its holder applies them)."""
+        while self.queued and self.inner.acquire(blocking=False):
+            self._depth += 1
+            if self._depth > 1:  # this thread holds it already: its outermost release applies them
+                self._depth -= 1
+                self.inner.release()
+                return
+            self._apply(release=True)
+
+    def _apply(self, *, release: bool) -> None:
+        try:
+            self._apply_queued()
+        finally:
+            if release:
+                self._depth -= 1
+                self.inner.release()
+        if release and not self._depth:
+            self.flush()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
 
 class DonorCatalog:
     """Owns every donor the router knows; see the module docstring."""
 
     def __init__(self, capacity: int, discovery: DonorDiscovery | None) -> None:
-        self._lock = threading.RLock()
+        self._lock = _CatalogLock(self._apply_queued)
+        self._gaps_told = 0  # event-id gaps apply_kv_events has returned
+        self.kv_errors = 0
+        """Queued kv-event batches that failed to apply (logged; a batch applied at once raises to its caller)."""
         # Read without the lock by resident_donor (see there): the write in progress may change these donors' entries
         # (None: any donor's), and how many writes have started.
         self._changing: frozenset[str] | None = frozenset()
         self._writes = 0
+        self.gate_unsure = 0
+        """Exact-wins gates answered "may win" because a block map they read was changing on another thread."""
         self._residency = Residency(capacity)
         self.indexer = (
             PipelineIndexer(discovery, self._pipeline_evicted, self._pipeline_indexed)
@@ -130,13 +196,30 @@ class DonorCatalog:
             return known
 
     def apply_kv_events(self, events: Iterable[KvEvent]) -> int:
-        """Apply Dynamo kv-events in arrival order; returns the event-id gaps they revealed."""
-        with self._writing():
-            gaps = self._residency.event_gaps
-            for event in events:
-                self._residency.apply(event)
-            self._sync_pipeline()
-            return self._residency.event_gaps - gaps
+        """Apply Dynamo kv-events in arrival order; returns the event-id gaps revealed since the last call.
+
+        Never waits for the lock (the event loop calls it): while another thread holds it (the donor thread adding a
+        registration), the batch is queued and that thread applies it, in arrival order, before it lets the lock go;
+        its gaps are then returned by a later call.
+        """
+        batch, lock = list(events), self._lock
+        if lock.acquire(blocking=False):  # the batches queued before it are applied first (by acquire)
+            try:
+                if lock.queued:  # still queued: this thread holds the lock already, they are applied when it ends
+                    lock.queued.append(batch)
+                else:
+                    with self._writing():
+                        for event in batch:
+                            self._residency.apply(event)
+                        self._sync_pipeline()
+            finally:
+                lock.release()
+        else:
+            lock.queued.append(batch)
+            lock.flush()  # the holder may have let the lock go meanwhile
+        gaps = self._residency.event_gaps - self._gaps_told
+        self._gaps_told += gaps
+        return gaps
 
     def reconcile(self, events: Iterable[KvEvent]) -> int:
         """Residency becomes exactly Dynamo's whole index (see :meth:`Residency.reconcile`); returns blocks changed."""
@@ -185,9 +268,24 @@ class DonorCatalog:
             self._lock.release()
 
     def stored_together(self, tokens_hashes: Sequence[int]) -> bool:
-        """Whether one worker rank stores blocks of all of ``tokens_hashes`` (see :meth:`Residency.stored_together`)."""
-        with self._lock:
-            return self._residency.stored_together(tokens_hashes)
+        """Whether one worker rank stores blocks of all of ``tokens_hashes`` (see :meth:`Residency.stored_together`),
+        or True ("exact reuse may win") when that cannot be read without waiting.
+
+        The exact-wins gate on the request path: it never waits for the lock. While another thread holds it, the block
+        maps are read without it (:meth:`Residency.read_stored_together`: each map tells whether a change overlapped
+        the read); if one did (the donor thread posting a registration's hashes on that rank), the answer is True,
+        counted in :attr:`gate_unsure`: the decision then runs in the exact-first order, which decides the same.
+        """
+        if self._lock.acquire(blocking=False):
+            try:
+                return self._residency.stored_together(tokens_hashes)
+            finally:
+                self._lock.release()
+        stored = self._residency.read_stored_together(tokens_hashes)
+        if stored is None:
+            self.gate_unsure += 1
+            return True
+        return stored
 
     def is_resident(self, donor_id: str) -> bool:
         with self._lock:
@@ -283,6 +381,21 @@ class DonorCatalog:
             self.changed = True
 
     # --- internals (lock held) -------------------------------------------------------------------
+    def _apply_queued(self) -> None:
+        """Apply the kv-event batches queued while another thread held the lock (see :class:`_CatalogLock`); a batch
+        that fails is logged and counted (the thread applying it is not the one that received it)."""
+        queued = self._lock.queued
+        with self._writing():
+            while queued:
+                batch = queued.popleft()
+                try:
+                    for event in batch:
+                        self._residency.apply(event)
+                except Exception:
+                    self.kv_errors += 1
+                    log.exception("a queued kv-event batch failed to apply")
+            self._sync_pipeline()
+
     @contextlib.contextmanager
     def _writing(self, donor_ids: frozenset[str] | None = None) -> Iterator[None]:
         """The lock, for a write that may change the entries of ``donor_ids`` (None: of any donor) and drop others;
