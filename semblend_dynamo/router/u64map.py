@@ -25,9 +25,10 @@ overlay starts, and each later merge into the overlay also writes the next slice
 the frozen entries of their key range) into a separate array, so the old base serves every lookup until the new one
 is complete and replaces it. A step's slice is paced by the merge that writes it: ``2·n/bound`` base entries for each
 entry merged (so the rewrite ends by the time the new overlay is half full), at least ``_MIN_STEP`` and at most
-``_MAX_STEP`` (16K), so a kv-event's change writes a bounded slice whatever the map's size. The overlay may outgrow its
-bound while a rewrite is still in progress (it is merged into the base once that rewrite ends); only past
-``_OVERFLOW`` times its bound (a bulk insert) is the rest of the rewrite written at once. The new base's directory is
+``_MAX_STEP`` (16K) for a change of up to 1,024 entries (16 base entries an entry for a larger one), so a kv-event's
+change writes a bounded slice whatever the map's size. The overlay may outgrow its bound while a rewrite is still in
+progress (it is merged into the base once that rewrite ends); only past ``_OVERFLOW`` times its bound is the rest of
+the rewrite written at once. The new base's directory is
 written along with it, a slice per step, so no lookup builds one over a whole new base.
 
 Reads without a lock: every change marks the map busy while it runs and counts itself (:meth:`U64Map.quiet`), so a
@@ -57,7 +58,10 @@ _BULK = 64
 dict, to probe arrays only)."""
 _MIN_STEP = 4096
 _MAX_STEP = 16_384
-"""A base rewrite step writes ``2·n/bound`` base entries for each entry merged into the overlay, within these bounds."""
+_STEP_PER_CHANGE = 16
+"""A base rewrite step writes ``2·n/bound`` base entries for each entry merged into the overlay, at least
+``_MIN_STEP`` and at most ``max(_MAX_STEP, _STEP_PER_CHANGE·k)`` for a merge of ``k`` entries (a bulk insert's steps
+grow with it, so its rewrites keep pace with its overlay)."""
 _OVERFLOW = 4
 """While a rewrite is in progress the overlay may grow to this many times its bound before the rewrite is finished at
 once (a bulk insert: kv-events' changes are paced to end the rewrite long before)."""
@@ -490,7 +494,8 @@ class U64Map:
             self._merge_overlay()  # a bulk insert outran the rewrite: finished at once
         else:
             # paced to end the rewrite by the time the new overlay is half full, a bounded slice whatever the base
-            self._rewrite_step(min(_MAX_STEP, max(_MIN_STEP, 2 * len(keys) * len(self._keys) // bound)))
+            paced = 2 * len(keys) * len(self._keys) // bound
+            self._rewrite_step(min(max(_MAX_STEP, _STEP_PER_CHANGE * len(keys)), max(_MIN_STEP, paced)))
 
     def _merge_overlay(self) -> None:
         """Freeze the overlay and start rewriting the base with it (finishing a rewrite still in progress first)."""
