@@ -14,7 +14,8 @@ Every method takes the catalog's lock, so the event loop, registration threads a
 it concurrently. Nothing here awaits, and nothing under the lock calls the pipeline (the indexer thread takes this
 lock to report evictions). Two exceptions, both read on the event loop for a request: :meth:`resident_donor` (every
 placement) does not wait while another thread adds a registration of another donor, and :meth:`stored_together` (the
-exact-wins gate) does not wait for the lock at all; see there.
+exact-wins gate) does not wait for the lock at all; see there. Nor does :meth:`apply_kv_events` (the loop's kv-events):
+a batch that finds the lock held is queued and applied, in order, by the loop's next try or the next write.
 """
 
 from __future__ import annotations
@@ -39,70 +40,14 @@ PENDING_LOCAL_DONORS = 4096
 log = logging.getLogger(__name__)
 
 
-class _CatalogLock:
-    """The catalog's reentrant lock, with a queue of kv-event batches that found it held by another thread.
-
-    Whoever holds the lock applies the queued batches, in arrival order: right after taking it (so its own work comes
-    after them, as if the batches had waited for the lock) and before letting it go. A thread that queues a batch, and
-    one that lets the lock go, then take the lock if it is free to apply what is queued, so no batch is left behind.
-    """
-
-    def __init__(self, apply_queued: Callable[[], None]) -> None:
-        self.inner = threading.RLock()
-        self.queued: deque[list[KvEvent]] = deque()
-        self._apply_queued = apply_queued
-        self._depth = 0  # acquisitions held by the owner (changed only while it holds the lock)
-
-    def acquire(self, blocking: bool = True) -> bool:
-        if not self.inner.acquire(blocking):
-            return False
-        self._depth += 1
-        if self._depth == 1 and self.queued:
-            self._apply(release=False)
-        return True
-
-    def release(self) -> None:
-        if self._depth == 1 and self.queued:
-            self._apply(release=True)
-            return
-        self._depth -= 1
-        self.inner.release()
-        if not self._depth:
-            self.flush()
-
-    def flush(self) -> None:
-        """Apply the queued batches if the lock is free (else its holder applies them)."""
-        while self.queued and self.inner.acquire(blocking=False):
-            self._depth += 1
-            if self._depth > 1:  # this thread holds it already: its outermost release applies them
-                self._depth -= 1
-                self.inner.release()
-                return
-            self._apply(release=True)
-
-    def _apply(self, *, release: bool) -> None:
-        try:
-            self._apply_queued()
-        finally:
-            if release:
-                self._depth -= 1
-                self.inner.release()
-        if release and not self._depth:
-            self.flush()
-
-    def __enter__(self) -> None:
-        self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
 class DonorCatalog:
     """Owns every donor the router knows; see the module docstring."""
 
     def __init__(self, capacity: int, discovery: DonorDiscovery | None) -> None:
-        self._lock = _CatalogLock(self._apply_queued)
-        self._gaps_told = 0  # event-id gaps apply_kv_events has returned
+        self._lock = threading.RLock()
+        # kv-event batches that found the lock held by another thread, in arrival order (see apply_kv_events)
+        self._kv_queue: deque[list[KvEvent]] = deque()
+        self._gaps_told = 0  # event-id gaps apply_kv_events and flush_kv_events have returned
         self.kv_errors = 0
         """Queued kv-event batches that failed to apply (logged; a batch applied at once raises to its caller)."""
         # Read without the lock by resident_donor (see there): the write in progress may change these donors' entries
@@ -130,9 +75,10 @@ class DonorCatalog:
     def add(self, registration: DonorRegistration, local: tuple[NamespaceKey, list[int]] | None = None) -> bool:
         """Add a registration (a peer's, a sync page's, or ``local`` with its prompt tokens for spans).
 
-        An older copy of a known donor is ignored (returns False).
+        An older copy of a known donor is ignored (returns False). Queued kv-event batches are left queued (an add and
+        a kv-event end the same in either order; the donor thread's hold stays as short as its own work).
         """
-        with self._writing(frozenset((registration.donor_id,))):
+        with self._writing(frozenset((registration.donor_id,)), kv_queue=False):
             donor_id = registration.donor_id
             known = self._residency.donor(donor_id)
             if known is not None and known.registered_at >= registration.registered_at:
@@ -196,27 +142,43 @@ class DonorCatalog:
             return known
 
     def apply_kv_events(self, events: Iterable[KvEvent]) -> int:
-        """Apply Dynamo kv-events in arrival order; returns the event-id gaps revealed since the last call.
+        """Apply Dynamo kv-events in arrival order; returns the event-id gaps revealed since the last report.
 
         Never waits for the lock (the event loop calls it): while another thread holds it (the donor thread adding a
-        registration), the batch is queued and that thread applies it, in arrival order, before it lets the lock go;
-        its gaps are then returned by a later call.
+        registration), the batch is queued (:attr:`kv_queued`) and applied, after those queued before it, by the next
+        :meth:`apply_kv_events` or :meth:`flush_kv_events` that finds the lock free, or by the next write other than a
+        registration's add (which then comes after them). Its gaps are reported by the call that applies it.
         """
-        batch, lock = list(events), self._lock
-        if lock.acquire(blocking=False):  # the batches queued before it are applied first (by acquire)
+        batch = list(events)
+        if not self._lock.acquire(blocking=False):
+            self._kv_queue.append(batch)
+            return 0
+        try:
+            with self._writing():  # the batches queued before this one are applied first (by _writing)
+                for event in batch:
+                    self._residency.apply(event)
+                self._sync_pipeline()
+        finally:
+            self._lock.release()
+        return self._new_gaps()
+
+    def flush_kv_events(self) -> int:
+        """Apply the queued kv-event batches if the lock is free (never waits); returns the event-id gaps revealed
+        since the last report. The router calls it soon after a batch was queued."""
+        if self._kv_queue and self._lock.acquire(blocking=False):
             try:
-                if lock.queued:  # still queued: this thread holds the lock already, they are applied when it ends
-                    lock.queued.append(batch)
-                else:
-                    with self._writing():
-                        for event in batch:
-                            self._residency.apply(event)
-                        self._sync_pipeline()
+                with self._writing():
+                    pass
             finally:
-                lock.release()
-        else:
-            lock.queued.append(batch)
-            lock.flush()  # the holder may have let the lock go meanwhile
+                self._lock.release()
+        return self._new_gaps()
+
+    @property
+    def kv_queued(self) -> bool:
+        """Whether kv-event batches wait to be applied (see :meth:`apply_kv_events`)."""
+        return bool(self._kv_queue)
+
+    def _new_gaps(self) -> int:
         gaps = self._residency.event_gaps - self._gaps_told
         self._gaps_told += gaps
         return gaps
@@ -382,29 +344,33 @@ class DonorCatalog:
 
     # --- internals (lock held) -------------------------------------------------------------------
     def _apply_queued(self) -> None:
-        """Apply the kv-event batches queued while another thread held the lock (see :class:`_CatalogLock`); a batch
-        that fails is logged and counted (the thread applying it is not the one that received it)."""
-        queued = self._lock.queued
-        with self._writing():
-            while queued:
-                batch = queued.popleft()
-                try:
-                    for event in batch:
-                        self._residency.apply(event)
-                except Exception:
-                    self.kv_errors += 1
-                    log.exception("a queued kv-event batch failed to apply")
-            self._sync_pipeline()
+        """Apply the kv-event batches queued while another thread held the lock, in arrival order (inside a write that
+        published it may change any donor); a batch that fails is logged and counted (it was received earlier, by a
+        call that returned)."""
+        queued = self._kv_queue
+        while queued:
+            batch = queued.popleft()
+            try:
+                for event in batch:
+                    self._residency.apply(event)
+            except Exception:
+                self.kv_errors += 1
+                log.exception("a queued kv-event batch failed to apply")
+        self._sync_pipeline()
 
     @contextlib.contextmanager
-    def _writing(self, donor_ids: frozenset[str] | None = None) -> Iterator[None]:
+    def _writing(self, donor_ids: frozenset[str] | None = None, *, kv_queue: bool = True) -> Iterator[None]:
         """The lock, for a write that may change the entries of ``donor_ids`` (None: of any donor) and drop others;
-        published before it changes anything, for :meth:`resident_donor`."""
+        published before it changes anything, for :meth:`resident_donor`. ``kv_queue``: the queued kv-event batches
+        are applied first (then it may change any donor's entry)."""
         with self._lock:
             before = self._changing
-            self._changing = None if before is None or donor_ids is None else before | donor_ids
+            queued = kv_queue and bool(self._kv_queue)
+            self._changing = None if before is None or donor_ids is None or queued else before | donor_ids
             self._writes += 1
             try:
+                if queued:
+                    self._apply_queued()
                 yield
             finally:
                 self._changing = before

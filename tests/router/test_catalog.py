@@ -301,9 +301,21 @@ def test_the_exact_wins_gate_says_exact_may_win_while_a_block_map_it_reads_is_ch
     assert catalog.stored_together([1, 5]) is False and catalog.stored_together([1, 3]) is True
 
 
-def test_kv_events_do_not_wait_for_another_threads_write_and_are_applied_in_order_when_it_ends() -> None:
+def _flushed(catalog: DonorCatalog) -> int:
+    """Flush the queued kv-events as the router does, again while another thread (the indexer) holds the lock."""
+    gaps = catalog.flush_kv_events()
+    for _ in range(1000):
+        if not catalog.kv_queued:
+            break
+        threading.Event().wait(0.002)
+        gaps += catalog.flush_kv_events()
+    return gaps
+
+
+def test_kv_events_do_not_wait_for_another_threads_write_and_are_applied_in_order_after_it() -> None:
     """The event loop applies kv-events; while the donor thread holds the lock (a registration's add) a batch is
-    queued instead of waited for, and applied in arrival order as soon as that thread lets the lock go."""
+    queued instead of waited for. The add leaves it queued (its hold stays its own work); the next flush applies the
+    queued batches in arrival order."""
     catalog, dim = _catalog()
     catalog.apply_kv_events([_stored(1, 1, 2)])
     catalog.add(_donor("b", [1, 2], dim))
@@ -315,13 +327,40 @@ def test_kv_events_do_not_wait_for_another_threads_write_and_are_applied_in_orde
     stall.release.set()
     writer.join(10)
     assert stall.released, "a kv-event waited for the registration being added"
-    assert gaps == (0, 0)
+    assert gaps == (0, 0) and catalog.kv_queued  # not applied by the add
+    assert _flushed(catalog) == 0 and not catalog.kv_queued
     assert catalog.resident_donor("a") is not None  # its block stored by the first queued batch
     assert catalog.resident_donor("b") is None  # one of its blocks removed by the second, after the first
     assert catalog.stored_together([3, 4]) and not catalog.stored_together([2])
 
 
-def test_gaps_found_by_queued_kv_events_are_reported_by_the_next_call() -> None:
+def test_queued_kv_events_are_applied_before_the_next_batch_and_before_other_writes() -> None:
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1, 2)])
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [1], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    catalog.apply_kv_events([KvEvent(W1, 2, KvRemoved([1001]))])
+    stall.release.set()
+    writer.join(10)
+    assert stall.released and catalog.kv_queued
+    catalog.apply_kv_events([_stored(3, 1)])  # the queued removal first, then this store: block 1 stored again
+    _flushed(catalog)  # (had the indexer thread held the lock just then, this one was queued behind it)
+    assert not catalog.kv_queued and catalog.stored_together([1, 2])
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("c", [5], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    catalog.apply_kv_events([KvEvent(W1, 4, KvRemoved([1001]))])
+    stall.release.set()
+    writer.join(10)
+    assert catalog.kv_queued
+    assert catalog.forget("c") and not catalog.kv_queued  # a write of the loop applies what is queued first
+    assert not catalog.stored_together([1])
+
+
+def test_gaps_found_by_queued_kv_events_are_reported_when_they_are_applied() -> None:
     catalog, dim = _catalog()
     catalog.apply_kv_events([_stored(1, 1)])
     stall = _StalledResidencyAdd(catalog)
@@ -332,5 +371,5 @@ def test_gaps_found_by_queued_kv_events_are_reported_by_the_next_call() -> None:
     stall.release.set()
     writer.join(10)
     assert stall.released and queued == 0
-    assert catalog.apply_kv_events([_stored(6, 6)]) == 1 and catalog.apply_kv_events([_stored(7, 7)]) == 0
-    assert catalog.event_gaps == 1
+    assert _flushed(catalog) == 1 and catalog.flush_kv_events() == 0
+    assert catalog.apply_kv_events([_stored(6, 6)]) == 0 and catalog.event_gaps == 1
