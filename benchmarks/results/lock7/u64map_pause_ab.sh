@@ -7,6 +7,6 @@ base="$1"; shift
 for round in 1 2 3; do
   for tree in "$base" "$here"; do
     echo "## round $round: $tree"
-    PYTHONPATH="$tree" python "$here/benchmarks/bench_u64map_pause.py" "$@"
+    PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" python3 "$here/benchmarks/bench_u64map_pause.py" "$@"
   done
 done
