@@ -52,13 +52,14 @@ def main() -> None:
     print(f"# map of {args.entries:,} entries, {args.changes:,} new keys inserted; ms per call")
     print("| base rewrite | inserts | p50 | p99.9 | max |")
     print("|---|---|---|---|---|")
-    steps, min_step = u64map._STEPS, u64map._MIN_STEP
+    # the step bounds of this tree's map (older trees: _STEPS and _MIN_STEP; later ones: _MIN_STEP and _MAX_STEP)
+    bounds = {name: getattr(u64map, name) for name in ("_STEPS", "_MIN_STEP", "_MAX_STEP") if hasattr(u64map, name)}
+    whole = {name: 1 if name == "_STEPS" else 1 << 62 for name in bounds}
+    print(f"# {u64map.__file__}: {bounds}")
     for batch in (1, 256):
         for name in ("all at once (before)", "in steps"):
-            if name.startswith("all"):
-                u64map._STEPS, u64map._MIN_STEP = 1, 1 << 62
-            else:
-                u64map._STEPS, u64map._MIN_STEP = steps, min_step
+            for bound, value in (whole if name.startswith("all") else bounds).items():
+                setattr(u64map, bound, value)
             r = run(args.entries, args.changes, batch, seed=1)
             label = "one at a time" if batch == 1 else f"{batch} a call"
             print(f"| {name} | {label} | {r['p50']:.3f} | {r['p99.9']:.2f} | {r['max']:.2f} |")

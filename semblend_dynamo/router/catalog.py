@@ -12,18 +12,20 @@
 
 Every method takes the catalog's lock, so the event loop, registration threads and the metrics scrape may call
 it concurrently. Nothing here awaits, and nothing under the lock calls the pipeline (the indexer thread takes this
-lock to report evictions). One exception: :meth:`resident_donor`, read on the event loop for every placement, does
-not wait while another thread adds a registration of another donor (the donor thread's add can hold the lock for
-milliseconds while residency rewrites a block map); see there.
+lock to report evictions). Two exceptions, both read on the event loop for a request: :meth:`resident_donor` (every
+placement) does not wait while another thread adds a registration of another donor, and :meth:`stored_together` (the
+exact-wins gate) does not wait for the lock at all; see there. Nor does :meth:`apply_kv_events` (the loop's kv-events):
+a batch that finds the lock held is queued and applied, in order, by the loop's next try or the next write.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import threading
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from ..events.schemas import DonorRegistration, KvEvent, SyncRows
@@ -35,16 +37,25 @@ from .residency import DonorEntry, Residency, WorkerKey
 PENDING_LOCAL_DONORS = 4096
 """Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
 
+log = logging.getLogger(__name__)
+
 
 class DonorCatalog:
     """Owns every donor the router knows; see the module docstring."""
 
     def __init__(self, capacity: int, discovery: DonorDiscovery | None) -> None:
         self._lock = threading.RLock()
+        # kv-event batches that found the lock held by another thread, in arrival order (see apply_kv_events)
+        self._kv_queue: deque[list[KvEvent]] = deque()
+        self._gaps_told = 0  # event-id gaps apply_kv_events and flush_kv_events have returned
+        self.kv_errors = 0
+        """Queued kv-event batches that failed to apply (logged; a batch applied at once raises to its caller)."""
         # Read without the lock by resident_donor (see there): the write in progress may change these donors' entries
         # (None: any donor's), and how many writes have started.
         self._changing: frozenset[str] | None = frozenset()
         self._writes = 0
+        self.gate_unsure = 0
+        """Exact-wins gates answered "may win" because a block map they read was changing on another thread."""
         self._residency = Residency(capacity)
         self.indexer = (
             PipelineIndexer(discovery, self._pipeline_evicted, self._pipeline_indexed)
@@ -64,9 +75,10 @@ class DonorCatalog:
     def add(self, registration: DonorRegistration, local: tuple[NamespaceKey, list[int]] | None = None) -> bool:
         """Add a registration (a peer's, a sync page's, or ``local`` with its prompt tokens for spans).
 
-        An older copy of a known donor is ignored (returns False).
+        An older copy of a known donor is ignored (returns False). Queued kv-event batches are left queued (an add and
+        a kv-event end the same in either order; the donor thread's hold stays as short as its own work).
         """
-        with self._writing(frozenset((registration.donor_id,))):
+        with self._writing(frozenset((registration.donor_id,)), kv_queue=False):
             donor_id = registration.donor_id
             known = self._residency.donor(donor_id)
             if known is not None and known.registered_at >= registration.registered_at:
@@ -130,13 +142,46 @@ class DonorCatalog:
             return known
 
     def apply_kv_events(self, events: Iterable[KvEvent]) -> int:
-        """Apply Dynamo kv-events in arrival order; returns the event-id gaps they revealed."""
-        with self._writing():
-            gaps = self._residency.event_gaps
-            for event in events:
-                self._residency.apply(event)
-            self._sync_pipeline()
-            return self._residency.event_gaps - gaps
+        """Apply Dynamo kv-events in arrival order; returns the event-id gaps revealed since the last report.
+
+        Never waits for the lock (the event loop calls it): while another thread holds it (the donor thread adding a
+        registration), the batch is queued (:attr:`kv_queued`) and applied, after those queued before it, by the next
+        :meth:`apply_kv_events` or :meth:`flush_kv_events` that finds the lock free, or by the next write other than a
+        registration's add (which then comes after them). Its gaps are reported by the call that applies it.
+        """
+        batch = list(events)
+        if not self._lock.acquire(blocking=False):
+            self._kv_queue.append(batch)
+            return 0
+        try:
+            with self._writing():  # the batches queued before this one are applied first (by _writing)
+                for event in batch:
+                    self._residency.apply(event)
+                self._sync_pipeline()
+        finally:
+            self._lock.release()
+        return self._new_gaps()
+
+    def flush_kv_events(self) -> int:
+        """Apply the queued kv-event batches if the lock is free (never waits); returns the event-id gaps revealed
+        since the last report. The router calls it soon after a batch was queued."""
+        if self._kv_queue and self._lock.acquire(blocking=False):
+            try:
+                with self._writing():
+                    pass
+            finally:
+                self._lock.release()
+        return self._new_gaps()
+
+    @property
+    def kv_queued(self) -> bool:
+        """Whether kv-event batches wait to be applied (see :meth:`apply_kv_events`)."""
+        return bool(self._kv_queue)
+
+    def _new_gaps(self) -> int:
+        gaps = self._residency.event_gaps - self._gaps_told
+        self._gaps_told += gaps
+        return gaps
 
     def reconcile(self, events: Iterable[KvEvent]) -> int:
         """Residency becomes exactly Dynamo's whole index (see :meth:`Residency.reconcile`); returns blocks changed."""
@@ -185,9 +230,24 @@ class DonorCatalog:
             self._lock.release()
 
     def stored_together(self, tokens_hashes: Sequence[int]) -> bool:
-        """Whether one worker rank stores blocks of all of ``tokens_hashes`` (see :meth:`Residency.stored_together`)."""
-        with self._lock:
-            return self._residency.stored_together(tokens_hashes)
+        """Whether one worker rank stores blocks of all of ``tokens_hashes`` (see :meth:`Residency.stored_together`),
+        or True ("exact reuse may win") when that cannot be read without waiting.
+
+        The exact-wins gate on the request path: it never waits for the lock. While another thread holds it, the block
+        maps are read without it (:meth:`Residency.read_stored_together`: each map tells whether a change overlapped
+        the read); if one did (the donor thread posting a registration's hashes on that rank), the answer is True,
+        counted in :attr:`gate_unsure`: the decision then runs in the exact-first order, which decides the same.
+        """
+        if self._lock.acquire(blocking=False):
+            try:
+                return self._residency.stored_together(tokens_hashes)
+            finally:
+                self._lock.release()
+        stored = self._residency.read_stored_together(tokens_hashes)
+        if stored is None:
+            self.gate_unsure += 1
+            return True
+        return stored
 
     def is_resident(self, donor_id: str) -> bool:
         with self._lock:
@@ -283,15 +343,34 @@ class DonorCatalog:
             self.changed = True
 
     # --- internals (lock held) -------------------------------------------------------------------
+    def _apply_queued(self) -> None:
+        """Apply the kv-event batches queued while another thread held the lock, in arrival order (inside a write that
+        published it may change any donor); a batch that fails is logged and counted (it was received earlier, by a
+        call that returned)."""
+        queued = self._kv_queue
+        while queued:
+            batch = queued.popleft()
+            try:
+                for event in batch:
+                    self._residency.apply(event)
+            except Exception:
+                self.kv_errors += 1
+                log.exception("a queued kv-event batch failed to apply")
+        self._sync_pipeline()
+
     @contextlib.contextmanager
-    def _writing(self, donor_ids: frozenset[str] | None = None) -> Iterator[None]:
+    def _writing(self, donor_ids: frozenset[str] | None = None, *, kv_queue: bool = True) -> Iterator[None]:
         """The lock, for a write that may change the entries of ``donor_ids`` (None: of any donor) and drop others;
-        published before it changes anything, for :meth:`resident_donor`."""
+        published before it changes anything, for :meth:`resident_donor`. ``kv_queue``: the queued kv-event batches
+        are applied first (then it may change any donor's entry)."""
         with self._lock:
             before = self._changing
-            self._changing = None if before is None or donor_ids is None else before | donor_ids
+            queued = kv_queue and bool(self._kv_queue)
+            self._changing = None if before is None or donor_ids is None or queued else before | donor_ids
             self._writes += 1
             try:
+                if queued:
+                    self._apply_queued()
                 yield
             finally:
                 self._changing = before

@@ -96,6 +96,9 @@ from .sync import (
 log = logging.getLogger(__name__)
 
 GAP_RESYNC_DELAY_S = 1.0
+KV_FLUSH_RETRY_S = 0.001
+"""A kv-event batch that found the catalog's lock held by another thread is applied this soon after (or by the next
+batch), retried until the lock is free."""
 MAX_PENDING_REGISTRATIONS = 1024
 """Finished prompts waiting to become donors at most (embedding, hashing); one beyond is dropped and counted."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
@@ -247,6 +250,7 @@ class SemanticRouter:
             catalog.indexer.on_dropped = lambda kind, reason: metrics.donors_dropped.labels(kind, reason).inc()
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
+        self._kv_flush: asyncio.TimerHandle | None = None
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -743,6 +747,8 @@ class SemanticRouter:
     def close(self) -> None:
         """Stop the donor thread and the catalog's indexer (what it has queued is applied or counted)."""
         self._donor_executor.shutdown(wait=True, cancel_futures=True)
+        if self._kv_flush is not None:
+            self._kv_flush.cancel()
         if self._held_wait is not None:
             self._held_wait.cancel()
         self._held.seal()
@@ -770,8 +776,23 @@ class SemanticRouter:
         gaps = self.catalog.apply_kv_events(batch.events)
         self.metrics.kv_blocks_in.inc(sum(event.num_blocks for event in batch.events))
         self.metrics.kv_ingest_lag.observe(max(0.0, time.time() - batch.published_at / 1000))
+        self._kv_applied(gaps)
+
+    def _kv_applied(self, gaps: int) -> None:
+        """Start a resync for event-id gaps; while batches wait for the catalog's lock (another thread held it when
+        they came: the loop does not wait for it), try again shortly."""
         if gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
+        if self.catalog.kv_queued and self._kv_flush is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called outside the loop (tests): the next batch or write applies them
+                return
+            self._kv_flush = loop.call_later(KV_FLUSH_RETRY_S, self._flush_kv_events)
+
+    def _flush_kv_events(self) -> None:
+        self._kv_flush = None
+        self._kv_applied(self.catalog.flush_kv_events())
 
     def on_kv_index(self, events: Sequence[KvEvent]) -> None:
         """Called with Dynamo's whole KV index (zmq event plane): residency becomes exactly what it holds."""

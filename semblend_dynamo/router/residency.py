@@ -7,7 +7,8 @@ A donor is a finished prompt on the worker that served it, known by its Dynamo b
 donors out; re-stored blocks bring them back. Every replica fed the same events and registrations holds
 the same catalog and the same resident sets.
 
-Not thread-safe: the router mutates and reads it from its event loop only.
+Not thread-safe: its owner (:class:`~semblend_dynamo.router.catalog.DonorCatalog`) holds a lock around it, except
+for :meth:`Residency.read_stored_together`, which reads without it.
 """
 
 from __future__ import annotations
@@ -668,6 +669,24 @@ class Residency:
             if all((hashes.get(h) or 0) > _POST_MASK for h in tokens_hashes):
                 return True
         return False
+
+    def read_stored_together(self, tokens_hashes: Sequence[int]) -> bool | None:
+        """:meth:`stored_together` for a reader that does not hold the owner's lock while another thread may change
+        the residency: None if a block map it needed changed during its reads (each map tells, :meth:`U64Map.quiet`);
+        a rank whose map answered without a change overlapping its reads counts."""
+        unsure = False
+        for blocks in list(self._workers.values()):  # a copy: another thread may add a worker rank meanwhile
+            hashes = blocks.hashes
+            before = hashes.quiet()
+            try:
+                stored = before is not None and all((hashes.get(h) or 0) > _POST_MASK for h in tokens_hashes)
+            except (IndexError, ValueError, RuntimeError):  # levels replaced under the read: it did not see one map
+                stored = False
+            if before is None or hashes.quiet() != before:
+                unsure = True
+            elif stored:
+                return True
+        return None if unsure else False
 
     def blocks_on(self, key: WorkerKey) -> int:
         blocks = self._workers.get(key)

@@ -21,16 +21,26 @@ lookup is a dict probe plus two binary searches.
 
 The base is rewritten in steps, never all at once (at 800K entries one rewrite took ~25 ms, held the GIL, and so
 stalled the router's event loop): the full overlay is *frozen* as a level between the overlay and the base, a new
-overlay starts, and each later merge into the overlay also writes the next slice of the new base (``max(65,536,
-n/16)`` base entries with the frozen entries of their key range) into a separate array, so the old base serves every
-lookup until the new one is complete and replaces it. A step is sized so that the rewrite ends well before the new
-overlay fills; if it has not, the rest is written then.
+overlay starts, and each later merge into the overlay also writes the next slice of the new base (base entries with
+the frozen entries of their key range) into a separate array, so the old base serves every lookup until the new one
+is complete and replaces it. A step's slice is paced by the merge that writes it: ``2·n/bound`` base entries for each
+entry merged (so the rewrite ends by the time the new overlay is half full), at least ``_MIN_STEP`` and at most
+``_MAX_STEP`` (16K) for a change of up to 1,024 entries (16 base entries an entry for a larger one), so a kv-event's
+change writes a bounded slice whatever the map's size. The overlay may outgrow its bound while a rewrite is still in
+progress (it is merged into the base once that rewrite ends); only past ``_OVERFLOW`` times its bound is the rest of
+the rewrite written at once. The new base's directory is
+written along with it, a slice per step, so no lookup builds one over a whole new base.
+
+Reads without a lock: every change marks the map busy while it runs and counts itself (:meth:`U64Map.quiet`), so a
+reader on another thread can tell whether a change overlapped its reads (a seqlock under the GIL).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from math import isqrt
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -44,11 +54,17 @@ _OVERLAY_PER_ROOT = 32
 """The overlay is merged into the base past ``max(_MIN_OVERLAY, _OVERLAY_PER_ROOT·√base)`` entries (about
 ``√(1024·n)``, which balances the two merges' copying)."""
 _BULK = 64
-_MIN_STEP = 65_536
-_STEPS = 16
-"""A base rewrite writes ``max(_MIN_STEP, n // _STEPS)`` base entries a step."""
 """A batch of at least this many keys is merged into the overlay at once (and a lookup of as many first merges the
 dict, to probe arrays only)."""
+_MIN_STEP = 4096
+_MAX_STEP = 16_384
+_STEP_PER_CHANGE = 16
+"""A base rewrite step writes ``2·n/bound`` base entries for each entry merged into the overlay, at least
+``_MIN_STEP`` and at most ``max(_MAX_STEP, _STEP_PER_CHANGE·k)`` for a merge of ``k`` entries (a bulk insert's steps
+grow with it, so its rewrites keep pace with its overlay)."""
+_OVERFLOW = 4
+"""While a rewrite is in progress the overlay may grow to this many times its bound before the rewrite is finished at
+once (a bulk insert: kv-events' changes are paced to end the rewrite long before)."""
 _DIR_MIN = 1 << 15
 """Base entries from which a bulk lookup goes through the directory (below, binary search was as fast on the 2-core
 VM: the base's lines stay in the cache)."""
@@ -58,8 +74,31 @@ _DIR_MAX_STEPS = 8
 """A run of ``2**_DIR_MAX_STEPS`` keys or more: the keys are not uniform, the base is searched without a directory."""
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _change(method: _F) -> _F:
+    """A method that changes the map: the map is busy while it runs, and counts it (see :meth:`U64Map.quiet`)."""
+
+    @functools.wraps(method)
+    def changing(self: U64Map, *args: Any, **kwargs: Any) -> Any:
+        self._busy += 1  # before the count: a reader that saw the count before it sees the map busy
+        self._changes += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy -= 1
+
+    return cast(_F, changing)
+
+
 def _empty() -> np.ndarray:
     return np.empty(0, dtype=_U64)
+
+
+def _dir_shift(n: int) -> np.uint64:
+    """The shift of a directory for ``n`` keys: runs of ``2**_DIR_RUN_BITS`` keys or more of uniform keys."""
+    return _U64(64 - max(1, n.bit_length() - 1 - _DIR_RUN_BITS))
 
 
 def _hits(keys: np.ndarray, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,12 +111,18 @@ class _Located:
     """Where the keys of a bulk lookup are on the sorted levels (valid while the levels' arrays stay the same and
     the dict of recent changes is empty: :meth:`U64Map.assign` reuses it then)."""
 
-    __slots__ = ("base_at", "base_hit", "over_at", "over_hit", "probe")
+    __slots__ = ("base_at", "base_hit", "found", "over_at", "over_hit", "probe")
 
     def __init__(
-        self, probe: np.ndarray, over_hit: np.ndarray, over_at: np.ndarray, base_hit: np.ndarray, base_at: np.ndarray
+        self,
+        probe: np.ndarray,
+        found: np.ndarray,
+        over_hit: np.ndarray,
+        over_at: np.ndarray,
+        base_hit: np.ndarray,
+        base_at: np.ndarray,
     ) -> None:
-        self.probe = probe
+        self.probe, self.found = probe, found
         self.over_hit, self.over_at = over_hit, over_at
         self.base_hit, self.base_at = base_hit, base_at
 
@@ -100,6 +145,8 @@ class U64Map:
     """``dict[int, int]`` for keys and values in ``[0, 2**64)``, kept compact (see the module docstring)."""
 
     __slots__ = (
+        "_busy",
+        "_changes",
         "_delta",
         "_dir",
         "_dir_shift",
@@ -113,6 +160,9 @@ class U64Map:
         "_len",
         "_live",
         "_located",
+        "_next_dir",
+        "_next_dir_at",
+        "_next_dir_shift",
         "_next_keys",
         "_next_values",
         "_over_keys",
@@ -134,6 +184,8 @@ class U64Map:
         self._gone: set[int] = set()  # deleted since the last merge (never also in _delta)
         self._len = 0
         self._located: _Located | None = None  # the last bulk lookup's positions, while the levels stay as they are
+        self._busy = 0  # changes running (nested calls count each)
+        self._changes = 0  # changes started
         self._reset_rewrite()
 
     def _reset_rewrite(self) -> None:
@@ -145,9 +197,19 @@ class U64Map:
         self._next_values = _empty()
         self._done = (0, 0)  # base and frozen entries written so far
         self._written = 0
+        self._next_dir: np.ndarray | None = None  # the new base's directory, written up to run _next_dir_at
+        self._next_dir_shift = _U64(0)
+        self._next_dir_at = 0
 
     def __len__(self) -> int:
         return self._len
+
+    def quiet(self) -> int | None:
+        """How many changes have started, or None while one is running (on any thread): reads made without a lock
+        while another thread may change the map saw one state of it if this gives the same number before and after
+        them, and not None."""
+        changes = self._changes  # the count first: a change starting after it shows in the count or as busy
+        return None if self._busy else changes
 
     # --- reads -----------------------------------------------------------------------------------
     def _levels(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +237,7 @@ class U64Map:
             values = np.where(over_hit, self._over_values[over_at], values)
         else:
             over_hit, over_at = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.intp)
-        return found, np.where(found, values, _U64(0)), _Located(probe, over_hit, over_at, base_hit, base_at)
+        return found, np.where(found, values, _U64(0)), _Located(probe, found, over_hit, over_at, base_hit, base_at)
 
     def _base_hits(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:func:`_hits` of ``probe`` on the non-empty base, through its directory where it has one."""
@@ -200,13 +262,17 @@ class U64Map:
 
     def _build_dir(self) -> None:
         keys = self._keys
-        bits = max(1, len(keys).bit_length() - 1 - _DIR_RUN_BITS)
-        self._dir_shift = _U64(64 - bits)
-        starts = keys.searchsorted(np.arange(1 << bits, dtype=_U64) << self._dir_shift)
-        longest = int(np.diff(starts, append=len(keys)).max())
+        shift = _dir_shift(len(keys))
+        self._take_dir(keys.searchsorted(np.arange(1 << (64 - int(shift)), dtype=_U64) << shift), shift)
+
+    def _take_dir(self, starts: np.ndarray, shift: np.uint64) -> None:
+        """The base's directory: where each run of keys sharing their top ``64 - shift`` bits starts."""
+        n = len(self._keys)
+        longest = int(np.diff(starts, append=n).max())
         steps = longest.bit_length()
-        self._dir_steps = steps if steps <= _DIR_MAX_STEPS and 1 << steps <= len(keys) else 0
-        self._dir = starts.astype(np.int32 if len(keys) < 1 << 31 else np.int64) if self._dir_steps else _empty()
+        self._dir_shift = shift
+        self._dir_steps = steps if steps <= _DIR_MAX_STEPS and 1 << steps <= n else 0
+        self._dir = starts.astype(np.int32 if n < 1 << 31 else np.int64) if self._dir_steps else _empty()
 
     def _set_base(self, keys: np.ndarray, values: np.ndarray) -> None:
         self._keys, self._values = keys, values
@@ -252,6 +318,7 @@ class U64Map:
                     out[i] = None
         return out
 
+    @_change
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`get_many` for a u64 array: ``(found, values)`` arrays (a value is 0 where not found)."""
         if len(keys) >= _BULK:
@@ -276,6 +343,7 @@ class U64Map:
         keys, values = self.arrays()
         return zip(keys.tolist(), values.tolist(), strict=True)
 
+    @_change
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every key and its value as sorted u64 arrays (the map's own: valid until it next changes)."""
         self._merge_delta()
@@ -284,6 +352,7 @@ class U64Map:
         return self._keys, self._values
 
     # --- writes ----------------------------------------------------------------------------------
+    @_change
     def assign(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Set distinct keys given as a sorted u64 array: a key a sorted level holds gets its value written in place
         there (no merge copies it), the others are inserted as :meth:`set_many` inserts them. Right after a
@@ -292,8 +361,6 @@ class U64Map:
             self.set_many(keys.tolist(), values.tolist())
             return
         self._merge_delta()
-        if len(self._frozen_keys):  # values written in place must be in the base that stays
-            self._finish_rewrite()
         located = self._located
         if located is None or located.probe is not keys:
             located = self._locate(keys)[2]
@@ -303,6 +370,12 @@ class U64Map:
         self._len += len(at) - int(np.count_nonzero(self._live[at]))
         self._over_values[at] = values[over]
         self._live[at] = True
+        if len(self._frozen_keys):  # a rewrite in progress: the base is being copied, so the rest goes to the overlay
+            rest = ~over
+            self._len += int(np.count_nonzero(rest & ~located.found))
+            if rest.any():
+                self._overlay(keys[rest], values[rest], np.ones(int(np.count_nonzero(rest)), dtype=bool), absent=True)
+            return
         base = located.base_hit & ~over
         self._values[located.base_at[base]] = values[base]
         rest = ~(over | base)
@@ -310,6 +383,7 @@ class U64Map:
             self._len += int(np.count_nonzero(rest))
             self._overlay(keys[rest], values[rest], np.ones(int(np.count_nonzero(rest)), dtype=bool), absent=True)
 
+    @_change
     def set_many(self, keys: Sequence[int], values: Sequence[int], held: Sequence[int | None] | None = None) -> None:
         """Set distinct ``keys``; ``held`` (their values now, from :meth:`get_many`) spares looking them up again."""
         if held is None:
@@ -324,6 +398,7 @@ class U64Map:
             self._gone.difference_update(keys)
         self._changed()
 
+    @_change
     def __setitem__(self, key: int, value: int) -> None:
         if self.get(key) is None:
             self._len += 1
@@ -331,6 +406,7 @@ class U64Map:
         self._gone.discard(key)
         self._changed()
 
+    @_change
     def pop_many(self, keys: Sequence[int]) -> list[int | None]:
         """Remove ``keys`` in turn; the value each had (None: absent, or named twice)."""
         delta, gone = self._delta, self._gone
@@ -356,6 +432,7 @@ class U64Map:
         """Remove ``key``; its value, or None if absent."""
         return self.pop_many((key,))[0]
 
+    @_change
     def clear(self) -> None:
         self._located = None
         self._set_base(_empty(), _empty())
@@ -409,10 +486,16 @@ class U64Map:
         self._over_keys, self._over_values, self._live = _interleave(
             (held_keys, held_values, held_live), (keys, values, live)
         )
-        if len(self._over_keys) > max(_MIN_OVERLAY, _OVERLAY_PER_ROOT * isqrt(len(self._keys))):
-            self._merge_overlay()
-        elif len(self._frozen_keys):
-            self._rewrite_step()
+        bound = max(_MIN_OVERLAY, _OVERLAY_PER_ROOT * isqrt(len(self._keys)))
+        if not len(self._frozen_keys):
+            if len(self._over_keys) > bound:
+                self._merge_overlay()
+        elif len(self._over_keys) > _OVERFLOW * bound:
+            self._merge_overlay()  # a bulk insert outran the rewrite: finished at once
+        else:
+            # paced to end the rewrite by the time the new overlay is half full, a bounded slice whatever the base
+            paced = 2 * len(keys) * len(self._keys) // bound
+            self._rewrite_step(min(max(_MAX_STEP, _STEP_PER_CHANGE * len(keys)), max(_MIN_STEP, paced)))
 
     def _merge_overlay(self) -> None:
         """Freeze the overlay and start rewriting the base with it (finishing a rewrite still in progress first)."""
@@ -426,18 +509,21 @@ class U64Map:
         size = len(self._keys) + int(np.count_nonzero(live))  # at most: frozen keys may replace base keys
         self._next_keys = np.empty(size, dtype=_U64)
         self._next_values = np.empty(size, dtype=_U64)
-        self._rewrite_step()
+        if size >= _DIR_MIN:  # its directory is written along with it (runs a little shorter if keys are deleted)
+            self._next_dir_shift = _dir_shift(size)
+            self._next_dir = np.empty(1 << (64 - int(self._next_dir_shift)), dtype=np.int64)
+        self._rewrite_step(_MIN_STEP)
 
     def _finish_rewrite(self) -> None:
-        while len(self._frozen_keys):
-            self._rewrite_step()
+        if len(self._frozen_keys):
+            self._rewrite_step(len(self._keys))
 
-    def _rewrite_step(self) -> None:
-        """Write the next slice of base entries, merged with the frozen entries of their key range, into the new
-        base; the last step makes the new base the base."""
+    def _rewrite_step(self, entries: int) -> None:
+        """Write the next ``entries`` base entries (or the rest), merged with the frozen entries of their key range,
+        into the new base, and their runs into its directory; the last step makes the new base the base."""
         keys, frozen = self._keys, self._frozen_keys
         base_at, frozen_at = self._done
-        base_end = min(len(keys), base_at + max(_MIN_STEP, len(keys) // _STEPS))
+        base_end = min(len(keys), base_at + max(1, entries))
         # frozen keys below the next step's first base key belong to this step (an equal key replaces it there)
         frozen_end = int(frozen.searchsorted(keys[base_end])) if base_end < len(keys) else len(frozen)
         old = (keys[base_at:base_end], self._values[base_at:base_end])
@@ -453,8 +539,20 @@ class U64Map:
         end = self._written + len(merged_keys)
         self._next_keys[self._written : end] = merged_keys
         self._next_values[self._written : end] = merged_values
+        starts = self._next_dir
+        if starts is not None and len(merged_keys):
+            # the runs starting in this slice: each run's first key is here (the slices before end below it)
+            shift, first = self._next_dir_shift, self._next_dir_at
+            last = int(merged_keys[-1] >> shift)
+            if last >= first:
+                bounds = np.arange(first, last + 1, dtype=_U64) << shift
+                starts[first : last + 1] = merged_keys.searchsorted(bounds) + self._written
+                self._next_dir_at = last + 1
         self._written, self._done = end, (base_end, frozen_end)
         if base_end == len(keys) and frozen_end == len(frozen):
             self._set_base(self._next_keys[:end], self._next_values[:end])
+            if starts is not None:
+                starts[self._next_dir_at :] = end
+                self._take_dir(starts, self._next_dir_shift)
             self._located = None
             self._reset_rewrite()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.codec import decode, encode
 from semblend_dynamo.events.schemas import DonorSyncPage, KvEvent, KvRemoved
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
+from semblend_dynamo.router.u64map import U64Map
 from tests.support.catalog_donors import W1
 from tests.support.catalog_donors import registration as _donor
 from tests.support.catalog_donors import stored as _stored
@@ -250,3 +252,124 @@ def test_a_read_waits_while_another_thread_applies_kv_events() -> None:
     writer.join(10)
     reader.join(10)
     assert seen == [None]
+
+
+def test_the_exact_wins_gate_does_not_wait_for_a_registration_being_added() -> None:
+    """The gate reads the block maps without the lock while the donor thread holds it (the maps are not changing)."""
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1, 2, 3)])
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [3, 4], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    seen = catalog.stored_together([1, 3]), catalog.stored_together([1, 5])  # while the donor thread holds the lock
+    stall.release.set()
+    writer.join(10)
+    assert stall.released, "the gate waited for the registration being added"
+    assert seen == (True, False)
+    assert catalog.gate_unsure == 0
+
+
+def test_the_exact_wins_gate_says_exact_may_win_while_a_block_map_it_reads_is_changing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A block map changing on another thread (the donor thread posting a registration's hashes on it) cannot be
+    read: the gate does not wait for the change, it answers that exact reuse may win (the exact-first order, which
+    decides the same)."""
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1, 2, 3)])
+    assert catalog.stored_together([1, 5]) is False
+    entered, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+    changed = U64Map._changed
+
+    def stalled_change(self: U64Map) -> None:  # the writer's change, stopped half way (the map busy, the lock held)
+        if threading.current_thread() is writer:
+            entered.set()
+            released.append(release.wait(10))
+        changed(self)
+
+    monkeypatch.setattr(U64Map, "_changed", stalled_change)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [3, 4], dim),))
+    writer.start()
+    assert entered.wait(10)
+    seen = catalog.stored_together([1, 5])
+    release.set()
+    writer.join(10)
+    assert released == [True], "the gate waited for the block map's change"
+    assert seen is True and catalog.gate_unsure == 1
+    assert catalog.stored_together([1, 5]) is False and catalog.stored_together([1, 3]) is True
+
+
+def _flushed(catalog: DonorCatalog) -> int:
+    """Flush the queued kv-events as the router does, again while another thread (the indexer) holds the lock."""
+    gaps = catalog.flush_kv_events()
+    for _ in range(1000):
+        if not catalog.kv_queued:
+            break
+        threading.Event().wait(0.002)
+        gaps += catalog.flush_kv_events()
+    return gaps
+
+
+def test_kv_events_do_not_wait_for_another_threads_write_and_are_applied_in_order_after_it() -> None:
+    """The event loop applies kv-events; while the donor thread holds the lock (a registration's add) a batch is
+    queued instead of waited for. The add leaves it queued (its hold stays its own work); the next flush applies the
+    queued batches in arrival order."""
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1, 2)])
+    catalog.add(_donor("b", [1, 2], dim))
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [3], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    gaps = catalog.apply_kv_events([_stored(2, 3, 4)]), catalog.apply_kv_events([KvEvent(W1, 3, KvRemoved([1002]))])
+    stall.release.set()
+    writer.join(10)
+    assert stall.released, "a kv-event waited for the registration being added"
+    assert gaps == (0, 0) and catalog.kv_queued  # not applied by the add
+    assert _flushed(catalog) == 0 and not catalog.kv_queued
+    assert catalog.resident_donor("a") is not None  # its block stored by the first queued batch
+    assert catalog.resident_donor("b") is None  # one of its blocks removed by the second, after the first
+    assert catalog.stored_together([3, 4]) and not catalog.stored_together([2])
+
+
+def test_queued_kv_events_are_applied_before_the_next_batch_and_before_other_writes() -> None:
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1, 2)])
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [1], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    catalog.apply_kv_events([KvEvent(W1, 2, KvRemoved([1001]))])
+    stall.release.set()
+    writer.join(10)
+    assert stall.released and catalog.kv_queued
+    catalog.apply_kv_events([_stored(3, 1)])  # the queued removal first, then this store: block 1 stored again
+    _flushed(catalog)  # (had the indexer thread held the lock just then, this one was queued behind it)
+    assert not catalog.kv_queued and catalog.stored_together([1, 2])
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("c", [5], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    catalog.apply_kv_events([KvEvent(W1, 4, KvRemoved([1001]))])
+    stall.release.set()
+    writer.join(10)
+    assert catalog.kv_queued
+    assert catalog.forget("c") and not catalog.kv_queued  # a write of the loop applies what is queued first
+    assert not catalog.stored_together([1])
+
+
+def test_gaps_found_by_queued_kv_events_are_reported_when_they_are_applied() -> None:
+    catalog, dim = _catalog()
+    catalog.apply_kv_events([_stored(1, 1)])
+    stall = _StalledResidencyAdd(catalog)
+    writer = threading.Thread(target=catalog.add, args=(_donor("a", [3], dim),))
+    writer.start()
+    assert stall.entered.wait(10)
+    queued = catalog.apply_kv_events([_stored(5, 3)])  # ids 2-4 missed: a gap, found once the batch is applied
+    stall.release.set()
+    writer.join(10)
+    assert stall.released and queued == 0
+    assert _flushed(catalog) == 1 and catalog.flush_kv_events() == 0
+    assert catalog.apply_kv_events([_stored(6, 6)]) == 0 and catalog.event_gaps == 1

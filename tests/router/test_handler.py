@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from typing import Any
 
 import pytest
@@ -479,3 +480,35 @@ async def test_an_accepted_plain_plan_stays_plain_unless_the_chain_loads_more() 
     # the same prefix, then DOC1 behind new words: the chain loads DOC1 too
     await _run(router, {"token_ids": CHAIN_DONOR[:128] + _own(32) + DOCS[1] + _own(16)})
     assert [len(r["token_ids"]) for r in kv.forwarded[1:]] == [16, 176, 272]  # the first span's head is recomputed
+
+
+async def test_a_kv_event_batch_queued_behind_another_threads_hold_is_applied_by_the_loop_without_another_event() -> (
+    None
+):
+    """A batch that found the catalog's lock held by another thread is not waited for; the loop applies it soon after
+    that thread lets the lock go (no later kv-event needed), and an event-id gap it reveals starts the resync."""
+    router, _ = _router()
+    catalog = router.catalog
+    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=1, data=KvStored([1], [71]))]))
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:  # another thread's write, stopped half way
+        with catalog._lock:
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    assert entered.wait(10)
+    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=5, data=KvStored([2], [77]))]))
+    queued = catalog.kv_queued
+    release.set()
+    holder.join(10)
+    assert queued and router._gap_resync is None  # not applied yet: its gap is not known
+    for _ in range(1000):
+        if not catalog.kv_queued:
+            break
+        await asyncio.sleep(0.002)
+    assert not catalog.kv_queued and catalog.stored_together([71, 77])
+    assert router._gap_resync is not None  # event ids 2-4 were missed
+    router._gap_resync.cancel()

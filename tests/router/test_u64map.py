@@ -1,4 +1,6 @@
 import random
+import threading
+from math import isqrt
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ def level_bounds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
         monkeypatch.setattr(u64map, "_BULK", 6)
         monkeypatch.setattr(u64map, "_MIN_STEP", 3)
-        monkeypatch.setattr(u64map, "_STEPS", 4)
+        monkeypatch.setattr(u64map, "_MAX_STEP", 5)
         monkeypatch.setattr(u64map, "_DIR_MIN", 16)
         monkeypatch.setattr(u64map, "_DIR_RUN_BITS", 1)
 
@@ -70,12 +72,15 @@ def test_bulk_inserts_keep_every_level_bounded() -> None:
     rng = np.random.default_rng(3)
     m = U64Map()
     keys = rng.choice(1 << 62, size=200_000, replace=False).astype(np.uint64)
+    largest_overlay = 0
     for batch in np.array_split(keys, 200):
         m.assign(np.sort(batch), np.sort(batch) + np.uint64(1))
+        bound = max(u64map._MIN_OVERLAY, u64map._OVERLAY_PER_ROOT * int(len(m._keys) ** 0.5))
+        largest_overlay = max(largest_overlay, len(m._over_keys) / bound)
     assert len(m) == len(keys)
     found, values = m.lookup(keys)
     assert found.all() and (values == keys + np.uint64(1)).all()
-    assert len(m._over_keys) <= max(u64map._MIN_OVERLAY, u64map._OVERLAY_PER_ROOT * int(len(m._keys) ** 0.5))
+    assert largest_overlay <= u64map._OVERFLOW  # past its bound only while a rewrite runs, and then within this
 
 
 def test_single_lookups_compare_keys_as_u64_not_as_floats() -> None:
@@ -106,27 +111,52 @@ def test_assign_writes_held_keys_in_place_and_inserts_the_others() -> None:
     assert m.get(int(keys[1])) == int(keys[1])
 
 
-def test_the_base_is_rewritten_in_bounded_steps_while_every_lookup_stays_right(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A full overlay is written into a new base a slice per later merge: no single change copies the whole base."""
-    monkeypatch.setattr(u64map, "_MIN_STEP", 1_000)
-    monkeypatch.setattr(u64map, "_STEPS", 4)  # the overlay of a 32K base takes 5 merges of 1,024 to fill
-    rng = np.random.default_rng(5)
-    keys = rng.choice(1 << 62, size=64_000, replace=False).astype(np.uint64)
+def _rewriting_map(size: int, rng: np.random.Generator) -> tuple[U64Map, np.ndarray, dict[int, int]]:
+    """A map of ``size`` keys, all in its base, and ``size`` more keys not in it (and the map as a dict)."""
+    keys = rng.choice(1 << 62, size=2 * size, replace=False).astype(np.uint64)
     m = U64Map()
-    m.assign(np.sort(keys[:32_000]), np.sort(keys[:32_000]))
+    m.assign(np.sort(keys[:size]), np.sort(keys[:size]))
     m.arrays()  # all in the base
-    expected = {int(k): int(k) for k in keys[:32_000]}
-    base, written, steps = m._keys, 0, 0
-    for key in keys[32_000:].tolist():  # single changes: a merge into the overlay every 1,024
-        m[key] = key + 1
+    return m, keys, {int(k): int(k) for k in keys[:size]}
+
+
+def test_the_base_is_rewritten_in_bounded_steps_while_every_lookup_stays_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full overlay is written into a new base a bounded slice per later merge, however many changes the merge
+    brings (single changes merged 1,025 at a time, kv-event sized batches of 256): the overlay outgrows its bound
+    meanwhile instead of the rest being written at once, and the old base serves every lookup until the new one
+    replaces it."""
+    monkeypatch.setattr(u64map, "_MIN_STEP", 500)
+    monkeypatch.setattr(u64map, "_MAX_STEP", 1_000)  # 32 steps for a 32K base; a paced one would be 2.9K-11K
+    monkeypatch.setattr(u64map, "_STEP_PER_CHANGE", 0)  # (at most _MAX_STEP whatever the merge's size)
+    rng = np.random.default_rng(5)
+    m, keys, expected = _rewriting_map(32_000, rng)
+    bound = max(u64map._MIN_OVERLAY, u64map._OVERLAY_PER_ROOT * isqrt(32_000))
+    slices: list[int] = []  # base entries each step wrote
+    step = U64Map._rewrite_step
+
+    def recorded_step(self: U64Map, entries: int) -> None:
+        done = self._done[0]
+        step(self, entries)
+        slices.append((self._done[0] if len(self._frozen_keys) else 32_000) - done)
+
+    monkeypatch.setattr(U64Map, "_rewrite_step", recorded_step)
+    base, largest_overlay = m._keys, 0
+    new = keys[32_000:].tolist()
+    batches = iter(range(16_000, 32_000, 256))
+    for at, key in enumerate(new[:16_000]):
+        m[key] = key + 1  # single changes: merged into the overlay 1,025 at a time, or by the next batch
         expected[key] = key + 1
+        if at % 256 == 0:  # and batches of 256
+            first = next(batches)
+            batch = new[first : first + 256]
+            m.set_many(batch, [k + 2 for k in batch])
+            expected.update((k, k + 2) for k in batch)
+        largest_overlay = max(largest_overlay, len(m._over_keys))
         if m._keys is not base:
             break
-        if m._written != written:
-            assert m._written - written <= 8_000 + len(m._frozen_keys)  # a step: a quarter of the base, its new keys
-            written, steps = m._written, steps + 1
-    # three steps wrote into the new base while the old one served every lookup; the fourth completed and replaced it
-    assert m._keys is not base and steps == 3
+    # steps of at most 1,000 base entries each wrote the new base while the old one served every lookup
+    assert m._keys is not base and len(slices) > 32 and max(slices) <= 1_000 and sum(slices) == 32_000
+    assert largest_overlay > bound  # the overlay outgrew its bound rather than the rewrite being written at once
     victims = keys[:10].tolist()
     for key in victims:
         del expected[key]
@@ -136,6 +166,82 @@ def test_the_base_is_rewritten_in_bounded_steps_while_every_lookup_stays_right(m
     assert found.tolist() == [int(k) in expected for k in probe.tolist()]
     assert values.tolist() == [expected.get(int(k), 0) for k in probe.tolist()]
     assert dict(m.items()) == expected and len(m) == len(expected)
+
+
+def test_the_new_base_comes_with_its_directory_written_along_the_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrite writes the new base's directory a slice per step: no lookup builds one over the whole new base,
+    and it is the directory a lookup would have built."""
+    monkeypatch.setattr(u64map, "_MIN_STEP", 500)
+    monkeypatch.setattr(u64map, "_MAX_STEP", 2_000)
+    monkeypatch.setattr(u64map, "_DIR_MIN", 1024)
+    rng = np.random.default_rng(6)
+    m, keys, expected = _rewriting_map(20_000, rng)
+    base = m._keys
+    for key in keys[20_000:].tolist():
+        m[key] = key
+        expected[key] = key
+        if m._keys is not base:
+            break
+    assert m._keys is not base and m._dir is not None and m._dir_steps > 0  # written with the base, not on demand
+    written = (m._dir.copy(), m._dir_shift, m._dir_steps)
+    m._build_dir()
+    assert (written[0] == m._dir).all() and written[1:] == (m._dir_shift, m._dir_steps)
+    probe = np.sort(rng.permutation(keys)[:5_000])
+    found, values = m.lookup(probe)
+    assert found.tolist() == [int(k) in expected for k in probe.tolist()]
+    assert values.tolist() == [expected.get(int(k), 0) for k in probe.tolist()]
+
+
+def test_assign_during_a_rewrite_leaves_the_rewrite_to_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk assign while the base is being rewritten (keys on every level, and new ones) does not write the rest
+    of the rewrite at once, and every key reads as assigned."""
+    monkeypatch.setattr(u64map, "_MIN_STEP", 500)
+    monkeypatch.setattr(u64map, "_MAX_STEP", 1_000)
+    rng = np.random.default_rng(8)
+    m, keys, expected = _rewriting_map(20_000, rng)
+    new = keys[20_000:].tolist()
+    at = 0
+    while not len(m._frozen_keys):  # single changes until the overlay is frozen and the rewrite starts
+        m[new[at]] = expected[new[at]] = new[at]
+        at += 1
+    m.pop_many(keys[:5].tolist())  # deletions: in the overlay's dict, merged by the assign's lookup
+    for key in keys[:5].tolist():
+        del expected[key]
+    frozen = m._frozen_keys
+    probe = np.unique(np.concatenate((keys[:300], frozen[:200], np.array(new[at : at + 100], dtype=np.uint64))))
+    values = probe + np.uint64(7)
+    found, _ = m.lookup(probe)
+    assert found.tolist() == [int(k) in expected for k in probe.tolist()]
+    m.assign(probe, values)
+    expected.update(zip(probe.tolist(), values.tolist(), strict=True))
+    assert m._frozen_keys is frozen  # still being rewritten in steps
+    assert len(m) == len(expected)
+    assert m.get_many(probe.tolist()) == values.tolist()
+    assert dict(m.items()) == expected
+
+
+def test_quiet_tells_a_reader_on_another_thread_that_a_change_overlapped_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = U64Map()
+    m.set_many([1, 2, 3], [10, 20, 30])
+    before = m.quiet()
+    assert before is not None and m.get(2) == 20 and m.quiet() == before  # reads change nothing
+    entered, release = threading.Event(), threading.Event()
+    overlay = U64Map._overlay
+
+    def stalled_overlay(self: U64Map, *args, **kwargs):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(10)
+        return overlay(self, *args, **kwargs)
+
+    monkeypatch.setattr(U64Map, "_overlay", stalled_overlay)
+    writer = threading.Thread(target=m.set_many, args=(list(range(100, 200)), list(range(100))))
+    writer.start()
+    assert entered.wait(10)
+    assert m.quiet() is None  # a change is running
+    release.set()
+    writer.join(10)
+    after = m.quiet()
+    assert after is not None and after != before and m.get(150) == 50
 
 
 @pytest.mark.parametrize("spread", ["uniform", "bunched"])
