@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import repeat
 from operator import attrgetter
@@ -227,6 +227,26 @@ _REGISTRATION_SLOTS = tuple(
 )
 
 
+def _by_worker(entries: list[DonorEntry]) -> list[list[DonorEntry]]:
+    """``entries`` grouped by worker (each group in order, the groups in order of their first entry). An entry's
+    worker key is its worker's shared tuple (:meth:`Residency._blocks`), so the keys' identities tell the workers
+    apart: a large batch is grouped with a few numpy calls instead of a dict append per entry."""
+    if len(entries) < 256:
+        groups: dict[WorkerKey, list[DonorEntry]] = {}
+        for entry in entries:
+            groups.setdefault(entry.worker, []).append(entry)
+        return list(groups.values())
+    workers = np.fromiter(map(id, map(_WORKER, entries)), dtype=np.int64, count=len(entries))
+    order = np.argsort(workers, kind="stable")
+    ordered = workers[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    ends = [*starts[1:].tolist(), len(entries)]
+    picks = order.tolist()
+    take = entries.__getitem__
+    spans = sorted(zip(order[starts].tolist(), starts.tolist(), ends, strict=True))  # by first entry
+    return [list(map(take, picks[start:end])) for _, start, end in spans]
+
+
 class Residency:
     """Per-worker block presence from kv-events plus the donor catalog and its resident sets.
 
@@ -238,7 +258,12 @@ class Residency:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._workers: dict[WorkerKey, _WorkerBlocks] = {}
-        self._donors: OrderedDict[str, DonorEntry] = OrderedDict()
+        # A plain dict (an OrderedDict's links cost ~48 B a donor); the add order is kept for eviction in _order: the
+        # entries from _order_head on in the order they were taken, an entry no longer the donor's (replaced or
+        # removed) skipped and dropped when they are many. 8 bytes a donor.
+        self._donors: dict[str, DonorEntry] = {}
+        self._order: list[DonorEntry] = []
+        self._order_head = 0
         self._slots: list[DonorEntry | None] = []
         self._free: list[int] = []
         self._resident_counts: Counter[str] = Counter()  # resident donors per namespace
@@ -497,17 +522,36 @@ class Residency:
                 self._take_slots([entry])
                 donors[donor_id] = entry
                 self._worker_donors[entry.worker] += 1
-        by_worker: dict[WorkerKey, list[DonorEntry]] = {}
-        for entry in entries:
-            by_worker.setdefault(entry.worker, []).append(entry)
-        for key, group in by_worker.items():
-            self._post(self._workers[key], group)
+        for group in _by_worker(entries):
+            self._post(self._workers[group[0].worker], group)
+        self._order += entries
         evicted = []
         while len(donors) > self.capacity:
-            oldest = next(iter(donors))
+            oldest = self._oldest()
             self.remove_donor(oldest)
             evicted.append(oldest)
+        self._compact_order()
         return evicted
+
+    def _oldest(self) -> str:
+        """The donor added longest ago (and not added again since); there is one."""
+        order, donors = self._order, self._donors
+        while True:
+            entry = order[self._order_head]
+            self._order_head += 1
+            if donors.get(entry.donor_id) is entry:
+                return entry.donor_id
+
+    def _compact_order(self) -> None:
+        """Drop the add order's records of entries gone or replaced once they outnumber the donors (amortized O(1))."""
+        order, head = self._order, self._order_head
+        if head > 1024 and head * 2 > len(order):
+            del order[:head]
+            self._order_head = head = 0
+        if len(order) > 2 * len(self._donors) + 1024:
+            donors = self._donors
+            self._order = [entry for entry in order[head:] if donors.get(entry.donor_id) is entry]
+            self._order_head = 0
 
     def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> None:
         """Post new donors' hashes on their worker (one lookup and one write for all) and count the ones not stored
@@ -608,6 +652,7 @@ class Residency:
         if not self._worker_donors[entry.worker]:
             del self._worker_donors[entry.worker]
             self._worker_resident.pop(entry.worker, None)
+        self._compact_order()
         return True
 
     # --- workers ---------------------------------------------------------------------------------
