@@ -17,7 +17,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, getitem
 from typing import TypeVar
 
 import numpy as np
@@ -102,31 +102,32 @@ class DonorEntry:
 
     A decoded :class:`DonorRegistration` costs ~1.4 KB of pydantic bookkeeping per instance plus its own copies of
     strings every donor shares (deployment, namespace, router id). The entry keeps the fields in slots, those
-    strings interned, the worker key shared with its worker's blocks and the hashes packed, and rebuilds the
-    registration (without validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync
-    request. ``own_embedding`` is None once the search index holds the vector: the catalog reads it back from there
-    into a copy (:meth:`with_embedding`) before it hands the entry out as a registration.
+    strings interned, the worker key shared with its worker's blocks, and its block hashes (native u64) and float16
+    embedding packed in one ``bytes`` (``blob``: the hashes' ``hashes_end`` bytes, then the embedding; one object
+    instead of an ``array`` and a ``bytes``, ~60 B a donor less), and rebuilds the registration (without validation:
+    it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the search index
+    holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None then): the
+    catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry out as a
+    registration.
     """
 
     __slots__ = (
-        "block_hashes",
+        "blob",
         "block_size",
         "deployment",
         "donor_id",
         "donor_key",
+        "embedded",
         "embedding_dim",
+        "hashes_end",
         "missing",
         "namespace",
         "num_tokens",
-        "own_embedding",
         "registered_at",
         "router_id",
         "slot",
         "worker",
     )
-
-    block_hashes: Sequence[int]
-    own_embedding: bytes | None
 
     def __init__(
         self,
@@ -138,12 +139,13 @@ class DonorEntry:
         namespace: str,
         num_tokens: int,
         block_size: int,
-        block_hashes: array[int],
-        embedding: bytes,
+        blob: bytes,
+        hashes_end: int,
         embedding_dim: int,
         registered_at: float,
     ) -> None:
-        """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`)."""
+        """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`);
+        ``blob``: the block hashes (``hashes_end`` bytes, native u64) followed by the embedding."""
         self.donor_id = donor_id
         self.donor_key = donor_key
         self.router_id = router_id
@@ -152,8 +154,9 @@ class DonorEntry:
         self.namespace = namespace
         self.num_tokens = num_tokens
         self.block_size = block_size
-        self.block_hashes = block_hashes
-        self.own_embedding = embedding
+        self.blob = blob
+        self.hashes_end = hashes_end
+        self.embedded = True
         self.embedding_dim = embedding_dim
         self.registered_at = registered_at
         self.slot = -1  # set by the residency that takes it
@@ -162,6 +165,7 @@ class DonorEntry:
     @classmethod
     def of(cls, r: DonorRegistration, worker: WorkerKey) -> DonorEntry:
         """The entry of a registration (``worker``: its worker key, shared with the worker's blocks)."""
+        hashes = array("Q", r.block_hashes).tobytes()
         return cls(
             r.donor_id,
             r.donor_key,
@@ -171,8 +175,8 @@ class DonorEntry:
             sys.intern(r.namespace),
             _shared_int(r.num_tokens),
             _shared_int(r.block_size),
-            array("Q", r.block_hashes),
-            r.embedding,
+            hashes + r.embedding,
+            _shared_int(len(hashes)),
             _shared_int(r.embedding_dim),
             r.registered_at,
         )
@@ -186,11 +190,28 @@ class DonorEntry:
         return self.worker[1]
 
     @property
+    def block_hashes(self) -> Sequence[int]:
+        """The donor's block hashes (a read-only view of its blob)."""
+        return memoryview(self.blob)[: self.hashes_end].cast("Q")
+
+    @property
+    def own_embedding(self) -> bytes | None:
+        """The float16 embedding, or None once the search index holds it."""
+        blob = self.blob  # read before the flag: drop_embedding clears the flag before it cuts the blob
+        return blob[self.hashes_end :] if self.embedded else None
+
+    @property
     def embedding(self) -> bytes:
         """The float16 embedding; only for an entry that holds it (see the class docstring)."""
-        if self.own_embedding is None:
+        embedding = self.own_embedding
+        if embedding is None:
             raise LookupError(f"donor {self.donor_id}: its embedding is held by the search index")
-        return self.own_embedding
+        return embedding
+
+    def drop_embedding(self) -> None:
+        """The search index holds the vector: keep only the hashes."""
+        self.embedded = False
+        self.blob = self.blob[: self.hashes_end]
 
     def vector(self) -> np.ndarray:
         """The embedding as float32 (as :meth:`DonorRegistration.vector`)."""
@@ -201,7 +222,8 @@ class DonorEntry:
         copy = DonorEntry.__new__(DonorEntry)
         for name in DonorEntry.__slots__:
             setattr(copy, name, getattr(self, name))
-        copy.own_embedding = embedding
+        copy.blob = self.blob[: self.hashes_end] + embedding
+        copy.embedded = True
         return copy
 
     @property
@@ -220,10 +242,11 @@ _DONOR_ID = attrgetter("donor_id")
 _NAMESPACE = attrgetter("namespace")
 _WORKER = attrgetter("worker")
 _SLOT = attrgetter("slot")
-_BLOCK_HASHES = attrgetter("block_hashes")
+_BLOB = attrgetter("blob")
+_HASHES_END = attrgetter("hashes_end")
 
 _REGISTRATION_SLOTS = tuple(
-    name for name in DonorEntry.__slots__ if name not in ("missing", "own_embedding", "slot", "worker")
+    name for name in DonorEntry.__slots__ if name not in ("blob", "embedded", "hashes_end", "missing", "slot", "worker")
 )
 
 
@@ -481,10 +504,16 @@ class Residency:
         def take(column: list[_T]) -> list[_T]:
             return SyncRows.pick(column, picked)
 
-        hash_ends = take(rows.hash_ends)
-        embedding_ends = take(rows.embedding_ends)
-        hash_starts = take(rows.hash_starts)
-        embedding_starts = take(rows.embedding_starts)
+        hash_ends = np.array(take(rows.hash_ends), dtype=np.int64) * 8
+        hash_starts = np.array(take(rows.hash_starts), dtype=np.int64) * 8
+        hashes_end = _shared((hash_ends - hash_starts).tolist(), _shared_int)
+        hash_bytes = rows.block_hashes.tobytes()  # the page's (~128 KB): its slices are bytes, joined to embeddings
+        embeddings = rows.embeddings
+        blobs = map(
+            bytes.__add__,
+            map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())),
+            map(embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))),
+        )
         worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
         keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
         return list(
@@ -498,8 +527,8 @@ class Residency:
                 _shared(take(rows.namespaces), sys.intern),
                 _shared(take(rows.num_tokens), _shared_int),
                 _shared(take(rows.block_sizes), _shared_int),
-                map(rows.block_hashes.__getitem__, map(slice, hash_starts, hash_ends)),
-                map(rows.embeddings.__getitem__, map(slice, embedding_starts, embedding_ends)),
+                blobs,
+                hashes_end,
                 _shared(take(rows.embedding_dims), _shared_int),
                 take(rows.registered_at),
             )
@@ -543,7 +572,8 @@ class Residency:
                 return entry.donor_id
 
     def _compact_order(self) -> None:
-        """Drop the add order's records of entries gone or replaced once they outnumber the donors (amortized O(1))."""
+        """Drop the add order's records of entries gone or replaced once they outnumber the donors (amortized O(1); on
+        adds only, so removals under a bulk write such as a kv-event batch never pay for a rebuild)."""
         order, head = self._order, self._order_head
         if head > 1024 and head * 2 > len(order):
             del order[:head]
@@ -589,11 +619,11 @@ class Residency:
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
         yet (a sync page's usual donors); False, doing nothing, otherwise."""
-        each = list(map(_BLOCK_HASHES, entries))
-        lengths = np.fromiter(map(len, each), dtype=np.int64, count=len(entries))
+        ends = list(map(_HASHES_END, entries))
+        lengths = np.array(ends, dtype=np.int64) // 8
         if not len(entries) or not lengths.all():
             return False
-        hashes = np.frombuffer(b"".join(each), dtype=np.uint64)
+        hashes = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), map(slice, ends))), dtype=np.uint64)
         order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
         if (ordered[1:] == ordered[:-1]).any():
@@ -652,7 +682,6 @@ class Residency:
         if not self._worker_donors[entry.worker]:
             del self._worker_donors[entry.worker]
             self._worker_resident.pop(entry.worker, None)
-        self._compact_order()
         return True
 
     # --- workers ---------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from semblend_dynamo.events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
 from semblend_dynamo.router.residency import Residency
 
@@ -327,3 +329,30 @@ def test_random_events_and_donors_agree_with_a_plain_model() -> None:
     for w in stored:
         r.apply(events[w].cleared())
     assert all(len(blocks.hashes) == 0 and not blocks.shared for blocks in r._workers.values())
+
+
+def test_an_entry_packs_hashes_and_embedding_and_drops_only_the_embedding() -> None:
+    from semblend_dynamo.router.residency import DonorEntry
+
+    registration = DonorRegistration(
+        donor_id="a",
+        donor_key="k",
+        worker_id=W1,
+        deployment="d",
+        namespace="ns",
+        num_tokens=48,
+        block_size=16,
+        block_hashes=[1, 2**64 - 1, 3],
+        embedding=bytes(range(8)),
+        embedding_dim=4,
+        registered_at=5.0,
+    )
+    entry = DonorEntry.of(registration, (W1, 0))
+    assert list(entry.block_hashes) == [1, 2**64 - 1, 3] and entry.embedding == bytes(range(8))
+    assert entry.registration == registration
+    entry.drop_embedding()
+    assert entry.own_embedding is None and list(entry.block_hashes) == [1, 2**64 - 1, 3]
+    with pytest.raises(LookupError):
+        entry.vector()
+    assert entry.with_embedding(bytes(range(8))).registration == registration
+    assert entry.own_embedding is None  # the copy carries it, not the entry
