@@ -185,6 +185,12 @@ async def late(args: argparse.Namespace) -> None:
         catalog.merge_dump(block_events(first, len(hashes), hashes))
     blocks_s = time.perf_counter() - started
     base_rss = rss_mb()[0]
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
     connect, cpu = time.perf_counter(), time.process_time()
     await replica.start()  # connects; the router asks its peers for their donors on connect
     deadline = connect + args.timeout
@@ -196,6 +202,9 @@ async def late(args: argparse.Namespace) -> None:
             return
         await asyncio.sleep(0.02)
     converged_s, cpu_s = time.perf_counter() - connect, time.process_time() - cpu
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
     rss, peak = rss_mb()
     state = catalog_state(catalog)
     metrics = replica.metrics
@@ -312,7 +321,9 @@ def read_line(proc: subprocess.Popen[str], prefixes: tuple[str, ...], timeout: f
     raise TimeoutError(f"no {prefixes} within {timeout}s")
 
 
-def measure(tree: Path, n: int, index: str, timeout: float, sync_window: int | None = None) -> dict[str, Any]:
+def measure(
+    tree: Path, n: int, index: str, timeout: float, sync_window: int | None = None, profile: str | None = None
+) -> dict[str, Any]:
     from tests.support.nats import NatsServer
     from tests.support.processes import stop_process
 
@@ -324,6 +335,7 @@ def measure(tree: Path, n: int, index: str, timeout: float, sync_window: int | N
             peer_cpu = cpu_seconds(peer_proc.pid)
             late_cmd = [*base, "--role", "late", "--nats", nats.url, "--index", index, "--expect", json.dumps(ready)]
             late_cmd += ["--sync-window", str(sync_window)] if sync_window is not None else []
+            late_cmd += ["--profile", profile] if profile else []
             late_proc = subprocess.Popen([*late_cmd, "--timeout", str(timeout)], stdout=subprocess.PIPE, text=True)
             try:
                 kind, done = read_line(late_proc, ("LATE_DONE", "LATE_TIMEOUT"), timeout + 600)
@@ -361,6 +373,9 @@ def main() -> None:
         "--sync-window", type=int, help="replica B's sync requests in flight per peer (default: the config's)"
     )
     p.add_argument("--baseline-timeout", type=float, default=120.0)
+    p.add_argument(
+        "--profile", metavar="FILE", help="cProfile replica B (CPU time) from connect to converged into FILE"
+    )
     p.add_argument("--breakdown", type=int, metavar="N", help="only: where the CPU goes per donor, in one process")
     p.add_argument("--role", choices=("peer", "late"), help=argparse.SUPPRESS)
     p.add_argument("--tree", help=argparse.SUPPRESS)
@@ -387,7 +402,7 @@ def main() -> None:
             rows.append(("v1 " + args.baseline_ref, measure(old, n, args.index, args.baseline_timeout)))
             print(json.dumps(rows[-1][1]), flush=True)
     for n in args.donors:
-        rows.append(("v2 (this tree)", measure(ROOT, n, args.index, args.timeout, args.sync_window)))
+        rows.append(("v2 (this tree)", measure(ROOT, n, args.index, args.timeout, args.sync_window, args.profile)))
         print(json.dumps(rows[-1][1]), flush=True)
     print(
         "\n| sync | donors | B index | B blocks recovered s | B converged s | donors/s | B CPU s | A CPU s | pages "

@@ -268,7 +268,9 @@ def sync_page_bytes(registration: RegistrationFields) -> int:
     strings = len(r.donor_id) + len(r.donor_key or "") + len(r.router_id) + len(r.namespace)
     if not (r.donor_id.isascii() and (r.donor_key or "").isascii() and r.router_id.isascii()):
         strings = sum(len(s.encode()) for s in (r.donor_id, r.donor_key or "", r.router_id, r.namespace))
-    return _SYNC_FIXED_BYTES + strings + 8 * len(r.block_hashes) + len(r.embedding)
+    # 2 bytes a dimension: a registration's embedding is validated to that length, and a catalog entry's is read from
+    # its blob only by copying it (build_page checks the encoded page's real size in any case)
+    return _SYNC_FIXED_BYTES + strings + 8 * len(r.block_hashes) + 2 * r.embedding_dim
 
 
 class DonorSyncRequest(SemblendEvent):

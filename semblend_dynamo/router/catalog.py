@@ -426,7 +426,7 @@ class DonorCatalog:
         entry dropped it); None otherwise."""
         if self._residency.donor(entry.donor_id) is not entry:
             return None
-        if entry.own_embedding is not None:
+        if entry.embedded:
             return entry
         index = None if self.indexer is None else self.indexer.discovery.index
         vector = None if index is None else index.vector(entry.donor_id)
@@ -475,7 +475,7 @@ class DonorCatalog:
                     and self._residency.donor(entry.donor_id) is entry
                     and entry.donor_id in index
                 ):
-                    entry.own_embedding = None
+                    entry.drop_embedding()
 
 
 def _not_of(rows: SyncRows, picked: Sequence[int], router_id: str) -> list[int]:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, getitem
 from typing import TypeVar
 
 import numpy as np
@@ -103,31 +103,32 @@ class DonorEntry:
 
     A decoded :class:`DonorRegistration` costs ~1.4 KB of pydantic bookkeeping per instance plus its own copies of
     strings every donor shares (deployment, namespace, router id). The entry keeps the fields in slots, those
-    strings interned, the worker key shared with its worker's blocks and the hashes packed, and rebuilds the
-    registration (without validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync
-    request. ``own_embedding`` is None once the search index holds the vector: the catalog reads it back from there
-    into a copy (:meth:`with_embedding`) before it hands the entry out as a registration.
+    strings interned, the worker key shared with its worker's blocks, and its block hashes (native u64) and float16
+    embedding packed in one ``bytes`` (``blob``: the hashes' ``hashes_end`` bytes, then the embedding; one object
+    instead of an ``array`` and a ``bytes``, ~60 B a donor less), and rebuilds the registration (without validation:
+    it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the search index
+    holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None then): the
+    catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry out as a
+    registration.
     """
 
     __slots__ = (
-        "block_hashes",
+        "blob",
         "block_size",
         "deployment",
         "donor_id",
         "donor_key",
+        "embedded",
         "embedding_dim",
+        "hashes_end",
         "missing",
         "namespace",
         "num_tokens",
-        "own_embedding",
         "registered_at",
         "router_id",
         "slot",
         "worker",
     )
-
-    block_hashes: Sequence[int]
-    own_embedding: bytes | None
 
     def __init__(
         self,
@@ -139,12 +140,13 @@ class DonorEntry:
         namespace: str,
         num_tokens: int,
         block_size: int,
-        block_hashes: array[int],
-        embedding: bytes,
+        blob: bytes,
+        hashes_end: int,
         embedding_dim: int,
         registered_at: float,
     ) -> None:
-        """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`)."""
+        """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`);
+        ``blob``: the block hashes (``hashes_end`` bytes, native u64) followed by the embedding."""
         self.donor_id = donor_id
         self.donor_key = donor_key
         self.router_id = router_id
@@ -153,8 +155,9 @@ class DonorEntry:
         self.namespace = namespace
         self.num_tokens = num_tokens
         self.block_size = block_size
-        self.block_hashes = block_hashes
-        self.own_embedding = embedding
+        self.blob = blob
+        self.hashes_end = hashes_end
+        self.embedded = True
         self.embedding_dim = embedding_dim
         self.registered_at = registered_at
         self.slot = -1  # set by the residency that takes it
@@ -163,6 +166,7 @@ class DonorEntry:
     @classmethod
     def of(cls, r: DonorRegistration, worker: WorkerKey) -> DonorEntry:
         """The entry of a registration (``worker``: its worker key, shared with the worker's blocks)."""
+        hashes = array("Q", r.block_hashes).tobytes()
         return cls(
             r.donor_id,
             r.donor_key,
@@ -172,8 +176,8 @@ class DonorEntry:
             sys.intern(r.namespace),
             _shared_int(r.num_tokens),
             _shared_int(r.block_size),
-            array("Q", r.block_hashes),
-            r.embedding,
+            hashes + r.embedding,
+            _shared_int(len(hashes)),
             _shared_int(r.embedding_dim),
             r.registered_at,
         )
@@ -187,11 +191,28 @@ class DonorEntry:
         return self.worker[1]
 
     @property
+    def block_hashes(self) -> Sequence[int]:
+        """The donor's block hashes (a read-only view of its blob)."""
+        return memoryview(self.blob)[: self.hashes_end].cast("Q")
+
+    @property
+    def own_embedding(self) -> bytes | None:
+        """The float16 embedding, or None once the search index holds it."""
+        blob = self.blob  # read before the flag: drop_embedding clears the flag before it cuts the blob
+        return blob[self.hashes_end :] if self.embedded else None
+
+    @property
     def embedding(self) -> bytes:
         """The float16 embedding; only for an entry that holds it (see the class docstring)."""
-        if self.own_embedding is None:
+        embedding = self.own_embedding
+        if embedding is None:
             raise LookupError(f"donor {self.donor_id}: its embedding is held by the search index")
-        return self.own_embedding
+        return embedding
+
+    def drop_embedding(self) -> None:
+        """The search index holds the vector: keep only the hashes."""
+        self.embedded = False
+        self.blob = self.blob[: self.hashes_end]
 
     def vector(self) -> np.ndarray:
         """The embedding as float32 (as :meth:`DonorRegistration.vector`)."""
@@ -202,7 +223,8 @@ class DonorEntry:
         copy = DonorEntry.__new__(DonorEntry)
         for name in DonorEntry.__slots__:
             setattr(copy, name, getattr(self, name))
-        copy.own_embedding = embedding
+        copy.blob = self.blob[: self.hashes_end] + embedding
+        copy.embedded = True
         return copy
 
     @property
@@ -221,11 +243,32 @@ _DONOR_ID = attrgetter("donor_id")
 _NAMESPACE = attrgetter("namespace")
 _WORKER = attrgetter("worker")
 _SLOT = attrgetter("slot")
-_BLOCK_HASHES = attrgetter("block_hashes")
+_BLOB = attrgetter("blob")
+_HASHES_END = attrgetter("hashes_end")
 
 _REGISTRATION_SLOTS = tuple(
-    name for name in DonorEntry.__slots__ if name not in ("missing", "own_embedding", "slot", "worker")
+    name for name in DonorEntry.__slots__ if name not in ("blob", "embedded", "hashes_end", "missing", "slot", "worker")
 )
+
+
+def _by_worker(entries: list[DonorEntry]) -> list[list[DonorEntry]]:
+    """``entries`` grouped by worker (each group in order, the groups in order of their first entry). An entry's
+    worker key is its worker's shared tuple (:meth:`Residency._blocks`), so the keys' identities tell the workers
+    apart: a large batch is grouped with a few numpy calls instead of a dict append per entry."""
+    if len(entries) < 256:
+        groups: dict[WorkerKey, list[DonorEntry]] = {}
+        for entry in entries:
+            groups.setdefault(entry.worker, []).append(entry)
+        return list(groups.values())
+    workers = np.fromiter(map(id, map(_WORKER, entries)), dtype=np.int64, count=len(entries))
+    order = np.argsort(workers, kind="stable")
+    ordered = workers[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    ends = [*starts[1:].tolist(), len(entries)]
+    picks = order.tolist()
+    take = entries.__getitem__
+    spans = sorted(zip(order[starts].tolist(), starts.tolist(), ends, strict=True))  # by first entry
+    return [list(map(take, picks[start:end])) for _, start, end in spans]
 
 
 class Residency:
@@ -239,7 +282,12 @@ class Residency:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._workers: dict[WorkerKey, _WorkerBlocks] = {}
-        self._donors: OrderedDict[str, DonorEntry] = OrderedDict()
+        # A plain dict (an OrderedDict's links cost ~48 B a donor); the add order is kept for eviction in _order: the
+        # entries from _order_head on in the order they were taken, an entry no longer the donor's (replaced or
+        # removed) skipped and dropped when they are many. 8 bytes a donor.
+        self._donors: dict[str, DonorEntry] = {}
+        self._order: list[DonorEntry] = []
+        self._order_head = 0
         self._slots: list[DonorEntry | None] = []
         self._free: list[int] = []
         self._resident_counts: Counter[str] = Counter()  # resident donors per namespace
@@ -457,10 +505,16 @@ class Residency:
         def take(column: list[_T]) -> list[_T]:
             return SyncRows.pick(column, picked)
 
-        hash_ends = take(rows.hash_ends)
-        embedding_ends = take(rows.embedding_ends)
-        hash_starts = take(rows.hash_starts)
-        embedding_starts = take(rows.embedding_starts)
+        hash_ends = np.array(take(rows.hash_ends), dtype=np.int64) * 8
+        hash_starts = np.array(take(rows.hash_starts), dtype=np.int64) * 8
+        hashes_end = _shared((hash_ends - hash_starts).tolist(), _shared_int)
+        hash_bytes = rows.block_hashes.tobytes()  # the page's (~128 KB): its slices are bytes, joined to embeddings
+        embeddings = rows.embeddings
+        blobs = map(
+            bytes.__add__,
+            map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())),
+            map(embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))),
+        )
         worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
         keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
         return list(
@@ -474,8 +528,8 @@ class Residency:
                 _shared(take(rows.namespaces), sys.intern),
                 _shared(take(rows.num_tokens), _shared_int),
                 _shared(take(rows.block_sizes), _shared_int),
-                map(rows.block_hashes.__getitem__, map(slice, hash_starts, hash_ends)),
-                map(rows.embeddings.__getitem__, map(slice, embedding_starts, embedding_ends)),
+                blobs,
+                hashes_end,
                 _shared(take(rows.embedding_dims), _shared_int),
                 take(rows.registered_at),
             )
@@ -498,17 +552,37 @@ class Residency:
                 self._take_slots([entry])
                 donors[donor_id] = entry
                 self._worker_donors[entry.worker] += 1
-        by_worker: dict[WorkerKey, list[DonorEntry]] = {}
-        for entry in entries:
-            by_worker.setdefault(entry.worker, []).append(entry)
-        for key, group in by_worker.items():
-            self._post(self._workers[key], group)
+        for group in _by_worker(entries):
+            self._post(self._workers[group[0].worker], group)
+        self._order += entries
         evicted = []
         while len(donors) > self.capacity:
-            oldest = next(iter(donors))
+            oldest = self._oldest()
             self.remove_donor(oldest)
             evicted.append(oldest)
+        self._compact_order()
         return evicted
+
+    def _oldest(self) -> str:
+        """The donor added longest ago (and not added again since); there is one."""
+        order, donors = self._order, self._donors
+        while True:
+            entry = order[self._order_head]
+            self._order_head += 1
+            if donors.get(entry.donor_id) is entry:
+                return entry.donor_id
+
+    def _compact_order(self) -> None:
+        """Drop the add order's records of entries gone or replaced once they outnumber the donors (amortized O(1); on
+        adds only, so removals under a bulk write such as a kv-event batch never pay for a rebuild)."""
+        order, head = self._order, self._order_head
+        if head > 1024 and head * 2 > len(order):
+            del order[:head]
+            self._order_head = head = 0
+        if len(order) > 2 * len(self._donors) + 1024:
+            donors = self._donors
+            self._order = [entry for entry in order[head:] if donors.get(entry.donor_id) is entry]
+            self._order_head = 0
 
     def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> None:
         """Post new donors' hashes on their worker (one lookup and one write for all) and count the ones not stored
@@ -546,11 +620,11 @@ class Residency:
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
         yet (a sync page's usual donors); False, doing nothing, otherwise."""
-        each = list(map(_BLOCK_HASHES, entries))
-        lengths = np.fromiter(map(len, each), dtype=np.int64, count=len(entries))
+        ends = list(map(_HASHES_END, entries))
+        lengths = np.array(ends, dtype=np.int64) // 8
         if not len(entries) or not lengths.all():
             return False
-        hashes = np.frombuffer(b"".join(each), dtype=np.uint64)
+        hashes = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), map(slice, ends))), dtype=np.uint64)
         order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
         if (ordered[1:] == ordered[:-1]).any():
