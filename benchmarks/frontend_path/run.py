@@ -22,7 +22,8 @@ first streamed chunk at the client. Cases:
 read before and after to count placements.
 
 Usage: ``.venv/bin/python -m benchmarks.frontend_path.run [--donors 100000] [--requests 300] [--workers 2]
-[--spans-during-exact on|off] [--aligner-release-gil on|off]``
+[--spans-during-exact on|off] [--aligner-release-gil on|off]
+[--gil-switch-interval-ms MS]``
 """
 
 from __future__ import annotations
@@ -57,12 +58,18 @@ class BenchGraph(LocalGraph):
     """Mockers plus two Frontend -> router paths (namespaces ``sem`` and ``exact``) to the same workers."""
 
     def __init__(
-        self, cfg: UpConfig, donors: int, spans_during_exact: bool = True, aligner_release_gil: bool = True
+        self,
+        cfg: UpConfig,
+        donors: int,
+        spans_during_exact: bool = True,
+        aligner_release_gil: bool = True,
+        gil_switch_interval_ms: float | None = None,
     ) -> None:
         super().__init__(cfg)
         self.donors = donors
         self.spans_during_exact = spans_during_exact
         self.aligner_release_gil = aligner_release_gil
+        self.gil_switch_interval_ms = gil_switch_interval_ms
         self.urls: dict[str, str] = {}
         self.metrics: dict[str, str] = {}
 
@@ -84,6 +91,8 @@ class BenchGraph(LocalGraph):
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 }
             )
+            if self.gil_switch_interval_ms is not None:
+                env["SEMBLEND_GIL_SWITCH_INTERVAL_MS"] = str(self.gil_switch_interval_ms)
             module = "benchmarks.frontend_path.seeded_router" if enabled else "semblend_dynamo.router"
             cmd = [sys.executable, "-m", module] + (["--donors", str(self.donors)] if enabled else [])
             self._spawn(f"router-{name}", cmd, env)
@@ -281,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="the routers' SEMBLEND_ALIGNER_RELEASE_GIL (off: the compiled span search keeps the GIL)",
     )
+    parser.add_argument(
+        "--gil-switch-interval-ms",
+        type=float,
+        default=None,
+        help="the routers' SEMBLEND_GIL_SWITCH_INTERVAL_MS (default: the router's own default)",
+    )
     args = parser.parse_args(argv)
     cfg = UpConfig(
         workers=args.workers,
@@ -296,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         args.donors,
         spans_during_exact=args.spans_during_exact == "on",
         aligner_release_gil=args.aligner_release_gil == "on",
+        gil_switch_interval_ms=args.gil_switch_interval_ms,
     )
     t0 = time.monotonic()
     try:
