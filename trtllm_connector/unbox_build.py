@@ -9,20 +9,29 @@ the running interpreter's and falls back to ``array.fromlist`` without it.
 from __future__ import annotations
 
 import hashlib
-import os
-import shlex
-import subprocess
+import importlib.util
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
+from types import ModuleType
 
 SOURCE = Path(__file__).with_name("unbox.c")
-CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
 
 
-class BuildError(RuntimeError):
-    """The library could not be compiled; the message says why in one line."""
+def _load_native_build() -> ModuleType:
+    """The span aligner's build module (the same compile step and flags), loaded by path as ``setup.py`` loads this
+    one: both packages sit side by side in the source tree and once installed."""
+    path = Path(__file__).resolve().parent.parent / "semblend_dynamo" / "_native" / "build.py"
+    spec = importlib.util.spec_from_file_location("_semblend_native_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_native_build = _load_native_build()
+BuildError = _native_build.BuildError
+"""The library could not be compiled; the message says why in one line."""
 
 
 def library_name(cache_tag: str | None = None) -> str:
@@ -40,26 +49,7 @@ def build(output: Path, compiler: str | None = None) -> Path:
 
     ``compiler``: a command line (it may carry extra flags, e.g. ``cc -I<headers>``), default ``$CC`` or ``cc``.
     """
-    command = shlex.split(compiler or os.environ.get("CC") or "cc")
     include = sysconfig.get_paths()["include"]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".unbox-", suffix=".so", dir=output.parent)
-    os.close(fd)
-    try:
-        result = subprocess.run(
-            [*command, *CFLAGS, f"-I{include}", f'-DUB_SOURCE_DIGEST="{source_digest()}"', "-o", tmp, str(SOURCE)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            detail = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[0]
-            raise BuildError(f"{shlex.join(command)} failed: {detail}")
-        os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide it from other users
-        os.replace(tmp, output)
-    except OSError as exc:
-        raise BuildError(f"{shlex.join(command)}: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return output
+    return _native_build.compile_library(
+        SOURCE, output, [f"-I{include}", f'-DUB_SOURCE_DIGEST="{source_digest()}"'], compiler
+    )

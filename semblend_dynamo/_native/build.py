@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("span_aligner.c")
@@ -33,16 +34,22 @@ def build(output: Path, compiler: str | None = None) -> Path:
 
     ``compiler``: a command line, default ``$CC`` or ``cc``.
     """
+    return compile_library(SOURCE, output, [f'-DSA_SOURCE_DIGEST="{source_digest()}"'], compiler)
+
+
+def compile_library(source: Path, output: Path, flags: Sequence[str], compiler: str | None = None) -> Path:
+    """Compile one C file with :data:`CFLAGS` and ``flags`` into the shared library ``output``, replaced atomically.
+
+    ``compiler``: a command line (it may carry extra flags, e.g. ``cc -I<headers>``), default ``$CC`` or ``cc``. Also
+    used by the connector's prompt-unboxing build (``trtllm_connector/unbox_build.py``).
+    """
     command = shlex.split(compiler or os.environ.get("CC") or "cc")
     output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".span_aligner-", suffix=".so", dir=output.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{source.stem}-", suffix=".so", dir=output.parent)
     os.close(fd)
     try:
         result = subprocess.run(
-            [*command, *CFLAGS, f'-DSA_SOURCE_DIGEST="{source_digest()}"', "-o", tmp, str(SOURCE)],
-            capture_output=True,
-            text=True,
-            check=False,
+            [*command, *CFLAGS, *flags, "-o", tmp, str(source)], capture_output=True, text=True, check=False
         )
         if result.returncode != 0:
             detail = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[0]
