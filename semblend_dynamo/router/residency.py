@@ -43,20 +43,20 @@ _SMALL: dict[int, int] = {}
 _T = TypeVar("_T")
 
 _U32 = struct.Struct("<I")
-_F64 = struct.Struct("<d")
+_HEAD_REST = struct.Struct("<dIH")  # registered_at, hashes_end, embedding_dim
 NO_SLOT = _POST_MASK
 """An entry's slot before a residency takes it."""
-BLOB_HEAD = _U32.size + _F64.size
-"""A :class:`DonorEntry` blob's head: its slot (u32) and ``registered_at`` (f64), kept there rather than as an int
-and a float object of their own (~64 B a donor less: both fit in the blob's allocation; see :func:`blob_head`)."""
+BLOB_HEAD = _U32.size + _HEAD_REST.size
+"""A :class:`DonorEntry` blob's head: its slot (u32), ``registered_at`` (f64), ``hashes_end`` (u32) and
+``embedding_dim`` (u16), kept there rather than in slots of the entry (and the slot and the stamp as an int and a float
+object of their own): ~80 B a donor less, and 18 bytes more in the blob (that shape's allocation had room for them)."""
+_HEAD = np.dtype([("slot", "<u4"), ("registered_at", "<f8"), ("hashes_end", "<u4"), ("embedding_dim", "<u2")])
+# packed: BLOB_HEAD bytes an item
 
 
-_HEAD = np.dtype([("slot", "<u4"), ("registered_at", "<f8")])  # packed: BLOB_HEAD bytes an item
-
-
-def blob_head(registered_at: float, slot: int = NO_SLOT) -> bytes:
-    """The head of a :class:`DonorEntry` blob."""
-    return _U32.pack(slot) + _F64.pack(registered_at)
+def blob_head(registered_at: float, hashes_end: int, embedding_dim: int, slot: int = NO_SLOT) -> bytes:
+    """The head of a :class:`DonorEntry` blob (``hashes_end``: the bytes of its block hashes)."""
+    return _U32.pack(slot) + _HEAD_REST.pack(registered_at, hashes_end, embedding_dim)
 
 
 def _shared_int(value: int) -> int:
@@ -121,12 +121,13 @@ class DonorEntry:
     A decoded :class:`DonorRegistration` costs ~1.4 KB of pydantic bookkeeping per instance plus its own copies of
     strings every donor shares (deployment, namespace, router id). The entry keeps the fields in slots, those
     strings interned, the worker key shared with its worker's blocks, and its block hashes (native u64) and float16
-    embedding packed in one ``bytes`` (``blob``: the hashes' ``hashes_end`` bytes, then the embedding; one object
-    instead of an ``array`` and a ``bytes``, ~60 B a donor less), and rebuilds the registration (without validation:
-    it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the search index
-    holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None then): the
-    catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry out as a
-    registration.
+    embedding packed in one ``bytes`` (``blob``: a head of :data:`BLOB_HEAD` bytes with the slot, ``registered_at``,
+    ``hashes_end`` and ``embedding_dim``; the hashes' ``hashes_end`` bytes; then the embedding; one object instead of
+    an ``array``, a ``bytes``, an int and a float, and four slots fewer), and rebuilds the registration (without
+    validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the
+    search index holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None
+    then): the catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry
+    out as a registration. The request path reads ``worker``, ``donor_key`` and ``missing``, which stay slots.
     """
 
     __slots__ = (
@@ -135,8 +136,6 @@ class DonorEntry:
         "deployment",
         "donor_id",
         "donor_key",
-        "embedding_dim",
-        "hashes_end",
         "missing",
         "namespace",
         "num_tokens",
@@ -155,12 +154,10 @@ class DonorEntry:
         num_tokens: int,
         block_size: int,
         blob: bytes,
-        hashes_end: int,
-        embedding_dim: int,
     ) -> None:
         """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`);
-        ``blob``: the head (:func:`blob_head`: no slot yet, ``registered_at``), the block hashes (``hashes_end``
-        bytes, native u64), then the embedding."""
+        ``blob``: the head (:func:`blob_head`: no slot yet), the block hashes (``hashes_end`` bytes, native u64), then
+        the embedding."""
         self.donor_id = donor_id
         self.donor_key = donor_key
         self.router_id = router_id
@@ -170,8 +167,6 @@ class DonorEntry:
         self.num_tokens = num_tokens
         self.block_size = block_size
         self.blob = blob
-        self.hashes_end = hashes_end
-        self.embedding_dim = embedding_dim
         self.missing = -1  # hashes not stored on the worker, counted once the residency posts the entry
 
     @classmethod
@@ -187,9 +182,7 @@ class DonorEntry:
             sys.intern(r.namespace),
             _shared_int(r.num_tokens),
             _shared_int(r.block_size),
-            b"".join((blob_head(r.registered_at), hashes, r.embedding)),
-            _shared_int(len(hashes)),
-            _shared_int(r.embedding_dim),
+            b"".join((blob_head(r.registered_at, len(hashes), r.embedding_dim), hashes, r.embedding)),
         )
 
     @property
@@ -211,7 +204,16 @@ class DonorEntry:
 
     @property
     def registered_at(self) -> float:
-        return _F64.unpack_from(self.blob, _U32.size)[0]  # type: ignore[no-any-return]
+        return _HEAD_REST.unpack_from(self.blob, _U32.size)[0]  # type: ignore[no-any-return]
+
+    @property
+    def hashes_end(self) -> int:
+        """The bytes of the block hashes (after the head)."""
+        return _HEAD_REST.unpack_from(self.blob, _U32.size)[1]  # type: ignore[no-any-return]
+
+    @property
+    def embedding_dim(self) -> int:
+        return _HEAD_REST.unpack_from(self.blob, _U32.size)[2]  # type: ignore[no-any-return]
 
     @property
     def block_hashes(self) -> Sequence[int]:
@@ -221,14 +223,17 @@ class DonorEntry:
     @property
     def embedded(self) -> bool:
         """Whether the entry holds its embedding (False once the search index holds it)."""
-        return len(self.blob) > BLOB_HEAD + self.hashes_end or not self.embedding_dim
+        blob = self.blob
+        _, hashes_end, dim = _HEAD_REST.unpack_from(blob, _U32.size)
+        return len(blob) > BLOB_HEAD + hashes_end or not dim
 
     @property
     def own_embedding(self) -> bytes | None:
         """The float16 embedding, or None once the search index holds it."""
         blob = self.blob  # read once: drop_embedding replaces the blob with one that ends after the hashes
-        end = BLOB_HEAD + self.hashes_end
-        return blob[end:] if len(blob) > end or not self.embedding_dim else None
+        _, hashes_end, dim = _HEAD_REST.unpack_from(blob, _U32.size)
+        end = BLOB_HEAD + hashes_end
+        return blob[end:] if len(blob) > end or not dim else None
 
     @property
     def embedding(self) -> bytes:
@@ -259,6 +264,7 @@ class DonorEntry:
         fields = {name: getattr(self, name) for name in _REGISTRATION_SLOTS}
         fields.update(
             registered_at=self.registered_at,
+            embedding_dim=self.embedding_dim,
             worker_id=self.worker[0],
             dp_rank=self.worker[1],
             block_hashes=list(self.block_hashes),
@@ -274,9 +280,7 @@ _SLOT = attrgetter("slot")
 _BLOB = attrgetter("blob")
 _HASHES_END = attrgetter("hashes_end")
 
-_REGISTRATION_SLOTS = tuple(
-    name for name in DonorEntry.__slots__ if name not in ("blob", "hashes_end", "missing", "worker")
-)
+_REGISTRATION_SLOTS = tuple(name for name in DonorEntry.__slots__ if name not in ("blob", "missing", "worker"))
 
 
 def _by_worker(entries: list[DonorEntry]) -> list[list[DonorEntry]]:
@@ -547,12 +551,13 @@ class Residency:
 
         hash_ends = np.array(take(rows.hash_ends), dtype=np.int64) * 8
         hash_starts = np.array(take(rows.hash_starts), dtype=np.int64) * 8
-        hashes_end = _shared((hash_ends - hash_starts).tolist(), _shared_int)
         hash_bytes = rows.block_hashes.tobytes()  # the page's (~128 KB): its slices are bytes, joined to embeddings
         embeddings = rows.embeddings
         heads = np.empty(len(picked), dtype=_HEAD)
         heads["slot"] = NO_SLOT if slots is None else slots
         heads["registered_at"] = take(rows.registered_at)
+        heads["hashes_end"] = hash_ends - hash_starts
+        heads["embedding_dim"] = take(rows.embedding_dims)
         head_bytes = heads.tobytes()
         starts = range(0, len(head_bytes), BLOB_HEAD)
         blobs = map(
@@ -578,8 +583,6 @@ class Residency:
                 _shared(take(rows.num_tokens), _shared_int),
                 _shared(take(rows.block_sizes), _shared_int),
                 blobs,
-                hashes_end,
-                _shared(take(rows.embedding_dims), _shared_int),
             )
         )
 

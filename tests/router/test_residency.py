@@ -359,7 +359,7 @@ def test_an_entry_packs_hashes_and_embedding_and_drops_only_the_embedding() -> N
 
 
 def test_an_entry_keeps_its_slot_and_stamp_in_its_blob_through_embedding_changes() -> None:
-    """The slot and ``registered_at`` live in the blob's head: setting the slot, dropping the embedding and copying
+    """The slot, ``registered_at``, ``hashes_end`` and ``embedding_dim`` live in the blob's head: setting the slot, dropping the embedding and copying
     with one keep both (and the hashes); an entry without an embedding holds its (empty) one."""
     from semblend_dynamo.router.residency import NO_SLOT, DonorEntry
 
@@ -373,6 +373,7 @@ def test_an_entry_keeps_its_slot_and_stamp_in_its_blob_through_embedding_changes
     entry.drop_embedding()
     assert not entry.embedded and entry.own_embedding is None
     assert entry.slot == 70_000 and entry.registered_at == 1234.5 and list(entry.block_hashes) == [7, 2**64 - 2]
+    assert entry.hashes_end == 16 and entry.embedding_dim == 4
     copy = entry.with_embedding(bytes(range(8)))
     assert copy.embedded and copy.slot == 70_000 and copy.registration == registration
     plain = DonorEntry.of(_donor("b", W1, [1]), (W1, 0))
