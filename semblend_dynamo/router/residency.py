@@ -13,6 +13,7 @@ for :meth:`Residency.read_stored_together`, which reads without it.
 
 from __future__ import annotations
 
+import struct
 import sys
 from array import array
 from collections import Counter
@@ -40,6 +41,22 @@ MAX_SLOTS = SHARED - 1
 
 _SMALL: dict[int, int] = {}
 _T = TypeVar("_T")
+
+_U32 = struct.Struct("<I")
+_HEAD_REST = struct.Struct("<dIH")  # registered_at, hashes_end, embedding_dim
+NO_SLOT = _POST_MASK
+"""An entry's slot before a residency takes it."""
+BLOB_HEAD = _U32.size + _HEAD_REST.size
+"""A :class:`DonorEntry` blob's head: its slot (u32), ``registered_at`` (f64), ``hashes_end`` (u32) and
+``embedding_dim`` (u16), kept there rather than in slots of the entry (and the slot and the stamp as an int and a float
+object of their own): ~80 B a donor less, and 18 bytes more in the blob (that shape's allocation had room for them)."""
+_HEAD = np.dtype([("slot", "<u4"), ("registered_at", "<f8"), ("hashes_end", "<u4"), ("embedding_dim", "<u2")])
+# packed: BLOB_HEAD bytes an item
+
+
+def blob_head(registered_at: float, hashes_end: int, embedding_dim: int, slot: int = NO_SLOT) -> bytes:
+    """The head of a :class:`DonorEntry` blob (``hashes_end``: the bytes of its block hashes)."""
+    return _U32.pack(slot) + _HEAD_REST.pack(registered_at, hashes_end, embedding_dim)
 
 
 def _shared_int(value: int) -> int:
@@ -104,12 +121,13 @@ class DonorEntry:
     A decoded :class:`DonorRegistration` costs ~1.4 KB of pydantic bookkeeping per instance plus its own copies of
     strings every donor shares (deployment, namespace, router id). The entry keeps the fields in slots, those
     strings interned, the worker key shared with its worker's blocks, and its block hashes (native u64) and float16
-    embedding packed in one ``bytes`` (``blob``: the hashes' ``hashes_end`` bytes, then the embedding; one object
-    instead of an ``array`` and a ``bytes``, ~60 B a donor less), and rebuilds the registration (without validation:
-    it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the search index
-    holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None then): the
-    catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry out as a
-    registration.
+    embedding packed in one ``bytes`` (``blob``: a head of :data:`BLOB_HEAD` bytes with the slot, ``registered_at``,
+    ``hashes_end`` and ``embedding_dim``; the hashes' ``hashes_end`` bytes; then the embedding; one object instead of
+    an ``array``, a ``bytes``, an int and a float, and four slots fewer), and rebuilds the registration (without
+    validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the
+    search index holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None
+    then): the catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry
+    out as a registration. The request path reads ``worker``, ``donor_key`` and ``missing``, which stay slots.
     """
 
     __slots__ = (
@@ -118,15 +136,10 @@ class DonorEntry:
         "deployment",
         "donor_id",
         "donor_key",
-        "embedded",
-        "embedding_dim",
-        "hashes_end",
         "missing",
         "namespace",
         "num_tokens",
-        "registered_at",
         "router_id",
-        "slot",
         "worker",
     )
 
@@ -141,12 +154,10 @@ class DonorEntry:
         num_tokens: int,
         block_size: int,
         blob: bytes,
-        hashes_end: int,
-        embedding_dim: int,
-        registered_at: float,
     ) -> None:
         """Takes its strings interned and its small ints shared already (:meth:`of`, :meth:`Residency.add_rows`);
-        ``blob``: the block hashes (``hashes_end`` bytes, native u64) followed by the embedding."""
+        ``blob``: the head (:func:`blob_head`: no slot yet), the block hashes (``hashes_end`` bytes, native u64), then
+        the embedding."""
         self.donor_id = donor_id
         self.donor_key = donor_key
         self.router_id = router_id
@@ -156,11 +167,6 @@ class DonorEntry:
         self.num_tokens = num_tokens
         self.block_size = block_size
         self.blob = blob
-        self.hashes_end = hashes_end
-        self.embedded = True
-        self.embedding_dim = embedding_dim
-        self.registered_at = registered_at
-        self.slot = -1  # set by the residency that takes it
         self.missing = -1  # hashes not stored on the worker, counted once the residency posts the entry
 
     @classmethod
@@ -176,10 +182,7 @@ class DonorEntry:
             sys.intern(r.namespace),
             _shared_int(r.num_tokens),
             _shared_int(r.block_size),
-            hashes + r.embedding,
-            _shared_int(len(hashes)),
-            _shared_int(r.embedding_dim),
-            r.registered_at,
+            b"".join((blob_head(r.registered_at, len(hashes), r.embedding_dim), hashes, r.embedding)),
         )
 
     @property
@@ -191,15 +194,46 @@ class DonorEntry:
         return self.worker[1]
 
     @property
+    def slot(self) -> int:
+        """The entry's slot in its residency (``NO_SLOT`` until one takes it); it stays the entry's until removed."""
+        return _U32.unpack_from(self.blob)[0]  # type: ignore[no-any-return]
+
+    @slot.setter
+    def slot(self, slot: int) -> None:
+        self.blob = _U32.pack(slot) + self.blob[_U32.size :]
+
+    @property
+    def registered_at(self) -> float:
+        return _HEAD_REST.unpack_from(self.blob, _U32.size)[0]  # type: ignore[no-any-return]
+
+    @property
+    def hashes_end(self) -> int:
+        """The bytes of the block hashes (after the head)."""
+        return _HEAD_REST.unpack_from(self.blob, _U32.size)[1]  # type: ignore[no-any-return]
+
+    @property
+    def embedding_dim(self) -> int:
+        return _HEAD_REST.unpack_from(self.blob, _U32.size)[2]  # type: ignore[no-any-return]
+
+    @property
     def block_hashes(self) -> Sequence[int]:
         """The donor's block hashes (a read-only view of its blob)."""
-        return memoryview(self.blob)[: self.hashes_end].cast("Q")
+        return memoryview(self.blob)[BLOB_HEAD : BLOB_HEAD + self.hashes_end].cast("Q")
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the entry holds its embedding (False once the search index holds it)."""
+        blob = self.blob
+        _, hashes_end, dim = _HEAD_REST.unpack_from(blob, _U32.size)
+        return len(blob) > BLOB_HEAD + hashes_end or not dim
 
     @property
     def own_embedding(self) -> bytes | None:
         """The float16 embedding, or None once the search index holds it."""
-        blob = self.blob  # read before the flag: drop_embedding clears the flag before it cuts the blob
-        return blob[self.hashes_end :] if self.embedded else None
+        blob = self.blob  # read once: drop_embedding replaces the blob with one that ends after the hashes
+        _, hashes_end, dim = _HEAD_REST.unpack_from(blob, _U32.size)
+        end = BLOB_HEAD + hashes_end
+        return blob[end:] if len(blob) > end or not dim else None
 
     @property
     def embedding(self) -> bytes:
@@ -210,9 +244,8 @@ class DonorEntry:
         return embedding
 
     def drop_embedding(self) -> None:
-        """The search index holds the vector: keep only the hashes."""
-        self.embedded = False
-        self.blob = self.blob[: self.hashes_end]
+        """The search index holds the vector: keep only the head and the hashes."""
+        self.blob = self.blob[: BLOB_HEAD + self.hashes_end]
 
     def vector(self) -> np.ndarray:
         """The embedding as float32 (as :meth:`DonorRegistration.vector`)."""
@@ -223,14 +256,15 @@ class DonorEntry:
         copy = DonorEntry.__new__(DonorEntry)
         for name in DonorEntry.__slots__:
             setattr(copy, name, getattr(self, name))
-        copy.blob = self.blob[: self.hashes_end] + embedding
-        copy.embedded = True
+        copy.blob = self.blob[: BLOB_HEAD + self.hashes_end] + embedding
         return copy
 
     @property
     def registration(self) -> DonorRegistration:
         fields = {name: getattr(self, name) for name in _REGISTRATION_SLOTS}
         fields.update(
+            registered_at=self.registered_at,
+            embedding_dim=self.embedding_dim,
             worker_id=self.worker[0],
             dp_rank=self.worker[1],
             block_hashes=list(self.block_hashes),
@@ -246,9 +280,7 @@ _SLOT = attrgetter("slot")
 _BLOB = attrgetter("blob")
 _HASHES_END = attrgetter("hashes_end")
 
-_REGISTRATION_SLOTS = tuple(
-    name for name in DonorEntry.__slots__ if name not in ("blob", "embedded", "hashes_end", "missing", "slot", "worker")
-)
+_REGISTRATION_SLOTS = tuple(name for name in DonorEntry.__slots__ if name not in ("blob", "missing", "worker"))
 
 
 def _by_worker(entries: list[DonorEntry]) -> list[list[DonorEntry]]:
@@ -494,26 +526,48 @@ class Residency:
         """:meth:`add_many` for rows of sync pages, taken from their columns (no registration objects): each part is
         a page's rows and the rows of it to take. ``new``: the caller knows that no donor is known or repeats.
         Returns the entries taken (in order) and the donor ids pushed out by the capacity bound."""
+        parts = list(parts)
         entries: list[DonorEntry] = []
-        for rows, picked in parts:
-            entries += self._entries(rows, picked)
-        return entries, self._insert(entries, new=new)
+        if not new:
+            for rows, picked in parts:
+                entries += self._entries(rows, picked, None)
+            return entries, self._insert(entries)
+        taken = self._reserve(sum(len(picked) for _, picked in parts))  # in the blobs as they are built
+        try:
+            at = 0
+            for rows, picked in parts:
+                entries += self._entries(rows, picked, taken[at : at + len(picked)])
+                at += len(picked)
+        except BaseException:
+            self._unreserve(taken)
+            raise
+        return entries, self._insert(entries, new=True, slotted=True)
 
-    def _entries(self, rows: SyncRows, picked: Sequence[int]) -> list[DonorEntry]:
-        """The entries of rows ``picked`` of a sync page, built column by column."""
+    def _entries(self, rows: SyncRows, picked: Sequence[int], slots: list[int] | None) -> list[DonorEntry]:
+        """The entries of rows ``picked`` of a sync page, built column by column (``slots``: theirs, reserved)."""
 
         def take(column: list[_T]) -> list[_T]:
             return SyncRows.pick(column, picked)
 
         hash_ends = np.array(take(rows.hash_ends), dtype=np.int64) * 8
         hash_starts = np.array(take(rows.hash_starts), dtype=np.int64) * 8
-        hashes_end = _shared((hash_ends - hash_starts).tolist(), _shared_int)
         hash_bytes = rows.block_hashes.tobytes()  # the page's (~128 KB): its slices are bytes, joined to embeddings
         embeddings = rows.embeddings
+        heads = np.empty(len(picked), dtype=_HEAD)
+        heads["slot"] = NO_SLOT if slots is None else slots
+        heads["registered_at"] = take(rows.registered_at)
+        heads["hashes_end"] = hash_ends - hash_starts
+        heads["embedding_dim"] = take(rows.embedding_dims)
+        head_bytes = heads.tobytes()
+        starts = range(0, len(head_bytes), BLOB_HEAD)
         blobs = map(
-            bytes.__add__,
-            map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())),
-            map(embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))),
+            b"".join,
+            zip(
+                map(head_bytes.__getitem__, map(slice, starts, range(BLOB_HEAD, len(head_bytes) + 1, BLOB_HEAD))),
+                map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())),
+                map(embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))),
+                strict=True,
+            ),
         )
         worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
         keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
@@ -529,18 +583,22 @@ class Residency:
                 _shared(take(rows.num_tokens), _shared_int),
                 _shared(take(rows.block_sizes), _shared_int),
                 blobs,
-                hashes_end,
-                _shared(take(rows.embedding_dims), _shared_int),
-                take(rows.registered_at),
             )
         )
 
-    def _insert(self, entries: list[DonorEntry], *, new: bool = False) -> list[str]:
+    def _insert(self, entries: list[DonorEntry], *, new: bool = False, slotted: bool = False) -> list[str]:
         """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity;
-        ``new``: no entry's donor is known or repeats (checked here otherwise)."""
+        ``new``: no entry's donor is known or repeats (checked here otherwise); ``slotted``: (with ``new``) the
+        entries carry slots reserved for them (:meth:`_reserve`)."""
         donors = self._donors
         ids = list(map(_DONOR_ID, entries))
-        if new or (len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids))):  # a sync page's usual
+        if slotted:
+            slots = self._slots
+            for entry in entries:
+                slots[entry.slot] = entry
+            donors.update(zip(ids, entries, strict=True))
+            self._worker_donors.update(map(_WORKER, entries))
+        elif new or (len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids))):  # a sync page's usual
             self._take_slots(entries)
             donors.update(zip(ids, entries, strict=True))
             self._worker_donors.update(map(_WORKER, entries))
@@ -624,7 +682,10 @@ class Residency:
         lengths = np.array(ends, dtype=np.int64) // 8
         if not len(entries) or not lengths.all():
             return False
-        hashes = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), map(slice, ends))), dtype=np.uint64)
+        hashes = np.frombuffer(
+            b"".join(map(getitem, map(_BLOB, entries), map(slice, repeat(BLOB_HEAD), [BLOB_HEAD + e for e in ends]))),
+            dtype=np.uint64,
+        )
         order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
         if (ordered[1:] == ordered[:-1]).any():
@@ -652,18 +713,27 @@ class Residency:
 
     def _take_slots(self, entries: list[DonorEntry]) -> None:
         """Give each entry a slot (freed ones first, most recently freed first) and hold it there."""
+        slots = self._slots
+        for entry, slot in zip(entries, self._reserve(len(entries)), strict=True):
+            entry.slot = slot
+            slots[slot] = entry
+
+    def _reserve(self, count: int) -> list[int]:
+        """``count`` slots for new entries (freed ones first, most recently freed first); held empty until taken."""
         free, slots = self._free, self._slots
-        reused = min(len(free), len(entries))
+        reused = min(len(free), count)
         taken = [free.pop() for _ in range(reused)]
-        grown = len(entries) - reused
+        grown = count - reused
         if len(slots) + grown > MAX_SLOTS:
             free.extend(reversed(taken))
             raise OverflowError(f"residency holds {MAX_SLOTS} donor slots already")
         taken += range(len(slots), len(slots) + grown)
         slots += [None] * grown
-        for entry, slot in zip(entries, taken, strict=True):
-            entry.slot = slot
-            slots[slot] = entry
+        return taken
+
+    def _unreserve(self, taken: list[int]) -> None:
+        """Give back slots :meth:`_reserve` handed out and no entry took."""
+        self._free.extend(reversed(taken))
 
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (no change is queued: the caller knows)."""

@@ -356,3 +356,66 @@ def test_an_entry_packs_hashes_and_embedding_and_drops_only_the_embedding() -> N
         entry.vector()
     assert entry.with_embedding(bytes(range(8))).registration == registration
     assert entry.own_embedding is None  # the copy carries it, not the entry
+
+
+def test_an_entry_keeps_its_slot_and_stamp_in_its_blob_through_embedding_changes() -> None:
+    """The slot, ``registered_at``, ``hashes_end`` and ``embedding_dim`` live in the blob's head: setting the slot, dropping the embedding and copying
+    with one keep both (and the hashes); an entry without an embedding holds its (empty) one."""
+    from semblend_dynamo.router.residency import NO_SLOT, DonorEntry
+
+    registration = _donor("a", W1, [7, 2**64 - 2]).model_copy(
+        update={"embedding": bytes(range(8)), "embedding_dim": 4, "registered_at": 1234.5}
+    )
+    entry = DonorEntry.of(registration, (W1, 0))
+    assert entry.slot == NO_SLOT and entry.registered_at == 1234.5
+    entry.slot = 70_000
+    assert entry.slot == 70_000 and entry.registered_at == 1234.5 and entry.embedding == bytes(range(8))
+    entry.drop_embedding()
+    assert not entry.embedded and entry.own_embedding is None
+    assert entry.slot == 70_000 and entry.registered_at == 1234.5 and list(entry.block_hashes) == [7, 2**64 - 2]
+    assert entry.hashes_end == 16 and entry.embedding_dim == 4
+    copy = entry.with_embedding(bytes(range(8)))
+    assert copy.embedded and copy.slot == 70_000 and copy.registration == registration
+    plain = DonorEntry.of(_donor("b", W1, [1]), (W1, 0))
+    assert plain.embedded and plain.own_embedding == b""
+
+
+def test_sync_rows_take_the_slots_they_were_built_with_and_give_them_back_on_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from semblend_dynamo.events.codec import decode, encode
+    from semblend_dynamo.events.schemas import DonorSyncPage
+
+    registrations = [
+        _donor(f"d{i}", (W1, W2)[i % 2], [i + 1, 100 + i]).model_copy(update={"registered_at": 10.0 + i})
+        for i in range(300)
+    ]
+    page = DonorSyncPage.of(
+        registrations, router_id="peer", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=300
+    )
+    rows = decode(encode(page), DonorSyncPage, max_bytes=1 << 22).rows()
+    r = Residency(capacity=1000)
+    r.add_many([_donor("x", W1, [5000]), _donor("y", W1, [5001])])
+    r.remove_donor("x")  # a freed slot, taken again first
+    entries, evicted = r.add_rows([(rows, range(200)), (rows, range(200, 280))], new=True)
+    assert not evicted and len(r) == 281
+    assert len({entry.slot for entry in entries}) == 280 and all(r._slots[e.slot] is e for e in entries)
+    assert [e.registered_at for e in entries] == [10.0 + i for i in range(280)]
+    assert [e.registration for e in entries] == registrations[:280]
+    held = len(r._slots)
+    failing = Residency._entries
+    calls = []
+
+    def entries_failing_on_the_second_part(self: Residency, *args: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a broken part")
+        return failing(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Residency, "_entries", entries_failing_on_the_second_part)
+    with pytest.raises(RuntimeError):
+        r.add_rows([(rows, range(280, 290)), (rows, range(290, 300))], new=True)
+    monkeypatch.undo()
+    assert len(r) == 281 and "d280" not in r
+    entries, _ = r.add_rows([(rows, range(280, 300))], new=True)  # the slots given back are taken again
+    assert len(r._slots) == held + 20 and not r._free and all(r._slots[e.slot] is e for e in entries)
