@@ -15,7 +15,7 @@
 # tree's native aligner built):
 #   mkdir -p .stage/old && git archive <baseline commit> | xz > .stage/old/base.tar.xz
 #   the C prompt unboxing needs the Python headers of the device's python3 (3.12); if the host lacks them, stage a copy:
-#   tar -cJf .stage/pyinc.tar.xz -C /root/.pyenv/versions/3.12.1/include python3.12
+#   tar -cJf .stage/pyinc.tar.xz -C "$(dirname "$(python3.12 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')")" python3.12
 #   command: bash benchmarks/results/sched7/run_device.sh bench 2 (then ... detail), carry [".stage"]
 # Each call leaves one archive, $OUT/sched7_<stage>.tgz (the device returns at most 8 files), and prints its tables.
 set -uo pipefail
