@@ -243,33 +243,36 @@ class Planner:
         if len(chosen) > cfg.max_spans:
             return _decline(DeclineReason.TOO_MANY_SPANS, f"{len(chosen)} spans > max_spans {cfg.max_spans}")
 
+        # The deviation's terms are gathered in the same pass (no comprehension frames): the shifted spans' lengths and
+        # their length-weighted estimates, in target order, summed below exactly as estimate_deviation sums them.
         plan_spans: list[Span] = []
-        shifted_spans: list[Span] = []
+        shifted_lengths: list[int] = []
+        weighted: list[float] = []
+        skipped = chain_head_tokens or 0
         reused = 0
         moves = False
         for span, is_exact in chosen:
             plan_spans.append(span)
-            reused += span.length
+            length = span.length
+            reused += length
             if not is_exact:
-                shifted_spans.append(span)
-            if span.donor_start != span.target_start:
-                moves = True
+                delta = span.target_start - span.donor_start
+                shifted_lengths.append(length)
+                weighted.append(length * span_deviation(length, delta, skipped=skipped))
+                if delta:  # an exact-equivalent span never moves (its donor and target starts are equal)
+                    moves = True
         ratio = reused / target_len
         if chain_head_tokens is None and ratio < cfg.min_reuse_ratio:
             return _decline(
                 DeclineReason.BELOW_REUSE_RATIO,
                 f"reuse {reused}/{target_len} = {ratio:.3f} < min_reuse_ratio {cfg.min_reuse_ratio}",
             )
-        shifted = bool(shifted_spans)
-        # Exact-equivalent spans have no deviation and no RoPE delta: the estimate and the delta scan are for shifted.
-        # The estimate as estimate_deviation makes it: token-weighted over the shifted spans, summed in this order.
+        shifted = bool(shifted_lengths)
+        # Exact-equivalent spans have no deviation: the estimate as estimate_deviation makes it, token-weighted over
+        # the shifted spans, summed in this order.
         deviation = 0.0
         if shifted:
-            skipped = chain_head_tokens or 0
-            total = sum([s.length for s in shifted_spans])
-            deviation = (
-                sum([s.length * span_deviation(s.length, s.delta, skipped=skipped) for s in shifted_spans]) / total
-            )
+            deviation = sum(weighted) / sum(shifted_lengths)
             if similarity is not None and not similarity >= cfg.min_similarity:
                 return _decline(
                     DeclineReason.BELOW_SIMILARITY,
