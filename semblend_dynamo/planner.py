@@ -17,11 +17,14 @@ The deviation estimate (:func:`estimate_deviation`) is a heuristic, not a measur
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
+import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from . import native_planner
 from .config import SemblendConfig
 from .outcomes import DeclineReason
 from .span_aligner import Span
@@ -146,6 +149,12 @@ class Planner:
         whole chain (no reuse-ratio gate here), and each span's first ``chain_head_tokens`` tokens were recomputed.
         """
         cfg = self.cfg
+        if NATIVE_ACCEPT is not None and spans:  # the compiled accepting path; None: this code decides
+            accepted: PlanDecision | None = NATIVE_ACCEPT(
+                cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens
+            )
+            if accepted is not None:
+                return accepted
         bs = cfg.block_size
         if target_len <= 0:
             return _decline(DeclineReason.EMPTY_PROMPT, "prompt has no tokens")
@@ -317,4 +326,19 @@ def _clip(span: Span, start: int, end: int) -> Span:
         donor_start=span.donor_start + (start - span.target_start),
         target_start=start,
         length=end - start,
+    )
+
+
+def _load_native() -> tuple[native_planner.Accept | None, str]:
+    if native_planner.disabled():
+        return None, f"{native_planner.ENV}={os.environ.get(native_planner.ENV)}"
+    constants = (BOUNDARY_DECAY_TOKENS, CONTEXT_FLOOR, ROPE_NUMERIC, DISPLACEMENT_WEIGHT, DISPLACEMENT_TOKENS)
+    return native_planner.load(native_planner.module_path(), (Span, MaterializationPlan, PlanDecision, sum, constants))
+
+
+NATIVE_ACCEPT, NATIVE_REASON = _load_native()
+"""The compiled accepting path (:mod:`semblend_dynamo.native_planner`) and why it is (not) used."""
+if NATIVE_ACCEPT is None:
+    logging.getLogger(__name__).log(
+        logging.INFO if native_planner.disabled() else logging.WARNING, "planner: Python only (%s)", NATIVE_REASON
     )

@@ -1,4 +1,5 @@
-"""Compile ``span_aligner.c`` into a plain shared library (no Python API, no libpython: any CPython can load it).
+"""Compile ``span_aligner.c`` into a plain shared library (no Python API, no libpython: any CPython can load it), and
+``planner.c`` into the planner's extension module for the building Python (:mod:`semblend_dynamo.native_planner`).
 
 Standard library only: ``setup.py`` loads this file by path inside pip's isolated build environment, where the
 package's dependencies are not installed.
@@ -7,14 +8,17 @@ package's dependencies are not installed.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import os
 import shlex
 import subprocess
+import sysconfig
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("span_aligner.c")
+PLANNER_SOURCE = Path(__file__).with_name("planner.c")
 LIBRARY_NAME = "libspan_aligner.so"
 # Portable x86_64/aarch64 code (no -march=native): the library may be copied to another Linux host.
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
@@ -35,6 +39,21 @@ def build(output: Path, compiler: str | None = None) -> Path:
     ``compiler``: a command line, default ``$CC`` or ``cc``.
     """
     return compile_library(SOURCE, output, [f'-DSA_SOURCE_DIGEST="{source_digest()}"'], compiler)
+
+
+def planner_module_name() -> str:
+    """The planner module's file name for this interpreter (its extension suffix: built per Python version)."""
+    return "_planner" + importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def build_planner(output: Path, compiler: str | None = None) -> Path:
+    """Compile ``planner.c`` for this interpreter to ``output`` (replaced atomically).
+
+    Floating-point contraction is off: the deviation estimate must round as Python's operations do.
+    """
+    include = sysconfig.get_paths()["include"]
+    flags = [f"-I{include}", "-ffp-contract=off", f'-DPL_SOURCE_DIGEST="{source_digest(PLANNER_SOURCE)}"']
+    return compile_library(PLANNER_SOURCE, output, flags, compiler)
 
 
 def compile_library(source: Path, output: Path, flags: Sequence[str], compiler: str | None = None) -> Path:
