@@ -15,32 +15,30 @@ interpreter's extension suffix, beside ``_native/planner.c``): at install (``set
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import logging
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._native.build import PLANNER_SOURCE, BuildError, build_planner, planner_module_name, source_digest
+from ._native import modules
+from ._native.build import PLANNER_SOURCE, BuildError, build_module
 
-__all__ = ["ENV", "BuildError", "build", "load", "module_path", "source_digest"]
+__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path"]
 
 ENV = "SEMBLEND_NATIVE_PLANNER"
 SOURCE = PLANNER_SOURCE
-log = logging.getLogger(__name__)
+BUILD_COMMAND = "python -m semblend_dynamo.native_planner build"
 
 Accept = Callable[..., Any]
 
 
 def module_path() -> Path:
     """This interpreter's module: it builds Python objects, so each version has its own."""
-    return SOURCE.with_name(planner_module_name())
+    return modules.module_path(SOURCE)
 
 
 def disabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() in {"0", "false", "no", "off"}
+    return modules.disabled(ENV)
 
 
 def build(output: Path | None = None, compiler: str | None = None) -> Path:
@@ -48,25 +46,16 @@ def build(output: Path | None = None, compiler: str | None = None) -> Path:
 
     ``compiler``: a command line (it may carry extra flags, e.g. ``cc -I<headers>``), default ``$CC`` or ``cc``.
     """
-    return build_planner(output or module_path(), compiler)
+    return build_module(SOURCE, output or module_path(), compiler)
 
 
 def load(path: Path, setup_args: tuple[Any, ...]) -> tuple[Accept | None, str]:
     """The module's ``accept`` at ``path``, set up with ``setup_args`` (None if it cannot be used), and why."""
-    if not path.exists():
-        return None, f"{path.name} is not built (python -m semblend_dynamo.native_planner build)"
-    try:
-        spec = importlib.util.spec_from_file_location("_planner", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        digest = source_digest(SOURCE)
-    except (ImportError, OSError) as exc:
-        return None, f"{path.name} cannot be loaded: {exc}"
-    if digest != module.SOURCE_DIGEST:
-        return None, f"{path.name} was built from another planner.c (python -m semblend_dynamo.native_planner build)"
+    module, reason = modules.load(path, SOURCE, BUILD_COMMAND)
+    if module is None:
+        return None, reason
     module.setup(*setup_args)
-    return module.accept, f"loaded {path.name}"
+    return module.accept, reason
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """Compile ``span_aligner.c`` into a plain shared library (no Python API, no libpython: any CPython can load it), and
-``planner.c`` into the planner's extension module for the building Python (:mod:`semblend_dynamo.native_planner`).
+extension modules for the building Python (the planner's, :mod:`semblend_dynamo.native_planner`, and the connector's
+load validation's, :mod:`trtllm_connector.native_validation`).
 
 Standard library only: ``setup.py`` loads this file by path inside pip's isolated build environment, where the
 package's dependencies are not installed.
@@ -41,19 +42,20 @@ def build(output: Path, compiler: str | None = None) -> Path:
     return compile_library(SOURCE, output, [f'-DSA_SOURCE_DIGEST="{source_digest()}"'], compiler)
 
 
-def planner_module_name() -> str:
-    """The planner module's file name for this interpreter (its extension suffix: built per Python version)."""
-    return "_planner" + importlib.machinery.EXTENSION_SUFFIXES[0]
+def module_file_name(stem: str) -> str:
+    """An extension module's file name for this interpreter (its extension suffix: built per Python version)."""
+    return stem + importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
-def build_planner(output: Path, compiler: str | None = None) -> Path:
-    """Compile ``planner.c`` for this interpreter to ``output`` (replaced atomically).
+def build_module(source: Path, output: Path, compiler: str | None = None) -> Path:
+    """Compile ``source``, a CPython extension module, for this interpreter to ``output`` (replaced atomically).
 
-    Floating-point contraction is off: the deviation estimate must round as Python's operations do.
+    The module's ``SOURCE_DIGEST`` is :func:`source_digest` of ``source`` (its loader refuses a module built from other
+    code). Floating-point contraction is off: a compiled decision must round as Python's operations do.
     """
     include = sysconfig.get_paths()["include"]
-    flags = [f"-I{include}", "-ffp-contract=off", f'-DPL_SOURCE_DIGEST="{source_digest(PLANNER_SOURCE)}"']
-    return compile_library(PLANNER_SOURCE, output, flags, compiler)
+    flags = [f"-I{include}", "-ffp-contract=off", f'-DMODULE_SOURCE_DIGEST="{source_digest(source)}"']
+    return compile_library(source, output, flags, compiler)
 
 
 def compile_library(source: Path, output: Path, flags: Sequence[str], compiler: str | None = None) -> Path:

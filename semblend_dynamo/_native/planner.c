@@ -13,8 +13,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef PL_SOURCE_DIGEST
-#define PL_SOURCE_DIGEST "unknown"
+#ifndef MODULE_SOURCE_DIGEST
+#define MODULE_SOURCE_DIGEST "unknown"
 #endif
 
 #define MAX_SPANS 64
@@ -341,6 +341,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_planner", NULL, -1,
 
 PyMODINIT_FUNC PyInit__planner(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", PL_SOURCE_DIGEST) < 0) Py_CLEAR(m);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", MODULE_SOURCE_DIGEST) < 0) Py_CLEAR(m);
     return m;
 }

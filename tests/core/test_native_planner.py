@@ -236,7 +236,7 @@ def test_a_module_built_from_other_source_is_refused(tmp_path: Path, accept: nat
     from semblend_dynamo._native.build import compile_library
 
     include = sysconfig.get_paths()["include"]
-    compile_library(other, out, [f"-I{include}", '-DPL_SOURCE_DIGEST="0000000000000000"'])
+    compile_library(other, out, [f"-I{include}", '-DMODULE_SOURCE_DIGEST="0000000000000000"'])
     function, reason = native_planner.load(out, SETUP)
     assert function is None and "another planner.c" in reason
     assert native_planner.load(tmp_path / "missing.so", SETUP)[0] is None
