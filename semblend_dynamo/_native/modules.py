@@ -2,7 +2,7 @@
 
 Each is built from one C file by :func:`semblend_dynamo._native.build.build_module` into ``<stem><extension
 suffix>`` next to it, reports the digest of the source it was built from (``SOURCE_DIGEST``) and is refused when that
-is not its current source's. ``SEMBLEND_NATIVE_<NAME>=0`` turns one off.
+is not its current source's. Each has an environment variable that turns it off with 0 (its loader names it).
 """
 
 from __future__ import annotations
