@@ -1,9 +1,10 @@
-"""The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension; and
-the connector's prompt unboxing (trtllm_connector/unbox.c), built for the installing Python (it reads int objects).
+"""The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension; the
+connector's prompt unboxing (trtllm_connector/unbox.c), the planner's accepting path (semblend_dynamo/_native/planner.c)
+and validate_load's passing path (trtllm_connector/validation.c), built for the installing Python (they use its C API).
 
-Everything else is in pyproject.toml. Both libraries are optional: without a working C compiler (or, for the unboxing,
-the Python headers) the install still succeeds (setuptools prints why), the aligner uses its numpy path and the
-connector ``array.fromlist``.
+Everything else is in pyproject.toml. All are optional: without a working C compiler (or, for the last three, the
+Python headers) the install still succeeds (setuptools prints why), the aligner uses its numpy path, the connector
+``array.fromlist`` and the planner and validation their Python code.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ assert _unbox_spec is not None and _unbox_spec.loader is not None
 unbox_build = importlib.util.module_from_spec(_unbox_spec)
 _unbox_spec.loader.exec_module(unbox_build)
 UNBOX = "trtllm_connector.unbox"
+PLANNER = "semblend_dynamo._native._planner"
+VALIDATION = "trtllm_connector._validation"
+MODULES = {PLANNER: native_build.PLANNER_SOURCE, VALIDATION: Path(__file__).parent / "trtllm_connector/validation.c"}
 
 
 class BuildNativeLibrary(build_ext):
@@ -38,8 +42,12 @@ class BuildNativeLibrary(build_ext):
     def get_ext_filename(self, fullname: str) -> str:
         package = fullname.rpartition(".")[0]
         # Called with the full dotted name and with its last part alone (get_ext_fullpath).
-        unbox = fullname.rpartition(".")[2] == UNBOX.rpartition(".")[2]
-        name = unbox_build.library_name() if unbox else native_build.LIBRARY_NAME
+        last = fullname.rpartition(".")[2]
+        if last in {m.rpartition(".")[2] for m in MODULES}:
+            name = native_build.module_file_name(last)
+        else:
+            unbox = last == UNBOX.rpartition(".")[2]
+            name = unbox_build.library_name() if unbox else native_build.LIBRARY_NAME
         return str(Path(*package.split(".")) / name)
 
     def build_extension(self, ext: Extension) -> None:
@@ -48,6 +56,12 @@ class BuildNativeLibrary(build_ext):
                 unbox_build.build(Path(self.get_ext_fullpath(ext.name)))
             except unbox_build.BuildError as exc:
                 raise CompileError(f"{exc}; the connector will unbox prompts with array.fromlist") from exc
+            return
+        if ext.name in MODULES:
+            try:
+                native_build.build_module(MODULES[ext.name], Path(self.get_ext_fullpath(ext.name)))
+            except native_build.BuildError as exc:
+                raise CompileError(f"{exc}; {ext.name} is not used (its Python code decides)") from exc
             return
         try:
             native_build.build(Path(self.get_ext_fullpath(ext.name)))
@@ -66,6 +80,8 @@ setup(
     ext_modules=[
         Extension("semblend_dynamo._native.span_aligner", ["semblend_dynamo/_native/span_aligner.c"], optional=True),
         Extension(UNBOX, ["trtllm_connector/unbox.c"], optional=True),
+        Extension(PLANNER, ["semblend_dynamo/_native/planner.c"], optional=True),
+        Extension(VALIDATION, ["trtllm_connector/validation.c"], optional=True),
     ],
     cmdclass={"build_ext": BuildNativeLibrary, "bdist_wheel": PlatformWheel},
 )

@@ -16,8 +16,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 STAMP=.venv/.semblend-bootstrap
 # setup.py and the C sources too: the editable install compiles the span aligner's and the prompt unboxing's libraries
-# into the source tree.
-HASH="$(cat pyproject.toml setup.py scripts/bootstrap.sh semblend_dynamo/_native/span_aligner.c trtllm_connector/unbox.c | sha256sum | cut -d' ' -f1)"
+# and the planner's and load validation's modules into the source tree.
+HASH="$(cat pyproject.toml setup.py scripts/bootstrap.sh semblend_dynamo/_native/*.c trtllm_connector/*.c | sha256sum | cut -d' ' -f1)"
 WITH_TORCH="${WITH_TORCH:-0}"
 needs_nats() { [ "$EXTRAS" = "dev" ] || [ "$EXTRAS" = "bench" ]; }
 has_extra() { case ",${EXTRAS}," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }

@@ -17,11 +17,14 @@ The deviation estimate (:func:`estimate_deviation`) is a heuristic, not a measur
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
+import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from . import native_planner
 from .config import SemblendConfig
 from .outcomes import DeclineReason
 from .span_aligner import Span
@@ -146,6 +149,12 @@ class Planner:
         whole chain (no reuse-ratio gate here), and each span's first ``chain_head_tokens`` tokens were recomputed.
         """
         cfg = self.cfg
+        if NATIVE_ACCEPT is not None and spans:  # the compiled accepting path; None: this code decides
+            accepted: PlanDecision | None = NATIVE_ACCEPT(
+                cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens
+            )
+            if accepted is not None:
+                return accepted
         bs = cfg.block_size
         if target_len <= 0:
             return _decline(DeclineReason.EMPTY_PROMPT, "prompt has no tokens")
@@ -243,33 +252,36 @@ class Planner:
         if len(chosen) > cfg.max_spans:
             return _decline(DeclineReason.TOO_MANY_SPANS, f"{len(chosen)} spans > max_spans {cfg.max_spans}")
 
+        # The deviation's terms are gathered in the same pass (no comprehension frames): the shifted spans' lengths and
+        # their length-weighted estimates, in target order, summed below exactly as estimate_deviation sums them.
         plan_spans: list[Span] = []
-        shifted_spans: list[Span] = []
+        shifted_lengths: list[int] = []
+        weighted: list[float] = []
+        skipped = chain_head_tokens or 0
         reused = 0
         moves = False
         for span, is_exact in chosen:
             plan_spans.append(span)
-            reused += span.length
+            length = span.length
+            reused += length
             if not is_exact:
-                shifted_spans.append(span)
-            if span.donor_start != span.target_start:
-                moves = True
+                delta = span.target_start - span.donor_start
+                shifted_lengths.append(length)
+                weighted.append(length * span_deviation(length, delta, skipped=skipped))
+                if delta:  # an exact-equivalent span never moves (its donor and target starts are equal)
+                    moves = True
         ratio = reused / target_len
         if chain_head_tokens is None and ratio < cfg.min_reuse_ratio:
             return _decline(
                 DeclineReason.BELOW_REUSE_RATIO,
                 f"reuse {reused}/{target_len} = {ratio:.3f} < min_reuse_ratio {cfg.min_reuse_ratio}",
             )
-        shifted = bool(shifted_spans)
-        # Exact-equivalent spans have no deviation and no RoPE delta: the estimate and the delta scan are for shifted.
-        # The estimate as estimate_deviation makes it: token-weighted over the shifted spans, summed in this order.
+        shifted = bool(shifted_lengths)
+        # Exact-equivalent spans have no deviation: the estimate as estimate_deviation makes it, token-weighted over
+        # the shifted spans, summed in this order.
         deviation = 0.0
         if shifted:
-            skipped = chain_head_tokens or 0
-            total = sum([s.length for s in shifted_spans])
-            deviation = (
-                sum([s.length * span_deviation(s.length, s.delta, skipped=skipped) for s in shifted_spans]) / total
-            )
+            deviation = sum(weighted) / sum(shifted_lengths)
             if similarity is not None and not similarity >= cfg.min_similarity:
                 return _decline(
                     DeclineReason.BELOW_SIMILARITY,
@@ -314,4 +326,19 @@ def _clip(span: Span, start: int, end: int) -> Span:
         donor_start=span.donor_start + (start - span.target_start),
         target_start=start,
         length=end - start,
+    )
+
+
+def _load_native() -> tuple[native_planner.Accept | None, str]:
+    if native_planner.disabled():
+        return None, f"{native_planner.ENV}={os.environ.get(native_planner.ENV)}"
+    constants = (BOUNDARY_DECAY_TOKENS, CONTEXT_FLOOR, ROPE_NUMERIC, DISPLACEMENT_WEIGHT, DISPLACEMENT_TOKENS)
+    return native_planner.load(native_planner.module_path(), (Span, MaterializationPlan, PlanDecision, sum, constants))
+
+
+NATIVE_ACCEPT, NATIVE_REASON = _load_native()
+"""The compiled accepting path (:mod:`semblend_dynamo.native_planner`) and why it is (not) used."""
+if NATIVE_ACCEPT is None:
+    logging.getLogger(__name__).log(
+        logging.INFO if native_planner.disabled() else logging.WARNING, "planner: Python only (%s)", NATIVE_REASON
     )

@@ -11,7 +11,9 @@ support for shifted spans.
 
 from __future__ import annotations
 
+import logging
 import operator
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.policy import Lineage
 from semblend_dynamo.span_aligner import Span
 
+from . import native_validation
 from .donors import Donor, DonorRegistry
 
 
@@ -113,6 +116,20 @@ def validate_load(
     of its donor, in this same call (the exact-prefix lookup, a hint's re-check), so its tokens are not compared a
     second time; spans from the span aligner always are.
     """
+    if NATIVE_LOAD is not None:  # the compiled passing path; None: this code decides
+        passed: ValidatedLoad | None = NATIVE_LOAD(
+            target,
+            num_computed,
+            spans,
+            registry,
+            namespace_digest,
+            tokens_per_block,
+            exact_only,
+            shift_supported,
+            tokens_checked,
+        )
+        if passed is not None:
+            return passed
     tpb = tokens_per_block
     if num_computed % tpb:
         raise Declined(DeclineReason.ALIGNMENT_NOT_BLOCK_ALIGNED, f"device prefix {num_computed} tokens")
@@ -190,3 +207,19 @@ def trim_load(load: ValidatedLoad, start: int, end: int) -> ValidatedLoad:
                 Segment(seg.donor, seg.generation, seg.donor_start + shift, lo, hi - lo, seg.exact_equivalent)
             )
     return ValidatedLoad(start, end - start, tuple(segments))
+
+
+def _load_native() -> tuple[native_validation.Load | None, str]:
+    if native_validation.disabled():
+        return None, f"{native_validation.ENV}={os.environ.get(native_validation.ENV)}"
+    return native_validation.load(native_validation.module_path(), (Segment, ValidatedLoad, Lineage.EXACT))
+
+
+NATIVE_LOAD, NATIVE_REASON = _load_native()
+"""validate_load's compiled passing path (:mod:`trtllm_connector.native_validation`) and why it is (not) used."""
+if NATIVE_LOAD is None:
+    logging.getLogger(__name__).log(
+        logging.INFO if native_validation.disabled() else logging.WARNING,
+        "load validation: Python only (%s)",
+        NATIVE_REASON,
+    )

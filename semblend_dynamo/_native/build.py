@@ -1,4 +1,6 @@
-"""Compile ``span_aligner.c`` into a plain shared library (no Python API, no libpython: any CPython can load it).
+"""Compile ``span_aligner.c`` into a plain shared library (no Python API, no libpython: any CPython can load it), and
+extension modules for the building Python (the planner's, :mod:`semblend_dynamo.native_planner`, and the connector's
+load validation's, :mod:`trtllm_connector.native_validation`).
 
 Standard library only: ``setup.py`` loads this file by path inside pip's isolated build environment, where the
 package's dependencies are not installed.
@@ -7,14 +9,17 @@ package's dependencies are not installed.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import os
 import shlex
 import subprocess
+import sysconfig
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("span_aligner.c")
+PLANNER_SOURCE = Path(__file__).with_name("planner.c")
 LIBRARY_NAME = "libspan_aligner.so"
 # Portable x86_64/aarch64 code (no -march=native): the library may be copied to another Linux host.
 CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
@@ -35,6 +40,22 @@ def build(output: Path, compiler: str | None = None) -> Path:
     ``compiler``: a command line, default ``$CC`` or ``cc``.
     """
     return compile_library(SOURCE, output, [f'-DSA_SOURCE_DIGEST="{source_digest()}"'], compiler)
+
+
+def module_file_name(stem: str) -> str:
+    """An extension module's file name for this interpreter (its extension suffix: built per Python version)."""
+    return stem + importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def build_module(source: Path, output: Path, compiler: str | None = None) -> Path:
+    """Compile ``source``, a CPython extension module, for this interpreter to ``output`` (replaced atomically).
+
+    The module's ``SOURCE_DIGEST`` is :func:`source_digest` of ``source`` (its loader refuses a module built from other
+    code). Floating-point contraction is off: a compiled decision must round as Python's operations do.
+    """
+    include = sysconfig.get_paths()["include"]
+    flags = [f"-I{include}", "-ffp-contract=off", f'-DMODULE_SOURCE_DIGEST="{source_digest(source)}"']
+    return compile_library(source, output, flags, compiler)
 
 
 def compile_library(source: Path, output: Path, flags: Sequence[str], compiler: str | None = None) -> Path:

@@ -46,7 +46,11 @@ configs_st = st.fixed_dictionaries(
 
 
 def decide(planner: Any, target_len: int, spans: list[Span], **kwargs: Any) -> tuple[Any, ...]:
-    d = planner.plan(target_len, spans, **kwargs)
+    return summary(planner.plan(target_len, spans, **kwargs))
+
+
+def summary(d: Any) -> tuple[Any, ...]:
+    """A decision's reason, detail, verdict and plan fields (floats as their bits)."""
     plan = d.plan
     fields = (
         None

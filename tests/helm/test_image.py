@@ -62,6 +62,7 @@ def test_wheel_carries_the_packages_the_image_runs(wheel: tuple[Path, str]) -> N
         "semblend_dynamo/router/__init__.py", "semblend_dynamo/data/tokenizer.json",
         "semblend_dynamo/data/corpus/INDEX.json", "semblend_kernels/rope_delta.py", "semblend_apps/cli.py",
         "semblend_dynamo/_native/libspan_aligner.so", "semblend_dynamo/_native/span_aligner.c",
+        "semblend_dynamo/_native/planner.c", "trtllm_connector/validation.c",
     ):  # fmt: skip
         assert module in names, module
     meta = zipfile.ZipFile(wheel[0]).read(f"semblend_dynamo-{VERSION}.dist-info/METADATA").decode()

@@ -1,0 +1,350 @@
+/* The planner's accepting path in C: Planner.plan's decision when every gate passes, and None otherwise.
+ *
+ * A CPython extension module (built per Python version by semblend_dynamo.native_planner). accept() follows
+ * semblend_dynamo/planner.py's Planner.plan step by step and returns the PlanDecision it would return when it accepts;
+ * for any decline, discovery_only, or input it does not take as it is (a value that is not an exact int, float or str
+ * where the planner gets one, more than MAX_SPANS spans, any Python error on the way) it returns None and the caller
+ * runs the Python planner, which then makes the decision (and raises what it raises). The float values are computed
+ * with the same operations in the same order as planner.py (libm's exp and log2, as math's; the sum of the weighted
+ * deviations by Python's own sum()), so the decision's floats are the Python planner's to the bit
+ * (tests/core/test_native_planner.py compares them on random inputs). Runs with the GIL held. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+
+#ifndef MODULE_SOURCE_DIGEST
+#define MODULE_SOURCE_DIGEST "unknown"
+#endif
+
+#define MAX_SPANS 64
+
+/* Set once by setup(): the classes the decision is made of, and planner.py's deviation constants. */
+static PyObject *span_class, *plan_class, *decision_class, *sum_builtin;
+/* Attribute names, interned once. */
+enum {
+    N_BLOCK_SIZE, N_ENABLED, N_MIN_SPAN, N_EXACT_ONLY, N_STRICT, N_MAX_SPANS, N_MIN_RATIO, N_MAX_DEVIATION, N_DISCOVERY,
+    N_MIN_SIMILARITY, N_ISOLATION, N_DONOR_ID, N_DONOR_START, N_TARGET_START, N_LENGTH, N_NAMES
+};
+static const char *const name_text[N_NAMES] = {
+    "block_size", "enabled", "min_span_tokens", "exact_materialization_only", "strict_prefix_boundary", "max_spans",
+    "min_reuse_ratio", "max_deviation", "discovery_only", "min_similarity", "isolation", "donor_id", "donor_start",
+    "target_start", "length",
+};
+static PyObject *names[N_NAMES];
+static double decay_tokens, context_floor, rope_numeric, displacement_weight, displacement_tokens;
+
+typedef struct {
+    PyObject *obj;      /* the Span (borrowed from the caller's sequence) */
+    PyObject *donor_id; /* new reference */
+    long long donor_start, target_start, length;
+} span_t;
+
+typedef struct {
+    PyObject *span; /* new reference: the span itself or its clipped copy */
+    long long donor_start, target_start, length;
+    int exact;
+} chosen_t;
+
+/* An exact int's value in *out (0), or 1 when it is not an exact int or does not fit (nothing raised). */
+static int exact_ll(PyObject *v, long long *out) {
+    if (v == NULL || !PyLong_CheckExact(v)) return 1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* cfg.<name> as an exact int / float / truth value (0), or 1 (nothing raised). */
+static int cfg_ll(PyObject *cfg, int name, long long *out) {
+    PyObject *v = PyObject_GetAttr(cfg, names[name]);
+    int bad = exact_ll(v, out);
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return bad;
+}
+
+static int cfg_double(PyObject *cfg, int name, double *out) {
+    PyObject *v = PyObject_GetAttr(cfg, names[name]);
+    int bad = v == NULL || !PyFloat_CheckExact(v);
+    if (!bad) *out = PyFloat_AS_DOUBLE(v);
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return bad;
+}
+
+static int cfg_truth(PyObject *cfg, int name, int *out) {
+    PyObject *v = PyObject_GetAttr(cfg, names[name]);
+    int bad = v == NULL || !PyBool_Check(v);
+    if (!bad) *out = v == Py_True;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return bad;
+}
+
+/* planner.span_deviation(length, delta, skipped=skipped), operation for operation (length > 0 here). */
+static double span_deviation(long long length, long long delta, long long skipped) {
+    double tau = decay_tokens;
+    double boundary = tau / (double)length * exp((double)(-skipped) / tau) * (1.0 - exp((double)(-length) / tau));
+    long long magnitude = delta < 0 ? -delta : delta;
+    double rope = rope_numeric * log2((double)(1 + magnitude)) / 17.0;
+    double moved = (double)magnitude / displacement_tokens;
+    double displacement = displacement_weight * (moved < 2.0 ? moved : 2.0);
+    double total = context_floor + (1.0 - context_floor) * boundary + displacement + rope;
+    return total < 1.0 ? total : 1.0;
+}
+
+/* Span(donor_id, donor_start, target_start, length): the class's own __init__ (and its checks). */
+static PyObject *make_span(PyObject *donor_id, long long donor_start, long long target_start, long long length) {
+    PyObject *args[4] = {donor_id, PyLong_FromLongLong(donor_start), PyLong_FromLongLong(target_start),
+                         PyLong_FromLongLong(length)};
+    PyObject *span = args[1] && args[2] && args[3] ? PyObject_Vectorcall(span_class, args, 4, NULL) : NULL;
+    Py_XDECREF(args[1]), Py_XDECREF(args[2]), Py_XDECREF(args[3]);
+    return span;
+}
+
+/* MaterializationPlan(spans, prompt_tokens, reused_tokens, reuse_ratio, requires_rope_correction,
+ * estimated_deviation, mode). */
+static PyObject *make_plan(PyObject *spans, PyObject *prompt_tokens, long long reused, double ratio, int rotates,
+                           double deviation, int shifted) {
+    PyObject *args[7] = {spans, prompt_tokens, PyLong_FromLongLong(reused), PyFloat_FromDouble(ratio),
+                         rotates ? Py_True : Py_False, PyFloat_FromDouble(deviation),
+                         PyUnicode_InternFromString(shifted ? "shifted" : "exact")};
+    PyObject *plan = args[2] && args[3] && args[5] && args[6] ? PyObject_Vectorcall(plan_class, args, 7, NULL) : NULL;
+    Py_XDECREF(args[2]), Py_XDECREF(args[3]), Py_XDECREF(args[5]), Py_XDECREF(args[6]);
+    return plan;
+}
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *span, *plan, *decision, *builtin_sum;
+    double c[5];
+    if (!PyArg_ParseTuple(args, "OOOO(ddddd)", &span, &plan, &decision, &builtin_sum, &c[0], &c[1], &c[2], &c[3], &c[4]))
+        return NULL;
+    Py_XSETREF(span_class, Py_NewRef(span));
+    Py_XSETREF(plan_class, Py_NewRef(plan));
+    Py_XSETREF(decision_class, Py_NewRef(decision));
+    Py_XSETREF(sum_builtin, Py_NewRef(builtin_sum));
+    decay_tokens = c[0], context_floor = c[1], rope_numeric = c[2], displacement_weight = c[3], displacement_tokens = c[4];
+    for (int i = 0; i < N_NAMES; i++) {
+        if (names[i] == NULL && (names[i] = PyUnicode_InternFromString(name_text[i])) == NULL) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* accept(cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens) */
+static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+#ifdef Py_GIL_DISABLED
+    (void)args, (void)nargs;
+    Py_RETURN_NONE; /* another thread could change the spans under us: the Python code decides */
+#endif
+    if (nargs != 7 || span_class == NULL) {
+        PyErr_SetString(PyExc_TypeError, "accept() takes 7 arguments, after setup()");
+        return NULL;
+    }
+    PyObject *cfg = args[0], *target_obj = args[1], *spans = args[2], *similarity = args[3];
+    PyObject *approximate = args[5], *chain_head = args[6];
+    span_t in[MAX_SPANS];
+    chosen_t out[MAX_SPANS];
+    Py_ssize_t n = 0, n_out = 0;
+    PyObject *result = NULL, *plan_spans = NULL, *weighted = NULL, *plan = NULL;
+    long long target_len, prefix, skipped = 0, bs, min_span, max_spans;
+    int enabled, exact_only, strict, discovery;
+    double min_ratio, min_similarity = 0.0, max_deviation;
+
+    if (exact_ll(target_obj, &target_len) || exact_ll(args[4], &prefix)) Py_RETURN_NONE;
+    if (chain_head != Py_None && exact_ll(chain_head, &skipped)) Py_RETURN_NONE;
+    if (similarity != Py_None && !PyFloat_CheckExact(similarity)) Py_RETURN_NONE;
+    if (!PyList_CheckExact(spans) && !PyTuple_CheckExact(spans)) Py_RETURN_NONE;
+    n = PySequence_Fast_GET_SIZE(spans);
+    if (n == 0 || n > MAX_SPANS) Py_RETURN_NONE;
+    if (cfg_ll(cfg, N_BLOCK_SIZE, &bs) || cfg_truth(cfg, N_ENABLED, &enabled)) Py_RETURN_NONE;
+    if (target_len <= 0 || !enabled || bs <= 0 || target_len <= bs || prefix < 0 || prefix % bs) Py_RETURN_NONE;
+    long long limit = (target_len - 1) / bs * bs;
+    if (prefix >= limit) Py_RETURN_NONE;
+    if (cfg_ll(cfg, N_MIN_SPAN, &min_span) || cfg_truth(cfg, N_EXACT_ONLY, &exact_only) ||
+        cfg_truth(cfg, N_STRICT, &strict) || cfg_ll(cfg, N_MAX_SPANS, &max_spans) ||
+        cfg_double(cfg, N_MIN_RATIO, &min_ratio) || cfg_double(cfg, N_MAX_DEVIATION, &max_deviation) ||
+        cfg_truth(cfg, N_DISCOVERY, &discovery))
+        Py_RETURN_NONE;
+    if (discovery) Py_RETURN_NONE;
+
+    /* The spans' fields; then a stable sort by target start (sorted(spans, key=target_start)). */
+    PyObject **items = PySequence_Fast_ITEMS(spans);
+    Py_ssize_t read = 0;
+    for (; read < n; read++) {
+        span_t *s = &in[read];
+        PyObject *start = NULL, *target = NULL, *length = NULL;
+        s->obj = items[read];
+        s->donor_id = PyObject_GetAttr(s->obj, names[N_DONOR_ID]);
+        int bad = s->donor_id == NULL || !PyUnicode_CheckExact(s->donor_id);
+        if (!bad) {
+            start = PyObject_GetAttr(s->obj, names[N_DONOR_START]);
+            target = PyObject_GetAttr(s->obj, names[N_TARGET_START]);
+            length = PyObject_GetAttr(s->obj, names[N_LENGTH]);
+            bad = exact_ll(start, &s->donor_start) || exact_ll(target, &s->target_start) || exact_ll(length, &s->length);
+        }
+        Py_XDECREF(start), Py_XDECREF(target), Py_XDECREF(length);
+        if (bad || s->donor_start < 0 || s->target_start < 0 || s->length <= 0) {
+            read++;
+            goto fallback;
+        }
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        span_t key = in[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && in[j - 1].target_start > key.target_start; j--) in[j] = in[j - 1];
+        in[j] = key;
+    }
+    long long prev_end = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (in[i].target_start < prev_end) goto fallback;
+        prev_end = in[i].target_start + in[i].length;
+    }
+    if (prev_end > target_len) goto fallback;
+
+    /* Exact-equivalence, trimmed inward to target blocks, clipped to [device prefix, limit). */
+    long long kept = 0;
+    span_t *prev = NULL;
+    int prev_exact = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        span_t *s = &in[i];
+        long long ts = s->target_start, te = ts + s->length;
+        int is_exact;
+        if (s->donor_start != ts) {
+            is_exact = 0;
+        } else {
+            int approx = PySequence_Contains(approximate, s->donor_id);
+            if (approx < 0) goto fallback;
+            if (approx) {
+                is_exact = 0;
+            } else if (ts == 0) {
+                is_exact = 1;
+            } else {
+                is_exact = 0;
+                if (prev != NULL && prev_exact && prev->target_start + prev->length == ts) {
+                    int same = PyObject_RichCompareBool(prev->donor_id, s->donor_id, Py_EQ);
+                    if (same < 0) goto fallback;
+                    is_exact = same;
+                }
+            }
+        }
+        prev = s, prev_exact = is_exact;
+        if (te <= prefix) continue;
+        long long start = (ts + bs - 1) / bs * bs;
+        if (start < prefix) start = prefix;
+        long long end = te / bs * bs;
+        if (end > limit) end = limit;
+        if (end <= start) continue;
+        kept++;
+        if (end - start < min_span) continue;
+        chosen_t *c = &out[n_out];
+        c->donor_start = s->donor_start + (start - ts), c->target_start = start, c->length = end - start;
+        c->exact = is_exact;
+        if (start == ts && end == te) {
+            c->span = Py_NewRef(s->obj);
+        } else {
+            c->span = make_span(s->donor_id, c->donor_start, start, end - start);
+            if (c->span == NULL) goto fallback;
+        }
+        n_out++;
+    }
+    if (!kept || !n_out) goto fallback;
+    Py_ssize_t n_chosen = n_out;
+    if (exact_only) {
+        Py_ssize_t lead = 0;
+        while (lead < n_chosen && out[lead].exact) lead++;
+        if (lead == 0) goto fallback;
+        n_chosen = lead;
+    }
+    if (strict) {
+        if (out[0].target_start != prefix) goto fallback;
+        Py_ssize_t tiled = 1;
+        while (tiled < n_chosen &&
+               out[tiled].target_start == out[tiled - 1].target_start + out[tiled - 1].length)
+            tiled++;
+        n_chosen = tiled;
+    }
+    if (n_chosen > max_spans) goto fallback;
+
+    plan_spans = PyList_New(n_chosen);
+    weighted = PyList_New(0);
+    if (plan_spans == NULL || weighted == NULL) goto fallback;
+    long long reused = 0, shifted_total = 0;
+    int moves = 0;
+    for (Py_ssize_t i = 0; i < n_chosen; i++) {
+        chosen_t *c = &out[i];
+        PyList_SET_ITEM(plan_spans, i, Py_NewRef(c->span));
+        reused += c->length;
+        if (!c->exact) {
+            long long delta = c->target_start - c->donor_start;
+            shifted_total += c->length;
+            PyObject *w = PyFloat_FromDouble((double)c->length * span_deviation(c->length, delta, skipped));
+            if (w == NULL || PyList_Append(weighted, w) < 0) {
+                Py_XDECREF(w);
+                goto fallback;
+            }
+            Py_DECREF(w);
+            if (delta) moves = 1;
+        }
+    }
+    double ratio = (double)reused / (double)target_len;
+    if (chain_head == Py_None && ratio < min_ratio) goto fallback;
+    int shifted = shifted_total > 0;
+    double deviation = 0.0;
+    if (shifted) {
+        PyObject *sum = PyObject_CallOneArg(sum_builtin, weighted);
+        if (sum == NULL || !PyFloat_CheckExact(sum)) {
+            Py_XDECREF(sum);
+            goto fallback;
+        }
+        deviation = PyFloat_AS_DOUBLE(sum) / (double)shifted_total;
+        Py_DECREF(sum);
+        if (similarity != Py_None) {
+            if (cfg_double(cfg, N_MIN_SIMILARITY, &min_similarity)) goto fallback;
+            if (!(PyFloat_AS_DOUBLE(similarity) >= min_similarity)) goto fallback;
+        }
+        if (deviation > max_deviation) goto fallback;
+        PyObject *isolation = PyObject_GetAttr(cfg, names[N_ISOLATION]);
+        int none = isolation == NULL || !PyUnicode_CheckExact(isolation) ||
+                   PyUnicode_CompareWithASCIIString(isolation, "none") == 0;
+        Py_XDECREF(isolation);
+        if (none) goto fallback;
+    }
+    plan = make_plan(plan_spans, target_obj, reused, ratio, shifted && moves, deviation, shifted);
+    if (plan == NULL) goto fallback;
+    PyObject *decision_args[2] = {plan, Py_None};
+    result = PyObject_Vectorcall(decision_class, decision_args, 2, NULL);
+
+fallback:
+    if (result == NULL) PyErr_Clear();
+    Py_XDECREF(plan);
+    Py_XDECREF(plan_spans);
+    Py_XDECREF(weighted);
+    for (Py_ssize_t i = 0; i < n_out; i++) Py_DECREF(out[i].span);
+    for (Py_ssize_t i = 0; i < (read < n ? read : n); i++) Py_XDECREF(in[i].donor_id);
+    if (result == NULL) Py_RETURN_NONE;
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS,
+     "setup(Span, MaterializationPlan, PlanDecision, sum, (decay, floor, rope, displacement weight, tokens))"},
+    {"accept", (PyCFunction)(void (*)(void))accept, METH_FASTCALL,
+     "accept(cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens): "
+     "Planner.plan's accepting decision, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_planner", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__planner(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", MODULE_SOURCE_DIGEST) < 0) Py_CLEAR(m);
+    return m;
+}
