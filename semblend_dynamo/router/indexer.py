@@ -60,7 +60,8 @@ def trim_heap() -> bool:
 
 
 class RequestGate:
-    """Background donor work waits here, one step at a time, while the event loop decides a request.
+    """Background donor work waits here, one step at a time, while the event loop decides a request and writes its
+    hint.
 
     A thread running Python code holds the GIL; every time the loop thread lets the GIL go (a numpy call, a lock)
     it waits for it again, up to the switch interval each time. So the indexer and the donor thread start no new
@@ -84,6 +85,11 @@ class RequestGate:
             self._deciding -= 1
             if not self._deciding:
                 self._idle.set()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is being decided (or its hint written) now."""
+        return self._deciding > 0
 
     def wait(self) -> None:
         """Called by a background thread before each step."""
@@ -312,7 +318,13 @@ class PipelineIndexer:
             self._defer()
             if isinstance(change, _Local):
                 evicted.extend(
-                    discovery.register_donor(change.donor_id, change.namespace, change.tokens, embedding=change.vector)
+                    discovery.register_donor(
+                        change.donor_id,
+                        change.namespace,
+                        change.tokens,
+                        embedding=change.vector,
+                        before_commit=self._defer,
+                    )
                 )
             else:
                 discovery.remove_donor(change.donor_id)
