@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -563,6 +563,10 @@ class SpanAligner:
         self._tables: dict[str, _ChunkTable] = {}
         self._serials = itertools.count()  # next() is atomic: prepare_donor takes serials without the lock
         self._powers = _Powers.of_size(1)
+        self.hold_gil: Callable[[], bool] | None = None
+        """Asked before each compiled search: True keeps the GIL for it where the library lets it go. The router's:
+        while a background thread runs a step, which would take the GIL during the search and keep the loop waiting
+        for it afterwards (up to the switch interval)."""
 
     # --- donors -----------------------------------------------------------------------------------
     def add_donor(self, donor_id: str, namespace: str, tokens: Sequence[int]) -> None:
@@ -734,6 +738,7 @@ class SpanAligner:
             max_spans,
             None if allowed is None else np.array(sorted(allowed), dtype=np.int64),
             self._work,  # alignments never overlap (see the class): each reuses it
+            hold_gil=self.hold_gil is not None and self.hold_gil(),
         )
         return self._spans_of(rows)
 

@@ -18,6 +18,7 @@ import ctypes
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -145,7 +146,20 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     return lib, f"loaded {path.name} ({digest}{', GIL released' if release_gil() else ''})"
 
 
+def _held(lib: ctypes.CDLL | None) -> Any:
+    """``sa_align`` called with the GIL held, whichever way ``lib`` calls it."""
+    if lib is None:
+        return None
+    if isinstance(lib, ctypes.PyDLL):
+        return lib.sa_align
+    function = ctypes.PyDLL(lib._name).sa_align
+    function.argtypes = lib.sa_align.argtypes
+    function.restype = lib.sa_align.restype
+    return function
+
+
 LIBRARY, REASON = _load()
+_SA_ALIGN_HELD = _held(LIBRARY)
 if LIBRARY is None:
     log.log(
         logging.INFO if disabled() else logging.WARNING, "span aligner: numpy path (native core not used: %s)", REASON
@@ -167,14 +181,17 @@ def align(
     max_spans: int,
     allowed: np.ndarray | None,
     work: np.ndarray,
+    *,
+    hold_gil: bool = False,
 ) -> list[list[int]]:
     """``SpanAligner.align`` in one call: rows (donor slot in ``donors``, donor start >= 0, target start, length > 0)
     of the chosen spans, in target order. ``t``: int64 or uint32 tokens (the donors' width), ``n >= anchor``; ``params``: anchor, block size,
     min span, max diagonals, max postings; ``allowed``: sorted int64 serials, None for all; ``work``: int64, at least
-    :func:`work_size` words. Everything passed stays alive and unchanged for the call (it may run without the GIL)."""
-    assert LIBRARY is not None
+    :func:`work_size` words. Everything passed stays alive and unchanged for the call (it may run without the GIL).
+    ``hold_gil``: keep the GIL for this call even where the library lets it go (:func:`release_gil`)."""
+    assert LIBRARY is not None and _SA_ALIGN_HELD is not None
     anchor, block_size, min_span, max_diagonals, max_postings = params
-    found = LIBRARY.sa_align(
+    found = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(
         table.address,
         donors.address,
         _address(t),

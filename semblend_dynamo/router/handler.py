@@ -245,6 +245,8 @@ class SemanticRouter:
         self._registrations: set[asyncio.Task[None]] = set()
         self._donor_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-donors")
         self.gate = RequestGate()
+        if discovery is not None:  # a span search started while a background step runs keeps the GIL (see there)
+            discovery.aligner.hold_gil = self.gate.stepping
         if catalog.indexer is not None:
             catalog.indexer.gate = self.gate
             catalog.indexer.on_dropped = lambda kind, reason: metrics.donors_dropped.labels(kind, reason).inc()
@@ -710,6 +712,12 @@ class SemanticRouter:
     def _add_donor(self, routed: RoutedRequest, served: tuple[int, int], vector: Any) -> DonorRegistration:
         """The donor's registration, added to the catalog (``semblend-donors`` thread: hashing 8K tokens takes
         0.1-0.2 ms, the add 1-2 ms; each step waits for requests being decided)."""
+        try:
+            return self._add_donor_steps(routed, served, vector)
+        finally:
+            self.gate.rest()
+
+    def _add_donor_steps(self, routed: RoutedRequest, served: tuple[int, int], vector: Any) -> DonorRegistration:
         self.gate.wait()
         worker_id, dp_rank = served
         hashes = compute_block_hash_for_seq(

@@ -74,6 +74,7 @@ class RequestGate:
         self._deciding = 0
         self._idle = threading.Event()
         self._idle.set()
+        self._stepping: set[int] = set()
 
     @contextlib.contextmanager
     def deciding(self) -> Iterator[None]:
@@ -92,8 +93,18 @@ class RequestGate:
         return self._deciding > 0
 
     def wait(self) -> None:
-        """Called by a background thread before each step."""
+        """Called by a background thread before each step; it counts as stepping until :meth:`rest`."""
         self._idle.wait(self.max_wait_s)
+        self._stepping.add(threading.get_ident())
+
+    def rest(self) -> None:
+        """Called by a background thread when its steps are done, before it waits for more work."""
+        self._stepping.discard(threading.get_ident())
+
+    def stepping(self) -> bool:
+        """Whether a background thread is inside a step now: it takes the GIL whenever the loop lets it go, and the
+        loop then waits for it again, up to the switch interval."""
+        return bool(self._stepping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +278,9 @@ class PipelineIndexer:
             except Exception:  # a bug must not stop the feed: counted, logged, the next changes still applied
                 self.counters["errors"] += 1
                 log.exception("pipeline indexer: applying %d changes failed", len(batch))
+            finally:
+                if self.gate is not None:
+                    self.gate.rest()
             if evicted:
                 self.counters["evicted"] += len(evicted)
                 try:

@@ -562,3 +562,23 @@ async def test_the_donor_thread_waits_for_a_decision_that_started_while_it_hashe
     gate.deciding_now.__exit__(None, None, None)
     adding.join(10)
     assert not adding.is_alive() and len(router.catalog) == 1
+
+
+async def test_a_span_search_keeps_the_gil_while_a_background_step_runs() -> None:
+    """The donor thread counts as stepping from its first step until it is done; a search meanwhile keeps the GIL."""
+    router, _ = _router()
+    assert router.discovery is not None and router.discovery.aligner.hold_gil == router.gate.stepping
+    stepping: list[bool] = []
+    add = router.catalog.add
+
+    def recording_add(*args: Any, **kwargs: Any) -> bool:
+        stepping.append(router.gate.stepping())
+        return add(*args, **kwargs)
+
+    router.catalog.add = recording_add  # type: ignore[method-assign]
+    adding = threading.Thread(
+        target=router._add_donor, args=(router.parse({"token_ids": _prompt((0, 1, 2))}), (W1, 0), None)
+    )
+    adding.start()
+    adding.join(10)
+    assert stepping == [True] and not router.gate.stepping()
