@@ -378,6 +378,8 @@ class SemanticRouter:
         ``exact_route_threshold`` (Dynamo matches whole blocks from the first), hashed as the exact query hashes them.
         The residency follows the same kv-events as Dynamo's index, a little behind it at times: a block stored just
         now may be missing, so the span search then runs for nothing (counted ``wasted``; the decision is the same).
+        The same when the residency cannot be read without waiting (the donor thread changing a block map): on the
+        span path exact reuse rarely wins, and a search left for after the exact answer adds all of its time there.
         """
         tokens, size = routed.tokens, self.cfg.block_size
         needed = _blocks_to_win(len(tokens), size, self.cfg.exact_route_threshold)
@@ -390,7 +392,7 @@ class SemanticRouter:
         hashes = compute_block_hash_for_seq(
             first_and_last, size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
         )
-        return self.catalog.stored_together(hashes)
+        return self.catalog.stored_together(hashes) is True
 
     def _ask_exact(self, routed: RoutedRequest) -> Awaitable[dict[str, Any]]:
         """Dynamo's exact overlap for the request, asked now (its runtime starts a query when it is called); an error
