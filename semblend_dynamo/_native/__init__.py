@@ -18,7 +18,7 @@ import ctypes
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +32,7 @@ __all__ = [
     "DonorsView",
     "TableView",
     "align",
+    "current_view",
     "disabled",
     "library_path",
     "release_gil",
@@ -49,7 +50,7 @@ _I = ctypes.c_int64
 class TableView(ctypes.Structure):
     """One namespace's chunk table as ``sa_table`` reads it: the addresses of its arrays and its shifts.
 
-    Valid while the arrays it was made from are the table's (a table drops its view when it changes).
+    Valid while the arrays it was made from are the table's (:func:`current_view`).
     """
 
     _fields_ = (
@@ -65,18 +66,17 @@ class TableView(ctypes.Structure):
         ("shared_count", _P),
     )
     address: int
+    made_from: tuple[np.ndarray | int, ...]
 
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> TableView:
         """Arrays (by address) and integers in the order of ``_fields_``."""
-        view = cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields))
-        view.address = ctypes.addressof(view)
-        return view
+        return _made(cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
 
 
 class DonorsView(ctypes.Structure):
     """An aligner's donors as ``sa_donors`` reads them: serial -> slot (an id table), each slot's token address and
-    length. Valid while the arrays it was made from are the aligner's (it drops its view when they change)."""
+    length. Valid while the arrays it was made from are the aligner's (:func:`current_view`)."""
 
     _fields_ = (
         ("keys", _P),
@@ -87,17 +87,38 @@ class DonorsView(ctypes.Structure):
         ("token_lengths", _P),
     )
     address: int
+    made_from: tuple[np.ndarray | int, ...]
 
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> DonorsView:
-        view = cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields))
-        view.address = ctypes.addressof(view)
+        return _made(cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
+
+
+View = TypeVar("View", TableView, DonorsView)
+
+
+def _made(view: View, fields: tuple[np.ndarray | int, ...]) -> View:
+    view.address = ctypes.addressof(view)
+    view.made_from = fields  # its arrays stay alive with it
+    return view
+
+
+def current_view(view: View | None, kind: type[View], *fields: np.ndarray | int) -> View:
+    """``view`` if it was made from these very arrays and integers, else a view of them: a table changed in place
+    keeps its view (addresses cost microseconds each to read: a dozen per view)."""
+    if view is not None and all(
+        a is b or (not isinstance(a, np.ndarray) and a == b) for a, b in zip(view.made_from, fields, strict=True)
+    ):
         return view
+    return kind.of(*fields)
 
 
 def _address(arr: np.ndarray) -> int:
-    """The address of a C-contiguous array's first element."""
-    return int(arr.__array_interface__["data"][0])
+    """The address of a C-contiguous array's first element (through ctypes for a writable one: a few times quicker
+    than numpy's ``__array_interface__`` or ``ctypes`` attributes)."""
+    if arr.flags.writeable and arr.nbytes:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))  # type: ignore[arg-type]
+    return int(arr.ctypes.data)
 
 
 def library_path() -> Path:

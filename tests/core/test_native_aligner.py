@@ -167,3 +167,27 @@ def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans() -
         runner.join()
     assert holds == [True] * 5 + [False] * (5 if _native.release_gil() else 0)
     assert not any(held) and any(released)
+
+
+@pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
+def test_a_table_keeps_its_view_while_changed_in_place_and_gets_a_new_one_when_an_array_is_replaced() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    aligner = SpanAligner(32, 64, native=True)
+    aligner.add_donor("a", "ns", rng.integers(0, 1000, size=256))
+    table = aligner._tables["ns"]
+    view = table.native_view()
+    aligner.add_donor("b", "ns", rng.integers(0, 1000, size=256))  # written in place
+    assert table.native_view() is view
+    for i in range(200):  # the id table and the per-key arrays grow: new arrays
+        aligner.add_donor(f"c{i}", "ns", rng.integers(0, 1000, size=256))
+    grown = table.native_view()
+    assert grown is not view
+    assert grown.keys == _native._address(table.id_table.keys) and grown.single_serial == _native._address(
+        table.single_serial
+    )
+    donor = rng.integers(0, 1000, size=512)
+    aligner.add_donor("d", "ns", donor)
+    [span] = aligner.align("ns", np.concatenate((rng.integers(1000, 2000, size=300), donor)))
+    assert (span.donor_id, span.donor_start, span.target_start) == ("d", 20, 320)  # block-aligned on the target
