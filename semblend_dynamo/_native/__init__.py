@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import weakref
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,7 +67,7 @@ class TableView(ctypes.Structure):
         ("shared_count", _P),
     )
     address: int
-    made_from: tuple[np.ndarray | int, ...]
+    made_from: tuple[weakref.ref[np.ndarray] | int, ...]
 
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> TableView:
@@ -87,7 +88,7 @@ class DonorsView(ctypes.Structure):
         ("token_lengths", _P),
     )
     address: int
-    made_from: tuple[np.ndarray | int, ...]
+    made_from: tuple[weakref.ref[np.ndarray] | int, ...]
 
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> DonorsView:
@@ -99,7 +100,8 @@ View = TypeVar("View", TableView, DonorsView)
 
 def _made(view: View, fields: tuple[np.ndarray | int, ...]) -> View:
     view.address = ctypes.addressof(view)
-    view.made_from = fields  # its arrays stay alive with it
+    # weakly: a replaced array is freed at once (a large table's), and a view of a freed one is never current
+    view.made_from = tuple(weakref.ref(f) if isinstance(f, np.ndarray) else f for f in fields)
     return view
 
 
@@ -107,7 +109,7 @@ def current_view(view: View | None, kind: type[View], *fields: np.ndarray | int)
     """``view`` if it was made from these very arrays and integers, else a view of them: a table changed in place
     keeps its view (addresses cost microseconds each to read: a dozen per view)."""
     if view is not None and all(
-        a is b or (not isinstance(a, np.ndarray) and a == b) for a, b in zip(view.made_from, fields, strict=True)
+        a() is b if isinstance(a, weakref.ref) else a == b for a, b in zip(view.made_from, fields, strict=True)
     ):
         return view
     return kind.of(*fields)

@@ -171,6 +171,8 @@ def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans() -
 
 @pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
 def test_a_table_keeps_its_view_while_changed_in_place_and_gets_a_new_one_when_an_array_is_replaced() -> None:
+    import weakref
+
     import numpy as np
 
     rng = np.random.default_rng(5)
@@ -180,8 +182,10 @@ def test_a_table_keeps_its_view_while_changed_in_place_and_gets_a_new_one_when_a
     view = table.native_view()
     aligner.add_donor("b", "ns", rng.integers(0, 1000, size=256))  # written in place
     assert table.native_view() is view
+    first_keys = weakref.ref(table.id_table.keys)
     for i in range(200):  # the id table and the per-key arrays grow: new arrays
         aligner.add_donor(f"c{i}", "ns", rng.integers(0, 1000, size=256))
+    assert first_keys() is None  # a replaced array is freed at once: the view does not keep it
     grown = table.native_view()
     assert grown is not view
     assert grown.keys == _native._address(table.id_table.keys) and grown.single_serial == _native._address(
