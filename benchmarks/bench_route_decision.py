@@ -116,6 +116,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         "stages_us": {stage: [s.get(stage, 0.0) for s in timed] for stage in STAGES},
         "loop_cpu_ms_per_request": cpu * 1e3 / args.requests,
         "native_aligner": getattr(router.discovery.aligner, "native", False),
+        "gate_unsure": getattr(router.catalog, "gate_unsure", None),
         "profile": profile,
     }
 

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -154,6 +154,7 @@ class DonorDiscovery:
         text: str | None = None,
         *,
         embedding: np.ndarray | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> list[str]:
         """Make a finished request a donor: span-indexed now, embedded off the request path.
 
@@ -163,7 +164,8 @@ class DonorDiscovery:
         Returns the donors evicted to make room (those known now; a background embedding's are counted only).
 
         The tokens are hashed before any lock is taken and the aligner's tables updated under the lock discover()
-        reads with, so a request never waits for a whole donor's indexing.
+        reads with, so a request never waits for a whole donor's indexing. ``before_commit`` is called between the
+        two, holding no lock (the router's indexer waits there for requests being decided).
         """
         digest = namespace.digest()
         try:
@@ -172,6 +174,8 @@ class DonorDiscovery:
             self.counters["invalid_donor"] += 1
             log.debug("donor %s rejected: %s", donor_id, exc)
             return []
+        if before_commit is not None:
+            before_commit()
         with self._writer:
             with self._lock:
                 self.aligner.commit_donor(prepared)

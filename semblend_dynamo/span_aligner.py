@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -299,21 +299,22 @@ class _ChunkTable:
         self._view: _native.TableView | None = None
 
     def native_view(self) -> _native.TableView:
-        """The arrays' addresses for the compiled core; made again after any change (arrays may be replaced)."""
-        if self._view is None:
-            ids = self.id_table
-            self._view = _native.TableView.of(
-                self._bits,
-                int(self._shift),
-                ids.keys,
-                ids.ids,
-                int(ids._shift),
-                ids._mask,
-                self.single_serial,
-                self.single_offset,
-                self.shared_at,
-                self.shared_count,
-            )
+        """The arrays' addresses for the compiled core; made again when an array was replaced."""
+        ids = self.id_table
+        self._view = _native.current_view(
+            self._view,
+            _native.TableView,
+            self._bits,
+            int(self._shift),
+            ids.keys,
+            ids.ids,
+            int(ids._shift),
+            ids._mask,
+            self.single_serial,
+            self.single_offset,
+            self.shared_at,
+            self.shared_count,
+        )
         return self._view
 
     def slots(self, hashes: np.ndarray) -> np.ndarray:
@@ -339,7 +340,6 @@ class _ChunkTable:
         return bits.view(np.bool_).nonzero()[0]  # 0/1 bytes: a bool view takes nonzero's fast path (1/7 the time)
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
-        self._view = None
         new: list[int] = []
         new_postings: list[int] = []
         shared: list[int] = []
@@ -374,7 +374,6 @@ class _ChunkTable:
         np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
 
     def remove(self, hashes: list[int], postings: list[int]) -> None:
-        self._view = None
         gone: list[int] = []
         touched: list[int] = []
         for h, p in zip(hashes, postings, strict=True):
@@ -477,7 +476,6 @@ class _DonorBook:
         self._view: _native.DonorsView | None = None
 
     def add(self, donor: _Donor) -> None:
-        self._view = None
         if self._free:
             slot = self._free.pop()
         else:
@@ -495,17 +493,22 @@ class _DonorBook:
         donor.slot = slot
 
     def remove(self, donor: _Donor) -> None:
-        self._view = None
         self.slots.remove_one(donor.serial)
         self.donor_ids[donor.slot] = None
         self._free.append(donor.slot)
 
     def native_view(self) -> _native.DonorsView:
-        if self._view is None:
-            slots = self.slots
-            self._view = _native.DonorsView.of(
-                slots.keys, slots.ids, int(slots._shift), slots._mask, self.address, self.length
-            )
+        slots = self.slots
+        self._view = _native.current_view(
+            self._view,
+            _native.DonorsView,
+            slots.keys,
+            slots.ids,
+            int(slots._shift),
+            slots._mask,
+            self.address,
+            self.length,
+        )
         return self._view
 
 
@@ -563,6 +566,10 @@ class SpanAligner:
         self._tables: dict[str, _ChunkTable] = {}
         self._serials = itertools.count()  # next() is atomic: prepare_donor takes serials without the lock
         self._powers = _Powers.of_size(1)
+        self.hold_gil: Callable[[], bool] | None = None
+        """Asked before each compiled search: True keeps the GIL for it where the library lets it go. The router's:
+        while a background thread runs a step, which would take the GIL during the search and keep the loop waiting
+        for it afterwards (up to the switch interval)."""
 
     # --- donors -----------------------------------------------------------------------------------
     def add_donor(self, donor_id: str, namespace: str, tokens: Sequence[int]) -> None:
@@ -734,6 +741,7 @@ class SpanAligner:
             max_spans,
             None if allowed is None else np.array(sorted(allowed), dtype=np.int64),
             self._work,  # alignments never overlap (see the class): each reuses it
+            hold_gil=self.hold_gil is not None and self.hold_gil(),
         )
         return self._spans_of(rows)
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import weakref
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +33,7 @@ __all__ = [
     "DonorsView",
     "TableView",
     "align",
+    "current_view",
     "disabled",
     "library_path",
     "release_gil",
@@ -48,7 +51,7 @@ _I = ctypes.c_int64
 class TableView(ctypes.Structure):
     """One namespace's chunk table as ``sa_table`` reads it: the addresses of its arrays and its shifts.
 
-    Valid while the arrays it was made from are the table's (a table drops its view when it changes).
+    Valid while the arrays it was made from are the table's (:func:`current_view`).
     """
 
     _fields_ = (
@@ -64,18 +67,17 @@ class TableView(ctypes.Structure):
         ("shared_count", _P),
     )
     address: int
+    made_from: tuple[weakref.ref[np.ndarray] | int, ...]
 
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> TableView:
         """Arrays (by address) and integers in the order of ``_fields_``."""
-        view = cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields))
-        view.address = ctypes.addressof(view)
-        return view
+        return _made(cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
 
 
 class DonorsView(ctypes.Structure):
     """An aligner's donors as ``sa_donors`` reads them: serial -> slot (an id table), each slot's token address and
-    length. Valid while the arrays it was made from are the aligner's (it drops its view when they change)."""
+    length. Valid while the arrays it was made from are the aligner's (:func:`current_view`)."""
 
     _fields_ = (
         ("keys", _P),
@@ -86,17 +88,39 @@ class DonorsView(ctypes.Structure):
         ("token_lengths", _P),
     )
     address: int
+    made_from: tuple[weakref.ref[np.ndarray] | int, ...]
 
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> DonorsView:
-        view = cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields))
-        view.address = ctypes.addressof(view)
+        return _made(cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
+
+
+View = TypeVar("View", TableView, DonorsView)
+
+
+def _made(view: View, fields: tuple[np.ndarray | int, ...]) -> View:
+    view.address = ctypes.addressof(view)
+    # weakly: a replaced array is freed at once (a large table's), and a view of a freed one is never current
+    view.made_from = tuple(weakref.ref(f) if isinstance(f, np.ndarray) else f for f in fields)
+    return view
+
+
+def current_view(view: View | None, kind: type[View], *fields: np.ndarray | int) -> View:
+    """``view`` if it was made from these very arrays and integers, else a view of them: a table changed in place
+    keeps its view (addresses cost microseconds each to read: a dozen per view)."""
+    if view is not None and all(
+        a() is b if isinstance(a, weakref.ref) else a == b for a, b in zip(view.made_from, fields, strict=True)
+    ):
         return view
+    return kind.of(*fields)
 
 
 def _address(arr: np.ndarray) -> int:
-    """The address of a C-contiguous array's first element."""
-    return int(arr.__array_interface__["data"][0])
+    """The address of a C-contiguous array's first element (through ctypes for a writable one: a few times quicker
+    than numpy's ``__array_interface__`` or ``ctypes`` attributes)."""
+    if arr.flags.writeable and arr.nbytes:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))  # type: ignore[arg-type]
+    return int(arr.ctypes.data)
 
 
 def library_path() -> Path:
@@ -145,7 +169,20 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     return lib, f"loaded {path.name} ({digest}{', GIL released' if release_gil() else ''})"
 
 
+def _held(lib: ctypes.CDLL | None) -> Any:
+    """``sa_align`` called with the GIL held, whichever way ``lib`` calls it."""
+    if lib is None:
+        return None
+    if isinstance(lib, ctypes.PyDLL):
+        return lib.sa_align
+    function = ctypes.PyDLL(lib._name).sa_align
+    function.argtypes = lib.sa_align.argtypes
+    function.restype = lib.sa_align.restype
+    return function
+
+
 LIBRARY, REASON = _load()
+_SA_ALIGN_HELD = _held(LIBRARY)
 if LIBRARY is None:
     log.log(
         logging.INFO if disabled() else logging.WARNING, "span aligner: numpy path (native core not used: %s)", REASON
@@ -167,14 +204,17 @@ def align(
     max_spans: int,
     allowed: np.ndarray | None,
     work: np.ndarray,
+    *,
+    hold_gil: bool = False,
 ) -> list[list[int]]:
     """``SpanAligner.align`` in one call: rows (donor slot in ``donors``, donor start >= 0, target start, length > 0)
     of the chosen spans, in target order. ``t``: int64 or uint32 tokens (the donors' width), ``n >= anchor``; ``params``: anchor, block size,
     min span, max diagonals, max postings; ``allowed``: sorted int64 serials, None for all; ``work``: int64, at least
-    :func:`work_size` words. Everything passed stays alive and unchanged for the call (it may run without the GIL)."""
-    assert LIBRARY is not None
+    :func:`work_size` words. Everything passed stays alive and unchanged for the call (it may run without the GIL).
+    ``hold_gil``: keep the GIL for this call even where the library lets it go (:func:`release_gil`)."""
+    assert LIBRARY is not None and _SA_ALIGN_HELD is not None
     anchor, block_size, min_span, max_diagonals, max_postings = params
-    found = LIBRARY.sa_align(
+    found = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(
         table.address,
         donors.address,
         _address(t),

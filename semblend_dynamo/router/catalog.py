@@ -55,7 +55,7 @@ class DonorCatalog:
         self._changing: frozenset[str] | None = frozenset()
         self._writes = 0
         self.gate_unsure = 0
-        """Exact-wins gates answered "may win" because a block map they read was changing on another thread."""
+        """Exact-wins gates answered None (not known) because a block map they read was changing on another thread."""
         self._residency = Residency(capacity)
         self.indexer = (
             PipelineIndexer(discovery, self._pipeline_evicted, self._pipeline_indexed)
@@ -229,14 +229,14 @@ class DonorCatalog:
         finally:
             self._lock.release()
 
-    def stored_together(self, tokens_hashes: Sequence[int]) -> bool:
+    def stored_together(self, tokens_hashes: Sequence[int]) -> bool | None:
         """Whether one worker rank stores blocks of all of ``tokens_hashes`` (see :meth:`Residency.stored_together`),
-        or True ("exact reuse may win") when that cannot be read without waiting.
+        or None when that cannot be read without waiting.
 
         The exact-wins gate on the request path: it never waits for the lock. While another thread holds it, the block
         maps are read without it (:meth:`Residency.read_stored_together`: each map tells whether a change overlapped
-        the read); if one did (the donor thread posting a registration's hashes on that rank), the answer is True,
-        counted in :attr:`gate_unsure`: the decision then runs in the exact-first order, which decides the same.
+        the read); if one did (the donor thread posting a registration's hashes on that rank), the answer is None,
+        counted in :attr:`gate_unsure`.
         """
         if self._lock.acquire(blocking=False):
             try:
@@ -246,7 +246,6 @@ class DonorCatalog:
         stored = self._residency.read_stored_together(tokens_hashes)
         if stored is None:
             self.gate_unsure += 1
-            return True
         return stored
 
     def is_resident(self, donor_id: str) -> bool:

@@ -245,6 +245,8 @@ class SemanticRouter:
         self._registrations: set[asyncio.Task[None]] = set()
         self._donor_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-donors")
         self.gate = RequestGate()
+        if discovery is not None:  # a span search started while a background step runs keeps the GIL (see there)
+            discovery.aligner.hold_gil = self.gate.stepping
         if catalog.indexer is not None:
             catalog.indexer.gate = self.gate
             catalog.indexer.on_dropped = lambda kind, reason: metrics.donors_dropped.labels(kind, reason).inc()
@@ -256,18 +258,19 @@ class SemanticRouter:
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
         """Dynamo endpoint handler: decide, forward through Dynamo's KvRouter, stream back, then publish."""
         t0 = time.perf_counter()
-        with self.gate.deciding():  # donors are indexed between requests' decisions
+        # Donors are indexed between requests: background steps wait while the request is decided and, unless a
+        # prefill chain runs first, while its hint is written (both wait for the GIL whenever the loop lets it go).
+        with self.gate.deciding():
             routed = self.parse(request, context)
             parsed_us = (time.perf_counter() - t0) * 1e6
             decision = await self.decide(routed)
-        decision.latency_us["parse"] = parsed_us
-        forwarded = self.forward_request(request, routed, decision)
+            decision.latency_us["parse"] = parsed_us
+            forwarded = self.forward_request(request, routed, decision)
+            if decision.salt is None:
+                await self._send_hint(decision)
         if decision.salt is not None:  # a prefill chain (possibly of the request alone)
             forwarded = await self._run_chain(forwarded, routed, decision)
-        if decision.hint is not None:  # written to NATS before the request is forwarded (it races the request)
-            t_hint = time.perf_counter()
-            await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
-            decision.latency_us["hint"] = (time.perf_counter() - t_hint) * 1e6
+            await self._send_hint(decision)
         decision.latency_us["total_added"] = (time.perf_counter() - t0) * 1e6
         served: tuple[int, int] | None = None
         finished = False
@@ -280,6 +283,14 @@ class SemanticRouter:
             self._record(routed, decision, served)
             if finished and served is not None:  # under the salt it ran with (chain steps are never donors)
                 self._register_donor(replace(routed, cache_salt=decision.salt) if decision.salt else routed, served)
+
+    async def _send_hint(self, decision: Decision) -> None:
+        """The hint, if any, written to NATS before the request is forwarded (it races the request)."""
+        if decision.hint is None:
+            return
+        t0 = time.perf_counter()
+        await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
+        decision.latency_us["hint"] = (time.perf_counter() - t0) * 1e6
 
     def parse(self, request: Mapping[str, Any], context: Any = None) -> RoutedRequest:
         """Validate the fields the router needs; raises :class:`BadRequest` with a clear message."""
@@ -367,6 +378,8 @@ class SemanticRouter:
         ``exact_route_threshold`` (Dynamo matches whole blocks from the first), hashed as the exact query hashes them.
         The residency follows the same kv-events as Dynamo's index, a little behind it at times: a block stored just
         now may be missing, so the span search then runs for nothing (counted ``wasted``; the decision is the same).
+        The same when the residency cannot be read without waiting (the donor thread changing a block map): on the
+        span path exact reuse rarely wins, and a search left for after the exact answer adds all of its time there.
         """
         tokens, size = routed.tokens, self.cfg.block_size
         needed = _blocks_to_win(len(tokens), size, self.cfg.exact_route_threshold)
@@ -379,7 +392,7 @@ class SemanticRouter:
         hashes = compute_block_hash_for_seq(
             first_and_last, size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
         )
-        return self.catalog.stored_together(hashes)
+        return self.catalog.stored_together(hashes) is True
 
     def _ask_exact(self, routed: RoutedRequest) -> Awaitable[dict[str, Any]]:
         """Dynamo's exact overlap for the request, asked now (its runtime starts a query when it is called); an error
@@ -699,12 +712,20 @@ class SemanticRouter:
         self.publisher.offer(self.subjects.donors, registration)
 
     def _add_donor(self, routed: RoutedRequest, served: tuple[int, int], vector: Any) -> DonorRegistration:
-        """The donor's registration, added to the catalog (``semblend-donors`` thread: hashing 8K tokens takes ~1 ms)."""
+        """The donor's registration, added to the catalog (``semblend-donors`` thread: hashing 8K tokens takes
+        0.1-0.2 ms, the add 1-2 ms; each step waits for requests being decided)."""
+        try:
+            return self._add_donor_steps(routed, served, vector)
+        finally:
+            self.gate.rest()
+
+    def _add_donor_steps(self, routed: RoutedRequest, served: tuple[int, int], vector: Any) -> DonorRegistration:
         self.gate.wait()
         worker_id, dp_rank = served
         hashes = compute_block_hash_for_seq(
             routed.tokens, self.cfg.block_size, lora_name=routed.lora or None, cache_namespace=routed.cache_salt or None
         )
+        self.gate.wait()
         embedding, dim = DonorRegistration.pack_embedding(vector) if vector is not None else (b"", 0)
         namespace = routed.namespace.digest()
         registration = DonorRegistration(

@@ -60,7 +60,8 @@ def trim_heap() -> bool:
 
 
 class RequestGate:
-    """Background donor work waits here, one step at a time, while the event loop decides a request.
+    """Background donor work waits here, one step at a time, while the event loop decides a request and writes its
+    hint.
 
     A thread running Python code holds the GIL; every time the loop thread lets the GIL go (a numpy call, a lock)
     it waits for it again, up to the switch interval each time. So the indexer and the donor thread start no new
@@ -73,6 +74,7 @@ class RequestGate:
         self._deciding = 0
         self._idle = threading.Event()
         self._idle.set()
+        self._stepping: set[int] = set()
 
     @contextlib.contextmanager
     def deciding(self) -> Iterator[None]:
@@ -85,9 +87,24 @@ class RequestGate:
             if not self._deciding:
                 self._idle.set()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request is being decided (or its hint written) now."""
+        return self._deciding > 0
+
     def wait(self) -> None:
-        """Called by a background thread before each step."""
+        """Called by a background thread before each step; it counts as stepping until :meth:`rest`."""
         self._idle.wait(self.max_wait_s)
+        self._stepping.add(threading.get_ident())
+
+    def rest(self) -> None:
+        """Called by a background thread when its steps are done, before it waits for more work."""
+        self._stepping.discard(threading.get_ident())
+
+    def stepping(self) -> bool:
+        """Whether a background thread is inside a step now: it takes the GIL whenever the loop lets it go, and the
+        loop then waits for it again, up to the switch interval."""
+        return bool(self._stepping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +278,9 @@ class PipelineIndexer:
             except Exception:  # a bug must not stop the feed: counted, logged, the next changes still applied
                 self.counters["errors"] += 1
                 log.exception("pipeline indexer: applying %d changes failed", len(batch))
+            finally:
+                if self.gate is not None:
+                    self.gate.rest()
             if evicted:
                 self.counters["evicted"] += len(evicted)
                 try:
@@ -312,7 +332,13 @@ class PipelineIndexer:
             self._defer()
             if isinstance(change, _Local):
                 evicted.extend(
-                    discovery.register_donor(change.donor_id, change.namespace, change.tokens, embedding=change.vector)
+                    discovery.register_donor(
+                        change.donor_id,
+                        change.namespace,
+                        change.tokens,
+                        embedding=change.vector,
+                        before_commit=self._defer,
+                    )
                 )
             else:
                 discovery.remove_donor(change.donor_id)

@@ -120,3 +120,78 @@ def test_the_search_releases_the_gil_unless_told_not_to(
     lib, reason = _native._load()
     assert lib is not None and isinstance(lib, ctypes.PyDLL) == held
     assert reason.endswith(")") and ("GIL released" in reason) != held
+
+
+@pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
+def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans() -> None:
+    """``hold_gil`` is asked before each compiled search: True keeps every other Python thread waiting through it."""
+    import sys
+    import threading
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    donor = rng.integers(0, 1000, size=4096)
+    target = np.concatenate((rng.integers(1000, 2000, size=200_000), donor))  # a long scan: milliseconds
+    aligner = SpanAligner(32, 64, native=True)
+    aligner.add_donor("d", "ns", donor)
+    aligner.align("ns", target)  # its work buffer sized (that call lets the GIL go)
+    holds: list[bool] = []
+    count = [0]
+    stop = threading.Event()
+
+    def other_thread() -> None:
+        while not stop.is_set():
+            count[0] += 1
+
+    def advanced(hold: bool) -> list[bool]:
+        aligner.hold_gil = lambda: holds.append(hold) or hold
+        out = []
+        for _ in range(5):
+            before = count[0]
+            spans = aligner.align("ns", target)
+            out.append(count[0] != before)
+            assert [(s.donor_id, s.donor_start, s.target_start, s.length) for s in spans] == [("d", 0, 200_000, 4096)]
+        return out
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.2)  # the other thread runs only where this one lets the GIL go
+    runner = threading.Thread(target=other_thread)
+    runner.start()
+    try:
+        held = advanced(True)
+        released = advanced(False) if _native.release_gil() else [True]
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        runner.join()
+    assert holds == [True] * 5 + [False] * (5 if _native.release_gil() else 0)
+    assert not any(held) and any(released)
+
+
+@pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
+def test_a_table_keeps_its_view_while_changed_in_place_and_gets_a_new_one_when_an_array_is_replaced() -> None:
+    import weakref
+
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    aligner = SpanAligner(32, 64, native=True)
+    aligner.add_donor("a", "ns", rng.integers(0, 1000, size=256))
+    table = aligner._tables["ns"]
+    view = table.native_view()
+    aligner.add_donor("b", "ns", rng.integers(0, 1000, size=256))  # written in place
+    assert table.native_view() is view
+    first_keys = weakref.ref(table.id_table.keys)
+    for i in range(200):  # the id table and the per-key arrays grow: new arrays
+        aligner.add_donor(f"c{i}", "ns", rng.integers(0, 1000, size=256))
+    assert first_keys() is None  # a replaced array is freed at once: the view does not keep it
+    grown = table.native_view()
+    assert grown is not view
+    assert grown.keys == _native._address(table.id_table.keys) and grown.single_serial == _native._address(
+        table.single_serial
+    )
+    donor = rng.integers(0, 1000, size=512)
+    aligner.add_donor("d", "ns", donor)
+    [span] = aligner.align("ns", np.concatenate((rng.integers(1000, 2000, size=300), donor)))
+    assert (span.donor_id, span.donor_start, span.target_start) == ("d", 20, 320)  # block-aligned on the target

@@ -278,3 +278,21 @@ def test_finding_spans_ahead_of_an_unsearchable_prompt_gives_none(tokenizer: Tok
     discovery = make(tokenizer)
     assert discovery.find_spans(NS, tokens) is None
     assert not discovery.counters  # discover, called next, counts the decline once
+
+
+def test_before_commit_runs_after_hashing_and_before_the_donor_is_searchable(
+    tokenizer: TokenizerAdapter, docs: list[list[int]]
+) -> None:
+    """The indexer's pause point: the tokens are hashed, no lock is held and the spans do not find the donor yet."""
+    discovery = make(tokenizer)
+    seen: list[tuple[bool, list[Any] | None]] = []
+
+    def before_commit() -> None:
+        locked = not discovery._lock.acquire(blocking=False)
+        if not locked:
+            discovery._lock.release()
+        seen.append((locked, discovery.find_spans(NS, docs[0][:600])))
+
+    discovery.register_donor("d", NS, docs[0][:600], before_commit=before_commit)
+    assert seen == [(False, [])]
+    assert [s.donor_id for s in discovery.find_spans(NS, docs[0][:600]) or []] == ["d"]

@@ -29,6 +29,7 @@ from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.handler import BadRequest, SemanticRouter
+from semblend_dynamo.router.indexer import RequestGate
 from semblend_dynamo.router.metrics import RouterMetrics
 
 W1, W2 = 101, 202
@@ -512,3 +513,72 @@ async def test_a_kv_event_batch_queued_behind_another_threads_hold_is_applied_by
     assert not catalog.kv_queued and catalog.stored_together([71, 77])
     assert router._gap_resync is not None  # event ids 2-4 were missed
     router._gap_resync.cancel()
+
+
+# --- background donor work held off while a request is on its way ----------------------------------------------------
+async def test_background_steps_stay_held_off_until_the_hint_is_written() -> None:
+    """The hint's write is on the request's path: the donor and indexer threads start no step before it is out."""
+    router, _ = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    held_while_sending: list[bool] = []
+    send_first = router.publisher.send_first
+
+    async def recording_send_first(subject: str, event: Any, timeout: float) -> bool:
+        held_while_sending.append(router.gate.busy)
+        return await send_first(subject, event, timeout)
+
+    router.publisher.send_first = recording_send_first  # type: ignore[method-assign]
+    await _run(router, {"token_ids": _prompt((2, 0, 1))})
+    assert held_while_sending == [True]
+    assert not router.gate.busy  # released once the request is forwarded
+
+
+class GateDecidingAfterFirstWait(RequestGate):
+    """A request gate on which a decision starts right after the first background step passed it (a request that
+    arrives while the donor thread hashes)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_wait_s=30)
+        self.waits = 0
+        self.deciding_now = self.deciding()
+
+    def wait(self) -> None:
+        self.waits += 1
+        if self.waits == 1:
+            self.deciding_now.__enter__()
+            return
+        super().wait()
+
+
+async def test_the_donor_thread_waits_for_a_decision_that_started_while_it_hashed() -> None:
+    router, _ = _router()
+    gate = router.gate = GateDecidingAfterFirstWait()
+    tokens = _prompt((0, 1, 2))
+    routed = router.parse({"token_ids": tokens})
+    adding = threading.Thread(target=router._add_donor, args=(routed, (W1, 0), None))
+    adding.start()
+    adding.join(0.2)
+    assert adding.is_alive() and len(router.catalog) == 0  # hashed, then held before the catalog's add
+    gate.deciding_now.__exit__(None, None, None)
+    adding.join(10)
+    assert not adding.is_alive() and len(router.catalog) == 1
+
+
+async def test_a_span_search_keeps_the_gil_while_a_background_step_runs() -> None:
+    """The donor thread counts as stepping from its first step until it is done; a search meanwhile keeps the GIL."""
+    router, _ = _router()
+    assert router.discovery is not None and router.discovery.aligner.hold_gil == router.gate.stepping
+    stepping: list[bool] = []
+    add = router.catalog.add
+
+    def recording_add(*args: Any, **kwargs: Any) -> bool:
+        stepping.append(router.gate.stepping())
+        return add(*args, **kwargs)
+
+    router.catalog.add = recording_add  # type: ignore[method-assign]
+    adding = threading.Thread(
+        target=router._add_donor, args=(router.parse({"token_ids": _prompt((0, 1, 2))}), (W1, 0), None)
+    )
+    adding.start()
+    adding.join(10)
+    assert stepping == [True] and not router.gate.stepping()

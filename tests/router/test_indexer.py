@@ -226,3 +226,44 @@ def test_the_heap_is_trimmed_once_a_bulk_of_changes_is_applied_and_the_queue_is_
     indexer.add_peer("p3", "ns", _vector())
     assert indexer.drain(10) and trims == [1]  # counted afresh after a trim
     assert trim_heap() is True  # glibc here: the real call runs
+
+
+class GateDecidingAfterFirstWait(RequestGate):
+    """A request gate on which a decision starts right after the first background step passed it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_wait_s=30)
+        self.waits = 0
+        self.deciding_now = self.deciding()
+
+    def wait(self) -> None:
+        self.waits += 1
+        if self.waits == 1:
+            self.deciding_now.__enter__()
+            return
+        super().wait()
+
+
+class CommittingDiscovery(RecordingDiscovery):
+    """Records a local add once its ``before_commit`` pause returned (where the real pipeline takes its lock), and
+    whether the indexer's thread counted as stepping then."""
+
+    request_gate: RequestGate
+
+    def register_donor(self, donor_id: str, namespace: NamespaceKey, tokens: Sequence[int], **kw: Any) -> list[str]:
+        if kw.get("before_commit") is not None:
+            kw["before_commit"]()
+        self.calls.append(("local", donor_id))
+        self.stepping = self.request_gate.stepping()
+        return []
+
+
+def test_a_local_donor_is_committed_only_after_a_decision_that_started_while_it_was_hashed() -> None:
+    discovery = CommittingDiscovery()
+    indexer, _ = _indexer(discovery)
+    gate = indexer.gate = discovery.request_gate = GateDecidingAfterFirstWait()
+    indexer.add_local("d", NS, list(range(64)), None)
+    assert not indexer.drain(0.2) and discovery.calls == []
+    gate.deciding_now.__exit__(None, None, None)
+    assert indexer.drain(10) and discovery.calls == [("local", "d")]
+    assert discovery.stepping and not gate.stepping()  # stepping while it committed, resting once the batch is done

@@ -125,6 +125,18 @@ def _exact_gate_fails(router: SemanticRouter, kv: KvRouterTestDouble) -> dict[st
     return _placement(router, kv)
 
 
+def _gate_unsure(arrange: Callable[[SemanticRouter, KvRouterTestDouble], dict[str, Any]]) -> Any:
+    """``arrange``, with the catalog's block maps changing on another thread whenever the gate reads them (its
+    answer then: None, not known)."""
+
+    def unsure(router: SemanticRouter, kv: KvRouterTestDouble) -> dict[str, Any]:
+        request = arrange(router, kv)
+        router.catalog.stored_together = lambda hashes: None  # type: ignore[method-assign]
+        return request
+
+    return unsure
+
+
 CASES: dict[str, tuple[dict[str, Any], Callable[[SemanticRouter, KvRouterTestDouble], dict[str, Any]], str | None]] = {
     "placement": ({}, _placement, "used"),
     "exact_wins": ({}, _exact_wins, "wasted"),
@@ -137,6 +149,8 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[SemanticRouter, KvRouterTestDou
     "exact_answer_fails": ({}, _exact_answer_fails, "used"),
     "search_ahead_fails": ({}, _search_ahead_fails, "failed"),
     "exact_gate_fails": ({}, _exact_gate_fails, "failed"),
+    "gate_unsure_placement": ({}, _gate_unsure(_placement), "used"),  # searched ahead: the usual span-path request
+    "gate_unsure_exact_wins": ({}, _gate_unsure(_exact_wins), "wasted"),
 }
 
 
