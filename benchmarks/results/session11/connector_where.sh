@@ -18,7 +18,7 @@ cp -a . /tmp/this/ 2>/dev/null; rm -rf /tmp/this/.stage
 { df -h . /tmp | tail -2; mount | grep -E " $(df --output=target . | tail -1) | /tmp " ; } 2>&1 | tee "$OUT/where_fs.txt"
 for r in $(seq 1 "${1:-2}"); do
   for t in /tmp/base "$PWD" /tmp/this; do
-    (cd "$t" && PYTHONPATH=$t:/tmp/semdev/site timeout 200 python3 "$bench" --prompt-tokens 8192 \
+    (cd "$t" && PYTHONPATH=$t:/tmp/semdev/site:/tmp/pr timeout 200 python3 "$bench" --prompt-tokens 8192 \
       --requests 2000 --mode exact) > "$OUT/where_$(basename "$t")_r$r.txt" 2>&1
     echo "$t r$r: $(grep -E 'miss|local lookup' "$OUT/where_$(basename "$t")_r$r.txt" | cut -d'|' -f2,5,6 | tr '\n' ' ')"
   done
