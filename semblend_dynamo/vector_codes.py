@@ -63,11 +63,13 @@ def stored_forms(
 ) -> tuple[list[bytes], list[bool]]:
     """Embeddings (each float16 or int8 codes, as ``codes`` says) in the form ``to_codes`` asks, with each one's
     form: float16 becomes codes (:func:`i8_codes`; one without codes stays float16), codes become their unit vector in
-    float16. Rows of one dimension convert together."""
+    float16; an empty one takes the form asked). Rows of one dimension convert together."""
     out, forms = list(embeddings), list(codes)
     by_dim: dict[int, list[int]] = {}
     for i, (dim, form) in enumerate(zip(dims, codes, strict=True)):
-        if dim and form != to_codes:
+        if not dim:
+            forms[i] = to_codes
+        elif form != to_codes:
             by_dim.setdefault(dim, []).append(i)
     for dim, rows in by_dim.items():
         joined = b"".join(out[i] for i in rows)

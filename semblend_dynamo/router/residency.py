@@ -592,7 +592,7 @@ class Residency:
         embeddings: Iterable[bytes] = map(
             rows.embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))
         )
-        if any(form != self.codes and dim for form, dim in zip(forms, dims, strict=True)):  # a peer's other form
+        if forms.count(not self.codes):  # a peer that keeps the other form (or sent an empty embedding so)
             embeddings, forms = stored_forms(list(embeddings), dims, forms, self.codes)
         heads = np.empty(len(picked), dtype=_HEAD)
         heads["slot"] = NO_SLOT if slots is None else slots

@@ -66,7 +66,7 @@ def test_float16_embeddings_become_codes_where_they_have_them_and_codes_become_u
     f16 = [row.astype("<f2").tobytes() for row in rows]
     embeddings = [*f16, b"", rng.integers(-127, 128, 6, dtype=np.int8).tobytes()]
     out, forms = stored_forms(embeddings, [8, 8, 8, 8, 0, 6], [False] * 5 + [True], to_codes=True)
-    assert forms == [True, False, False, True, False, True]  # zero and NaN rows stay float16; codes stay codes
+    assert forms == [True, False, False, True, True, True]  # zero and NaN rows stay float16; codes stay codes
     assert out[1:3] == f16[1:3] and out[4:] == embeddings[4:]
     expected, ok = i8_codes(np.stack([np.frombuffer(f16[i], dtype="<f2").astype(np.float32) for i in (0, 3)]))
     assert ok.all() and [out[0], out[3]] == [expected[0].tobytes(), expected[1].tobytes()]
