@@ -56,6 +56,7 @@ _HEAD = np.dtype(
     [("slot", "<u4"), ("registered_at", "<f8"), ("hashes_end", "<u4"), ("embedding_dim", "<u2"), ("codes", "u1")]
 )
 # packed: BLOB_HEAD bytes an item
+_HEAD_SLICE = slice(0, BLOB_HEAD)
 
 
 def blob_head(
@@ -301,9 +302,7 @@ class DonorEntry:
 _DONOR_ID = attrgetter("donor_id")
 _NAMESPACE = attrgetter("namespace")
 _WORKER = attrgetter("worker")
-_SLOT = attrgetter("slot")
 _BLOB = attrgetter("blob")
-_HASHES_END = attrgetter("hashes_end")
 
 _REGISTRATION_SLOTS = tuple(name for name in DonorEntry.__slots__ if name not in ("blob", "missing", "worker"))
 
@@ -577,7 +576,7 @@ class Residency:
         except BaseException:
             self._unreserve(taken)
             raise
-        return entries, self._insert(entries, new=True, slotted=True)
+        return entries, self._insert(entries, new=True, slotted=taken)
 
     def _entries(self, rows: SyncRows, picked: Sequence[int], slots: list[int] | None) -> list[DonorEntry]:
         """The entries of rows ``picked`` of a sync page, built column by column (``slots``: theirs, reserved)."""
@@ -628,22 +627,26 @@ class Residency:
             )
         )
 
-    def _insert(self, entries: list[DonorEntry], *, new: bool = False, slotted: bool = False) -> list[str]:
+    def _insert(
+        self, entries: list[DonorEntry], *, new: bool = False, slotted: Sequence[int] | None = None
+    ) -> list[str]:
         """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity;
-        ``new``: no entry's donor is known or repeats (checked here otherwise); ``slotted``: (with ``new``) the
-        entries carry slots reserved for them (:meth:`_reserve`)."""
+        ``new``: no entry's donor is known or repeats (checked here otherwise); ``slotted``: (with ``new``) the slots
+        reserved for the entries (:meth:`_reserve`), which they carry."""
         donors = self._donors
         ids = list(map(_DONOR_ID, entries))
-        if slotted:
+        if slotted is not None:
             slots = self._slots
-            for entry in entries:
-                slots[entry.slot] = entry
+            for slot, entry in zip(slotted, entries, strict=True):
+                slots[slot] = entry
             donors.update(zip(ids, entries, strict=True))
             self._worker_donors.update(map(_WORKER, entries))
+            new = True
         elif new or (len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids))):  # a sync page's usual
             self._take_slots(entries)
             donors.update(zip(ids, entries, strict=True))
             self._worker_donors.update(map(_WORKER, entries))
+            new = True
         else:
             for entry in entries:
                 donor_id = entry.donor_id
@@ -653,7 +656,7 @@ class Residency:
                 donors[donor_id] = entry
                 self._worker_donors[entry.worker] += 1
         for group in _by_worker(entries):
-            self._post(self._workers[group[0].worker], group)
+            self._post(self._workers[group[0].worker], group, replaced=not new)
         self._order += entries
         evicted = []
         while len(donors) > self.capacity:
@@ -684,10 +687,11 @@ class Residency:
             self._order = [entry for entry in order[head:] if donors.get(entry.donor_id) is entry]
             self._order_head = 0
 
-    def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> None:
+    def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry], *, replaced: bool = True) -> None:
         """Post new donors' hashes on their worker (one lookup and one write for all) and count the ones not stored
-        there; an entry replaced later in the same batch is skipped."""
-        entries = [entry for entry in entries if self._slots[entry.slot] is entry]
+        there; an entry replaced later in the same batch is skipped (``replaced``: the batch may hold such)."""
+        if replaced:
+            entries = [entry for entry in entries if self._slots[entry.slot] is entry]
         if self._post_new(blocks, entries):
             return
         wanted = [dict.fromkeys(entry.block_hashes) for entry in entries]
@@ -720,8 +724,9 @@ class Residency:
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
         yet (a sync page's usual donors); False, doing nothing, otherwise."""
-        ends = list(map(_HASHES_END, entries))
-        lengths = np.array(ends, dtype=np.int64) // 8
+        heads = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), repeat(_HEAD_SLICE))), dtype=_HEAD)
+        ends = heads["hashes_end"].tolist()
+        lengths = heads["hashes_end"].astype(np.int64) // 8
         if not len(entries) or not lengths.all():
             return False
         hashes = np.frombuffer(
@@ -735,7 +740,7 @@ class Residency:
         values = blocks.hashes.lookup(ordered)[1]
         if (values & np.uint64(_POST_MASK)).any():
             return False
-        postings = np.fromiter(map(_SLOT, entries), dtype=np.uint64, count=len(entries)) + np.uint64(1)
+        postings = heads["slot"].astype(np.uint64) + np.uint64(1)
         blocks.hashes.assign(ordered, values | np.repeat(postings, lengths)[order])
         if values.all():  # every hash stored on the worker (blocks recovered before the sync): all resident
             for entry in entries:
