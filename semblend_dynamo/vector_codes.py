@@ -46,7 +46,7 @@ def codes_unit(codes: np.ndarray) -> np.ndarray:
     return values / np.where(norms > 0, norms, np.float32(1.0))
 
 
-def decode(embedding: bytes, codes: bool) -> np.ndarray:
+def as_vector(embedding: bytes, codes: bool) -> np.ndarray:
     """One stored embedding as float32: float16 values as they are, int8 codes rescaled to unit length."""
     if codes:
         return codes_unit(np.frombuffer(embedding, dtype=np.int8).reshape(1, -1))[0]
@@ -55,7 +55,7 @@ def decode(embedding: bytes, codes: bool) -> np.ndarray:
 
 def to_f16(embedding: bytes, codes: bool) -> bytes:
     """One stored embedding as float16 bytes (int8 codes as their unit vector)."""
-    return embedding if not codes else decode(embedding, True).astype("<f2").tobytes()
+    return embedding if not codes else as_vector(embedding, True).astype("<f2").tobytes()
 
 
 def stored_forms(

@@ -25,7 +25,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, SyncRows
-from ..vector_codes import decode, stored_forms, to_f16
+from ..vector_codes import as_vector, stored_forms, to_f16
 from .u64map import U64Map
 
 WorkerKey = tuple[int, int]
@@ -275,7 +275,7 @@ class DonorEntry:
     def vector(self) -> np.ndarray:
         """The embedding as float32: float16 values as :meth:`DonorRegistration.vector` gives them, int8 codes rescaled
         to unit length (an i8 index stores the same codes from it as from the float vector they came from)."""
-        return decode(self.embedding, self.embedding_codes)
+        return as_vector(self.embedding, self.embedding_codes)
 
     def with_embedding(self, embedding: bytes) -> DonorEntry:
         """A copy carrying ``embedding`` in the entry's form (the catalog's entries drop theirs once indexed)."""
