@@ -37,22 +37,24 @@ def _registrations(count: int, seed: int) -> list[DonorRegistration]:
 
 @pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
 def test_an_entrys_codes_give_the_i8_index_what_the_float_vector_gives_it() -> None:
-    """Recall is unchanged: inserting an entry's vector (its kept codes) stores the same codes, reads back the same
-    vector and searches the same as inserting the registration's float vector, one at a time or in a batch."""
+    """Recall is unchanged: inserting an entry's vector (its kept codes) stores the same codes and reads back the same
+    vector as inserting the registration's float vector (in a batch or one at a time), and an index built from the
+    codes searches as one built the same way from the floats (one at a time: a batch builds its graph on several
+    threads, in no fixed order)."""
     registrations = _registrations(300, seed=1)
     residency = Residency(capacity=1000, codes=True)
     residency.add_many(registrations)
     entries = residency.entries([r.donor_id for r in registrations])
     assert all(e.embedding_codes and len(e.embedding) == DIM for e in entries)
-    from_floats = DonorIndex(DIM, 1000, IndexBackend.USEARCH, dtype="i8")
-    from_codes = DonorIndex(DIM, 1000, IndexBackend.USEARCH, dtype="i8")
-    ids = [r.donor_id for r in registrations]
-    from_floats.insert_batch(ids, "ns", np.stack([r.vector() for r in registrations]))
-    for entry in entries:
+    batch, from_floats, from_codes = (DonorIndex(DIM, 1000, IndexBackend.USEARCH, dtype="i8") for _ in range(3))
+    batch.insert_batch([r.donor_id for r in registrations], "ns", np.stack([r.vector() for r in registrations]))
+    for registration, entry in zip(registrations, entries, strict=True):
+        from_floats.insert(registration.donor_id, "ns", registration.vector())
         from_codes.insert(entry.donor_id, "ns", entry.vector())
     for registration, entry in zip(registrations, entries, strict=True):
-        stored = from_floats.vector(registration.donor_id)
+        stored = batch.vector(registration.donor_id)
         assert stored is not None and np.array_equal(stored, from_codes.vector(entry.donor_id))
+        assert np.array_equal(stored, from_floats.vector(entry.donor_id))  # type: ignore[arg-type]
         assert quantize_i8(stored.reshape(1, -1))[0].tobytes() == entry.embedding  # the index's codes are the entry's
     for query in np.random.default_rng(2).standard_normal((20, DIM)).astype(np.float32):
         assert from_floats.search("ns", query, 8) == from_codes.search("ns", query, 8)
