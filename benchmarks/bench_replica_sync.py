@@ -237,7 +237,7 @@ def breakdown(n: int) -> None:
     from semblend_dynamo.router.gc_freeze import SyncGcFreeze
     from semblend_dynamo.router.sync import HeldPages, PageBudget, build_page
 
-    peer_catalog = DonorCatalog(n + 1000, None)
+    peer_catalog = DonorCatalog(n + 1000, None, index_dtype="i8")  # as a replica whose index is i8 (the default)
     for first in range(0, n, CHUNK):
         regs, hashes = registrations(first, min(CHUNK, n - first), "d" * 16)
         peer_catalog.add_many(regs)
@@ -266,7 +266,7 @@ def breakdown(n: int) -> None:
     for gc_mode in ("on", "frozen", "off"):
         freeze = SyncGcFreeze()
         held = HeldPages()
-        late_catalog = DonorCatalog(n + 1000, None)
+        late_catalog = DonorCatalog(n + 1000, None, index_dtype="i8")
         for first in range(0, n, CHUNK):
             count = min(CHUNK, n - first)
             late_catalog.merge_dump(block_events(first, count, chunk_hashes(first, count)[1]))

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .config import IndexBackend
+from .vector_codes import quantize_i8, unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +190,6 @@ class _UsearchPartition:
         return keys, sims
 
 
-def quantize_i8(rows: np.ndarray) -> np.ndarray:
-    """Nonzero float32 rows as int8 codes, each row scaled so its largest absolute component is 127 (cosine-preserving:
-    the scale is per row). Codes rescaled to any length quantize back to themselves."""
-    scale = np.float32(127.0) / np.abs(rows).max(axis=1, keepdims=True)
-    return np.rint(rows * scale).astype(np.int8)
-
-
 def usearch_available() -> bool:
     """True when usearch can be imported.
 
@@ -267,6 +261,11 @@ class DonorIndex:
         self._key_namespace: dict[int, str] = {}
         self._next_key = 0
 
+    @property
+    def stores_codes(self) -> bool:
+        """Whether the index keeps int8 codes (usearch, i8): then a vector's codes are all it needs of it."""
+        return self.backend is IndexBackend.USEARCH and self.dtype == "i8"
+
     @classmethod
     def from_config(cls, cfg: Any, dim: int) -> DonorIndex:
         """From a :class:`~semblend_dynamo.config.SemblendConfig` and the embedder's dimension."""
@@ -290,7 +289,7 @@ class DonorIndex:
         norms = np.linalg.norm(rows, axis=1, keepdims=True)
         if (norms <= 1e-12).any():
             raise DonorIndexError("vector has zero norm")
-        return np.ascontiguousarray(rows / norms, dtype=np.float32)
+        return unit_rows(rows)
 
     @staticmethod
     def _check_name(kind: str, value: str) -> None:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..audit import Role
 from ..namespace import NamespaceKey
 from ..outcomes import DeclineReason, Outcome
+from ..vector_codes import to_f16
 
 U64 = Annotated[int, Field(ge=0, lt=1 << 64)]
 U32 = Annotated[int, Field(ge=0, lt=1 << 32)]
@@ -191,6 +192,11 @@ class DonorRegistration(SemblendEvent):
         """The embedding as float32 (empty when the registration carries none)."""
         return np.frombuffer(self.embedding, dtype="<f2").astype(np.float32)
 
+    @property
+    def embedding_codes(self) -> bool:
+        """A registration's embedding is float16 (a catalog entry's may be int8 codes: :class:`RegistrationFields`)."""
+        return False
+
 
 class DonorLifecycle(SemblendEvent):
     """A connector pinned, released or evicted a donor's blocks on a worker."""
@@ -229,7 +235,7 @@ MAX_SYNC_PAGE = 4096
 """Donors per sync page at most (the page's bytes are bounded by the message limit)."""
 SYNC_PAGE_OVERHEAD = 1024
 """Bytes of a sync page besides its donors' own bytes (envelope, keys, column headers), an upper bound."""
-_SYNC_FIXED_BYTES = 2 + 2 + 8 + 4 + 8 + 2 + 8 + 4 + 2 + 4 * 3
+_SYNC_FIXED_BYTES = 2 + 2 + 8 + 4 + 8 + 2 + 8 + 4 + 2 + 1 + 4 * 3
 """Per donor: the fixed-width columns plus the headers of its four strings (worst case 3 bytes each)."""
 
 
@@ -255,7 +261,12 @@ class RegistrationFields(Protocol):
     @property
     def block_hashes(self) -> Sequence[int]: ...
     @property
-    def embedding(self) -> bytes: ...
+    def embedding(self) -> bytes:
+        """float16 values, or int8 codes when ``embedding_codes`` (:mod:`semblend_dynamo.vector_codes`)."""
+        ...
+
+    @property
+    def embedding_codes(self) -> bool: ...
     @property
     def embedding_dim(self) -> int: ...
     @property
@@ -268,9 +279,9 @@ def sync_page_bytes(registration: RegistrationFields) -> int:
     strings = len(r.donor_id) + len(r.donor_key or "") + len(r.router_id) + len(r.namespace)
     if not (r.donor_id.isascii() and (r.donor_key or "").isascii() and r.router_id.isascii()):
         strings = sum(len(s.encode()) for s in (r.donor_id, r.donor_key or "", r.router_id, r.namespace))
-    # 2 bytes a dimension: a registration's embedding is validated to that length, and a catalog entry's is read from
-    # its blob only by copying it (build_page checks the encoded page's real size in any case)
-    return _SYNC_FIXED_BYTES + strings + 8 * len(r.block_hashes) + 2 * r.embedding_dim
+    # 2 bytes a dimension (1 for codes): a registration's embedding is validated to that length, and a catalog entry's
+    # is read from its blob only by copying it (build_page checks the encoded page's real size in any case)
+    return _SYNC_FIXED_BYTES + strings + 8 * len(r.block_hashes) + (1 if r.embedding_codes else 2) * r.embedding_dim
 
 
 class DonorSyncRequest(SemblendEvent):
@@ -297,7 +308,7 @@ class DonorSyncRequest(SemblendEvent):
         return self
 
 
-_U8, _U16, _U32, _F16, _F64 = np.dtype("<u8"), np.dtype("<u2"), np.dtype("<u4"), np.dtype("<f2"), np.dtype("<f8")
+_U8, _U16, _U32, _F64, _B = np.dtype("<u8"), np.dtype("<u2"), np.dtype("<u4"), np.dtype("<f8"), np.dtype("u1")
 _SYNC_COLUMNS: dict[str, np.dtype] = {
     "router_index": _U16,
     "namespace_index": _U16,
@@ -308,6 +319,7 @@ _SYNC_COLUMNS: dict[str, np.dtype] = {
     "registered_at": _F64,
     "block_counts": _U32,
     "embedding_dims": _U16,
+    "embedding_codes": _B,
 }
 """The fixed-width per-donor columns of a sync page and their little-endian types."""
 
@@ -318,15 +330,16 @@ class DonorSyncPage(SemblendEvent):
     One row per donor: ``donor_ids`` and ``donor_keys`` as strings, ``router_ids`` and ``namespaces`` as
     dictionaries indexed by ``router_index`` / ``namespace_index`` (u16), fixed-width little-endian columns
     (worker id u64, DP rank u32, tokens u64, block size u16, registration time f64, block count u32, embedding dim
-    u16), then every donor's Dynamo block hashes as one u64 array and every embedding as one float16 array (each
-    donor's run as long as its count / dim). Every registration is checked as :class:`DonorRegistration` checks it,
+    u16, embedding form u8: 1 for int8 codes, 0 for float16), then every donor's Dynamo block hashes as one u64 array
+    and every embedding in one ``bytes`` (each donor's run as long as its count / dim, 1 or 2 bytes a dimension by its
+    form; the catalog sends each as it keeps it, :mod:`semblend_dynamo.vector_codes`). Every registration is checked as :class:`DonorRegistration` checks it,
     column by column. ``after``/``upto`` echo the request; ``next_cursor`` (None: the range is done) is where the
     requester continues; ``last_cursor`` is the peer's newest cursor when it answered.
     """
 
     KIND: ClassVar[str] = "syncpage"
-    VERSION: ClassVar[int] = 2
-    schema_: Literal["semblend.syncpage/v2"] = Field("semblend.syncpage/v2", alias="schema")
+    VERSION: ClassVar[int] = 3
+    schema_: Literal["semblend.syncpage/v3"] = Field("semblend.syncpage/v3", alias="schema")
     router_id: Identifier
     deployment: Digest
     after: U64 = 0
@@ -347,6 +360,7 @@ class DonorSyncPage(SemblendEvent):
     block_counts: bytes = b""
     block_hashes: bytes = b""
     embedding_dims: bytes = b""
+    embedding_codes: bytes = b""
     embeddings: bytes = b""
 
     @model_validator(mode="after")
@@ -375,7 +389,9 @@ class DonorSyncPage(SemblendEvent):
             raise ValueError("registered_at is not finite")
         if len(self.block_hashes) != 8 * int(c["block_counts"].sum(dtype=np.uint64)):
             raise ValueError("block_hashes does not hold the block counts' hashes")
-        if len(self.embeddings) != 2 * int(c["embedding_dims"].sum(dtype=np.uint64)):
+        if n and int(c["embedding_codes"].max()) > 1:
+            raise ValueError("an embedding form is neither float16 (0) nor int8 codes (1)")
+        if len(self.embeddings) != int(_embedding_bytes(c).sum(dtype=np.uint64)):
             raise ValueError("embeddings does not hold the embedding dims' values")
         needed = c["block_counts"].astype(np.uint64) * c["block_sizes"].astype(np.uint64)
         if (c["num_tokens"] < needed).any():
@@ -393,7 +409,7 @@ class DonorSyncPage(SemblendEvent):
         """The page's rows as columns of Python values (already checked by the page's validation)."""
         c = self.columns()
         hash_ends = np.concatenate(([0], np.cumsum(c["block_counts"], dtype=np.int64)))
-        embedding_ends = np.concatenate(([0], 2 * np.cumsum(c["embedding_dims"], dtype=np.int64)))
+        embedding_ends = np.concatenate(([0], np.cumsum(_embedding_bytes(c), dtype=np.int64)))
         hashes = array.array("Q")
         hashes.frombytes(np.frombuffer(self.block_hashes, dtype=_U8).astype(np.uint64, copy=False).tobytes())
         return SyncRows(
@@ -408,6 +424,7 @@ class DonorSyncPage(SemblendEvent):
             block_sizes=c["block_sizes"].tolist(),
             registered_at=c["registered_at"].tolist(),
             embedding_dims=c["embedding_dims"].tolist(),
+            embedding_codes=c["embedding_codes"].astype(bool).tolist(),
             hash_starts=hash_ends[:-1].tolist(),
             hash_ends=hash_ends[1:].tolist(),
             embedding_starts=embedding_ends[:-1].tolist(),
@@ -417,7 +434,8 @@ class DonorSyncPage(SemblendEvent):
         )
 
     def registrations(self) -> list[DonorRegistration]:
-        """One :class:`DonorRegistration` per row (already checked by the page's validation: built without it)."""
+        """One :class:`DonorRegistration` per row (already checked by the page's validation: built without it; int8
+        codes as their unit vector in float16)."""
         rows = self.rows()
         hashes = rows.block_hashes.tolist()
         out: list[DonorRegistration] = []
@@ -437,7 +455,7 @@ class DonorSyncPage(SemblendEvent):
                         "num_tokens": rows.num_tokens[i],
                         "block_size": rows.block_sizes[i],
                         "block_hashes": hashes[h0 : rows.hash_ends[i]],
-                        "embedding": rows.embeddings[e0 : rows.embedding_ends[i]],
+                        "embedding": to_f16(rows.embeddings[e0 : rows.embedding_ends[i]], rows.embedding_codes[i]),
                         "embedding_dim": rows.embedding_dims[i],
                         "registered_at": rows.registered_at[i],
                     }
@@ -485,6 +503,7 @@ class DonorSyncPage(SemblendEvent):
             block_counts=_column([len(r.block_hashes) for r in regs], _U32),
             block_hashes=np.fromiter(itertools.chain.from_iterable(r.block_hashes for r in regs), dtype=_U8).tobytes(),
             embedding_dims=_column([r.embedding_dim for r in regs], _U16),
+            embedding_codes=_column([r.embedding_codes for r in regs], _B),
             embeddings=b"".join(r.embedding for r in regs),
         )
 
@@ -497,8 +516,8 @@ class SyncRows:
     """A sync page's registrations as columns (:meth:`DonorSyncPage.rows`): row ``i`` of every list is donor ``i``.
 
     ``block_hashes`` holds every donor's hashes (native u64), donor ``i``'s from ``hash_starts[i]`` to
-    ``hash_ends[i]``; ``embeddings`` every float16 embedding, donor ``i``'s from byte ``embedding_starts[i]`` to
-    ``embedding_ends[i]``.
+    ``hash_ends[i]``; ``embeddings`` every embedding, donor ``i``'s from byte ``embedding_starts[i]`` to
+    ``embedding_ends[i]``, as int8 codes if ``embedding_codes[i]``, else float16.
     """
 
     deployment: str
@@ -512,6 +531,7 @@ class SyncRows:
     block_sizes: list[int]
     registered_at: list[float]
     embedding_dims: list[int]
+    embedding_codes: list[bool]
     hash_starts: list[int]
     hash_ends: list[int]
     embedding_starts: list[int]
@@ -532,7 +552,12 @@ class SyncRows:
         return list(operator.itemgetter(*picked)(column)) if picked else []
 
 
-def _column(values: list[int] | list[float], dtype: np.dtype) -> bytes:
+def _embedding_bytes(columns: dict[str, np.ndarray]) -> np.ndarray:
+    """Each row's embedding bytes: 2 a dimension for float16, 1 for int8 codes."""
+    return columns["embedding_dims"].astype(np.int64) * (2 - columns["embedding_codes"].astype(np.int64))
+
+
+def _column(values: list[int] | list[float] | list[bool], dtype: np.dtype) -> bytes:
     return np.asarray(values, dtype=dtype).tobytes()
 
 

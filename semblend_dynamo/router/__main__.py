@@ -278,7 +278,7 @@ async def _serve(
     discovery = await in_thread(build_discovery, cfg)
     if discovery is not None:
         resources.callback(discovery.close)
-    catalog = DonorCatalog(cfg.index_capacity, discovery)
+    catalog = DonorCatalog(cfg.index_capacity, discovery, index_dtype=cfg.index_dtype)
     drt = DistributedRuntime(loop, os.environ.get("DYN_DISCOVERY_BACKEND", "etcd"), "tcp", event_plane=event_plane)
     resources.callback(drt.shutdown)
     worker_ep = drt.endpoint(f"{cfg.dynamo_namespace}.{cfg.worker_component}.{cfg.worker_endpoint}")

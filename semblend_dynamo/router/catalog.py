@@ -28,9 +28,11 @@ from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
+from ..donor_index import VectorDtype
 from ..events.schemas import DonorRegistration, KvEvent, SyncRows
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
+from ..vector_codes import i8_codes
 from .indexer import PipelineIndexer
 from .residency import DonorEntry, Residency, WorkerKey
 
@@ -43,7 +45,10 @@ log = logging.getLogger(__name__)
 class DonorCatalog:
     """Owns every donor the router knows; see the module docstring."""
 
-    def __init__(self, capacity: int, discovery: DonorDiscovery | None) -> None:
+    def __init__(self, capacity: int, discovery: DonorDiscovery | None, *, index_dtype: VectorDtype = "f16") -> None:
+        """``index_dtype``: the configured search index's storage (``SEMBLEND_INDEX_DTYPE``). Donors keep their
+        embeddings as the int8 codes the index stores when it stores codes (the pipeline's index if there is one, else
+        ``index_dtype``: what the peers' indexes take), else as float16 (:mod:`semblend_dynamo.vector_codes`)."""
         self._lock = threading.RLock()
         # kv-event batches that found the lock held by another thread, in arrival order (see apply_kv_events)
         self._kv_queue: deque[list[KvEvent]] = deque()
@@ -56,7 +61,8 @@ class DonorCatalog:
         self._writes = 0
         self.gate_unsure = 0
         """Exact-wins gates answered None (not known) because a block map they read was changing on another thread."""
-        self._residency = Residency(capacity)
+        index = None if discovery is None else discovery.index
+        self._residency = Residency(capacity, codes=index.stores_codes if index is not None else index_dtype == "i8")
         self.indexer = (
             PipelineIndexer(discovery, self._pipeline_evicted, self._pipeline_indexed)
             if discovery is not None
@@ -429,7 +435,11 @@ class DonorCatalog:
             return entry
         index = None if self.indexer is None else self.indexer.discovery.index
         vector = None if index is None else index.vector(entry.donor_id)
-        return None if vector is None else entry.with_embedding(DonorRegistration.pack_embedding(vector)[0])
+        if vector is None:
+            return None
+        if entry.embedding_codes:  # the index's codes: the vector (their unit rescaling) quantizes back to them
+            return entry.with_embedding(i8_codes(vector.reshape(1, -1))[0][0].tobytes())
+        return entry.with_embedding(DonorRegistration.pack_embedding(vector)[0])
 
     def _forget_locked(self, donor_id: str) -> None:
         self._residency.remove_donor(donor_id)

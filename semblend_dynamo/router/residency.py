@@ -25,6 +25,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, SyncRows
+from ..vector_codes import as_vector, stored_forms, to_f16
 from .u64map import U64Map
 
 WorkerKey = tuple[int, int]
@@ -43,20 +44,27 @@ _SMALL: dict[int, int] = {}
 _T = TypeVar("_T")
 
 _U32 = struct.Struct("<I")
-_HEAD_REST = struct.Struct("<dIH")  # registered_at, hashes_end, embedding_dim
+_HEAD_REST = struct.Struct("<dIHB")  # registered_at, hashes_end, embedding_dim, embedding_codes
 NO_SLOT = _POST_MASK
 """An entry's slot before a residency takes it."""
 BLOB_HEAD = _U32.size + _HEAD_REST.size
-"""A :class:`DonorEntry` blob's head: its slot (u32), ``registered_at`` (f64), ``hashes_end`` (u32) and
-``embedding_dim`` (u16), kept there rather than in slots of the entry (and the slot and the stamp as an int and a float
-object of their own): ~80 B a donor less, and 18 bytes more in the blob (that shape's allocation had room for them)."""
-_HEAD = np.dtype([("slot", "<u4"), ("registered_at", "<f8"), ("hashes_end", "<u4"), ("embedding_dim", "<u2")])
+"""A :class:`DonorEntry` blob's head: its slot (u32), ``registered_at`` (f64), ``hashes_end`` (u32),
+``embedding_dim`` (u16) and ``embedding_codes`` (u8: 1 when the embedding is int8 codes, 0 for float16), kept there
+rather than in slots of the entry (and the slot and the stamp as an int and a float object of their own): ~80 B a donor
+less, and 19 bytes more in the blob."""
+_HEAD = np.dtype(
+    [("slot", "<u4"), ("registered_at", "<f8"), ("hashes_end", "<u4"), ("embedding_dim", "<u2"), ("codes", "u1")]
+)
 # packed: BLOB_HEAD bytes an item
+_HEAD_SLICE = slice(0, BLOB_HEAD)
 
 
-def blob_head(registered_at: float, hashes_end: int, embedding_dim: int, slot: int = NO_SLOT) -> bytes:
-    """The head of a :class:`DonorEntry` blob (``hashes_end``: the bytes of its block hashes)."""
-    return _U32.pack(slot) + _HEAD_REST.pack(registered_at, hashes_end, embedding_dim)
+def blob_head(
+    registered_at: float, hashes_end: int, embedding_dim: int, codes: bool = False, slot: int = NO_SLOT
+) -> bytes:
+    """The head of a :class:`DonorEntry` blob (``hashes_end``: the bytes of its block hashes; ``codes``: the
+    embedding is int8 codes)."""
+    return _U32.pack(slot) + _HEAD_REST.pack(registered_at, hashes_end, embedding_dim, codes)
 
 
 def _shared_int(value: int) -> int:
@@ -120,10 +128,12 @@ class DonorEntry:
 
     A decoded :class:`DonorRegistration` costs ~1.4 KB of pydantic bookkeeping per instance plus its own copies of
     strings every donor shares (deployment, namespace, router id). The entry keeps the fields in slots, those
-    strings interned, the worker key shared with its worker's blocks, and its block hashes (native u64) and float16
-    embedding packed in one ``bytes`` (``blob``: a head of :data:`BLOB_HEAD` bytes with the slot, ``registered_at``,
-    ``hashes_end`` and ``embedding_dim``; the hashes' ``hashes_end`` bytes; then the embedding; one object instead of
-    an ``array``, a ``bytes``, an int and a float, and four slots fewer), and rebuilds the registration (without
+    strings interned, the worker key shared with its worker's blocks, and its block hashes (native u64) and embedding
+    packed in one ``bytes`` (``blob``: a head of :data:`BLOB_HEAD` bytes with the slot, ``registered_at``,
+    ``hashes_end``, ``embedding_dim`` and the embedding's form; the hashes' ``hashes_end`` bytes; then the embedding;
+    one object instead of an ``array``, a ``bytes``, an int and a float, and four slots fewer). The embedding is the
+    int8 codes an i8 search index keeps when the catalog's index is i8 (``embedding_codes``, half the bytes; see
+    :mod:`semblend_dynamo.vector_codes`), float16 otherwise. It rebuilds the registration (without
     validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the
     search index holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None
     then): the catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry
@@ -170,8 +180,11 @@ class DonorEntry:
         self.missing = -1  # hashes not stored on the worker, counted once the residency posts the entry
 
     @classmethod
-    def of(cls, r: DonorRegistration, worker: WorkerKey) -> DonorEntry:
-        """The entry of a registration (``worker``: its worker key, shared with the worker's blocks)."""
+    def of(
+        cls, r: DonorRegistration, worker: WorkerKey, embedding: bytes | None = None, codes: bool = False
+    ) -> DonorEntry:
+        """The entry of a registration (``worker``: its worker key, shared with the worker's blocks) keeping its
+        embedding as ``embedding`` (the registration's float16 one by default, or its int8 codes with ``codes``)."""
         hashes = array("Q", r.block_hashes).tobytes()
         return cls(
             r.donor_id,
@@ -182,7 +195,13 @@ class DonorEntry:
             sys.intern(r.namespace),
             _shared_int(r.num_tokens),
             _shared_int(r.block_size),
-            b"".join((blob_head(r.registered_at, len(hashes), r.embedding_dim), hashes, r.embedding)),
+            b"".join(
+                (
+                    blob_head(r.registered_at, len(hashes), r.embedding_dim, codes),
+                    hashes,
+                    r.embedding if embedding is None else embedding,
+                )
+            ),
         )
 
     @property
@@ -221,23 +240,29 @@ class DonorEntry:
         return memoryview(self.blob)[BLOB_HEAD : BLOB_HEAD + self.hashes_end].cast("Q")
 
     @property
+    def embedding_codes(self) -> bool:
+        """Whether the embedding is int8 codes (else float16); an entry's form never changes."""
+        return bool(self.blob[BLOB_HEAD - 1])
+
+    @property
     def embedded(self) -> bool:
         """Whether the entry holds its embedding (False once the search index holds it)."""
         blob = self.blob
-        _, hashes_end, dim = _HEAD_REST.unpack_from(blob, _U32.size)
+        _, hashes_end, dim, _ = _HEAD_REST.unpack_from(blob, _U32.size)
         return len(blob) > BLOB_HEAD + hashes_end or not dim
 
     @property
     def own_embedding(self) -> bytes | None:
-        """The float16 embedding, or None once the search index holds it."""
+        """The embedding as kept (int8 codes if ``embedding_codes``, else float16), or None once the search index
+        holds it."""
         blob = self.blob  # read once: drop_embedding replaces the blob with one that ends after the hashes
-        _, hashes_end, dim = _HEAD_REST.unpack_from(blob, _U32.size)
+        _, hashes_end, dim, _ = _HEAD_REST.unpack_from(blob, _U32.size)
         end = BLOB_HEAD + hashes_end
         return blob[end:] if len(blob) > end or not dim else None
 
     @property
     def embedding(self) -> bytes:
-        """The float16 embedding; only for an entry that holds it (see the class docstring)."""
+        """The embedding as kept; only for an entry that holds it (see the class docstring)."""
         embedding = self.own_embedding
         if embedding is None:
             raise LookupError(f"donor {self.donor_id}: its embedding is held by the search index")
@@ -248,11 +273,12 @@ class DonorEntry:
         self.blob = self.blob[: BLOB_HEAD + self.hashes_end]
 
     def vector(self) -> np.ndarray:
-        """The embedding as float32 (as :meth:`DonorRegistration.vector`)."""
-        return np.frombuffer(self.embedding, dtype="<f2").astype(np.float32)
+        """The embedding as float32: float16 values as :meth:`DonorRegistration.vector` gives them, int8 codes rescaled
+        to unit length (an i8 index stores the same codes from it as from the float vector they came from)."""
+        return as_vector(self.embedding, self.embedding_codes)
 
     def with_embedding(self, embedding: bytes) -> DonorEntry:
-        """A copy carrying ``embedding`` (the catalog's entries drop theirs once indexed)."""
+        """A copy carrying ``embedding`` in the entry's form (the catalog's entries drop theirs once indexed)."""
         copy = DonorEntry.__new__(DonorEntry)
         for name in DonorEntry.__slots__:
             setattr(copy, name, getattr(self, name))
@@ -268,7 +294,7 @@ class DonorEntry:
             worker_id=self.worker[0],
             dp_rank=self.worker[1],
             block_hashes=list(self.block_hashes),
-            embedding=self.embedding,
+            embedding=to_f16(self.embedding, self.embedding_codes),
         )
         return DonorRegistration.model_construct(**fields)
 
@@ -276,9 +302,7 @@ class DonorEntry:
 _DONOR_ID = attrgetter("donor_id")
 _NAMESPACE = attrgetter("namespace")
 _WORKER = attrgetter("worker")
-_SLOT = attrgetter("slot")
 _BLOB = attrgetter("blob")
-_HASHES_END = attrgetter("hashes_end")
 
 _REGISTRATION_SLOTS = tuple(name for name in DonorEntry.__slots__ if name not in ("blob", "missing", "worker"))
 
@@ -308,11 +332,13 @@ class Residency:
 
     Residency changes are also queued as ``(donor_id, resident)`` pairs; the owner takes them with
     :meth:`take_changes` after each batch (to add donors to, or drop them from, the search index). Each donor has
-    a slot (its index in ``_slots``, reused once it leaves): postings name donors by slot.
+    a slot (its index in ``_slots``, reused once it leaves): postings name donors by slot. ``codes``: donors keep
+    their embeddings as int8 codes (the catalog's index is i8), else float16.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, codes: bool = False) -> None:
         self.capacity = capacity
+        self.codes = codes
         self._workers: dict[WorkerKey, _WorkerBlocks] = {}
         # A plain dict (an OrderedDict's links cost ~48 B a donor); the add order is kept for eviction in _order: the
         # entries from _order_head on in the order they were taken, an entry no longer the donor's (replaced or
@@ -518,7 +544,16 @@ class Residency:
     def add_many(self, registrations: Iterable[DonorRegistration]) -> list[str]:
         """:meth:`add_donor` for many registrations (of distinct donors or not), each worker's postings and block
         presence looked up once for all of its donors; returns the donor ids pushed out by the capacity bound."""
-        return self._insert([DonorEntry.of(r, self._blocks((r.worker_id, r.dp_rank)).key) for r in registrations])
+        regs = list(registrations)
+        embeddings, forms = stored_forms(
+            [r.embedding for r in regs], [r.embedding_dim for r in regs], [False] * len(regs), self.codes
+        )
+        return self._insert(
+            [
+                DonorEntry.of(r, self._blocks((r.worker_id, r.dp_rank)).key, embedding, form)
+                for r, embedding, form in zip(regs, embeddings, forms, strict=True)
+            ]
+        )
 
     def add_rows(
         self, parts: Iterable[tuple[SyncRows, Sequence[int]]], *, new: bool = False
@@ -541,7 +576,7 @@ class Residency:
         except BaseException:
             self._unreserve(taken)
             raise
-        return entries, self._insert(entries, new=True, slotted=True)
+        return entries, self._insert(entries, new=True, slotted=taken)
 
     def _entries(self, rows: SyncRows, picked: Sequence[int], slots: list[int] | None) -> list[DonorEntry]:
         """The entries of rows ``picked`` of a sync page, built column by column (``slots``: theirs, reserved)."""
@@ -552,12 +587,18 @@ class Residency:
         hash_ends = np.array(take(rows.hash_ends), dtype=np.int64) * 8
         hash_starts = np.array(take(rows.hash_starts), dtype=np.int64) * 8
         hash_bytes = rows.block_hashes.tobytes()  # the page's (~128 KB): its slices are bytes, joined to embeddings
-        embeddings = rows.embeddings
+        dims, forms = take(rows.embedding_dims), take(rows.embedding_codes)
+        embeddings: Iterable[bytes] = map(
+            rows.embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))
+        )
+        if forms.count(not self.codes):  # a peer that keeps the other form (or sent an empty embedding so)
+            embeddings, forms = stored_forms(list(embeddings), dims, forms, self.codes)
         heads = np.empty(len(picked), dtype=_HEAD)
         heads["slot"] = NO_SLOT if slots is None else slots
         heads["registered_at"] = take(rows.registered_at)
         heads["hashes_end"] = hash_ends - hash_starts
-        heads["embedding_dim"] = take(rows.embedding_dims)
+        heads["embedding_dim"] = dims
+        heads["codes"] = forms
         head_bytes = heads.tobytes()
         starts = range(0, len(head_bytes), BLOB_HEAD)
         blobs = map(
@@ -565,7 +606,7 @@ class Residency:
             zip(
                 map(head_bytes.__getitem__, map(slice, starts, range(BLOB_HEAD, len(head_bytes) + 1, BLOB_HEAD))),
                 map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())),
-                map(embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))),
+                embeddings,
                 strict=True,
             ),
         )
@@ -586,22 +627,26 @@ class Residency:
             )
         )
 
-    def _insert(self, entries: list[DonorEntry], *, new: bool = False, slotted: bool = False) -> list[str]:
+    def _insert(
+        self, entries: list[DonorEntry], *, new: bool = False, slotted: Sequence[int] | None = None
+    ) -> list[str]:
         """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity;
-        ``new``: no entry's donor is known or repeats (checked here otherwise); ``slotted``: (with ``new``) the
-        entries carry slots reserved for them (:meth:`_reserve`)."""
+        ``new``: no entry's donor is known or repeats (checked here otherwise); ``slotted``: (with ``new``) the slots
+        reserved for the entries (:meth:`_reserve`), which they carry."""
         donors = self._donors
         ids = list(map(_DONOR_ID, entries))
-        if slotted:
+        if slotted is not None:
             slots = self._slots
-            for entry in entries:
-                slots[entry.slot] = entry
+            for slot, entry in zip(slotted, entries, strict=True):
+                slots[slot] = entry
             donors.update(zip(ids, entries, strict=True))
             self._worker_donors.update(map(_WORKER, entries))
+            new = True
         elif new or (len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids))):  # a sync page's usual
             self._take_slots(entries)
             donors.update(zip(ids, entries, strict=True))
             self._worker_donors.update(map(_WORKER, entries))
+            new = True
         else:
             for entry in entries:
                 donor_id = entry.donor_id
@@ -611,7 +656,7 @@ class Residency:
                 donors[donor_id] = entry
                 self._worker_donors[entry.worker] += 1
         for group in _by_worker(entries):
-            self._post(self._workers[group[0].worker], group)
+            self._post(self._workers[group[0].worker], group, replaced=not new)
         self._order += entries
         evicted = []
         while len(donors) > self.capacity:
@@ -642,10 +687,11 @@ class Residency:
             self._order = [entry for entry in order[head:] if donors.get(entry.donor_id) is entry]
             self._order_head = 0
 
-    def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> None:
+    def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry], *, replaced: bool = True) -> None:
         """Post new donors' hashes on their worker (one lookup and one write for all) and count the ones not stored
-        there; an entry replaced later in the same batch is skipped."""
-        entries = [entry for entry in entries if self._slots[entry.slot] is entry]
+        there; an entry replaced later in the same batch is skipped (``replaced``: the batch may hold such)."""
+        if replaced:
+            entries = [entry for entry in entries if self._slots[entry.slot] is entry]
         if self._post_new(blocks, entries):
             return
         wanted = [dict.fromkeys(entry.block_hashes) for entry in entries]
@@ -678,8 +724,9 @@ class Residency:
     def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
         yet (a sync page's usual donors); False, doing nothing, otherwise."""
-        ends = list(map(_HASHES_END, entries))
-        lengths = np.array(ends, dtype=np.int64) // 8
+        heads = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), repeat(_HEAD_SLICE))), dtype=_HEAD)
+        ends = heads["hashes_end"].tolist()
+        lengths = heads["hashes_end"].astype(np.int64) // 8
         if not len(entries) or not lengths.all():
             return False
         hashes = np.frombuffer(
@@ -693,7 +740,7 @@ class Residency:
         values = blocks.hashes.lookup(ordered)[1]
         if (values & np.uint64(_POST_MASK)).any():
             return False
-        postings = np.fromiter(map(_SLOT, entries), dtype=np.uint64, count=len(entries)) + np.uint64(1)
+        postings = heads["slot"].astype(np.uint64) + np.uint64(1)
         blocks.hashes.assign(ordered, values | np.repeat(postings, lengths)[order])
         if values.all():  # every hash stored on the worker (blocks recovered before the sync): all resident
             for entry in entries:

@@ -61,7 +61,7 @@ class InProcessRouter:
             cfg,
             kv_router=self.kv,
             discovery=self.discovery,
-            catalog=DonorCatalog(cfg.index_capacity, self.discovery),
+            catalog=DonorCatalog(cfg.index_capacity, self.discovery, index_dtype=cfg.index_dtype),
             link=self.link,
             publisher=self.publisher,
             metrics=self.metrics,

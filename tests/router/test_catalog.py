@@ -9,10 +9,11 @@ import pytest
 
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.codec import decode, encode
-from semblend_dynamo.events.schemas import DonorSyncPage, KvEvent, KvRemoved
+from semblend_dynamo.events.schemas import DonorRegistration, DonorSyncPage, KvEvent, KvRemoved
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.u64map import U64Map
+from semblend_dynamo.vector_codes import i8_codes, to_f16
 from tests.support.catalog_donors import W1
 from tests.support.catalog_donors import registration as _donor
 from tests.support.catalog_donors import stored as _stored
@@ -22,6 +23,13 @@ def _catalog(capacity: int = 100) -> tuple[DonorCatalog, int]:
     discovery = build_discovery(SemblendConfig(block_size=16, embedder="hash"))
     assert discovery is not None and discovery.index is not None
     return DonorCatalog(capacity, discovery), discovery.index.dim
+
+
+def _codes(registration: DonorRegistration) -> bytes:
+    """The int8 codes an i8 index keeps of a registration's embedding."""
+    codes, ok = i8_codes(registration.vector().reshape(1, -1))
+    assert ok.all()
+    return codes[0].tobytes()
 
 
 def test_a_peer_donor_enters_the_pipeline_only_while_resident() -> None:
@@ -153,7 +161,10 @@ def test_a_sync_pages_rows_end_where_its_registrations_added_one_by_one_end() ->
         index = catalog.indexer.discovery.index if catalog.indexer else None
         assert index is not None and all(d in index for d in catalog.resident("ns"))
     entry = rows.resident_donor("d10")
-    assert entry is not None and entry.with_embedding(registrations[10].embedding).registration == registrations[10]
+    codes = _codes(registrations[10])  # the catalog's index is i8: its donors keep the codes
+    assert entry is not None and entry.embedding_codes
+    expected = registrations[10].model_copy(update={"embedding": to_f16(codes, True)})
+    assert entry.with_embedding(codes).registration == expected
 
 
 def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_from_the_index() -> None:
@@ -165,9 +176,10 @@ def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_fro
     assert catalog.drain(10)
     assert indexed is not None and indexed.own_embedding is None  # the index holds it (once the indexer applied it)
     page = {entry.donor_id: entry for _, entry in catalog.page(0, 10)[0]}
-    assert page["waiting"].embedding == sent[1].embedding  # not resident, not indexed: its own copy
+    assert page["waiting"].embedding == _codes(sent[1])  # not resident, not indexed: its own copy (the index is i8)
+    assert page["indexed"].embedding == _codes(sent[0])  # read back from the index: the same codes
     back = page["indexed"].vector()
-    assert back.shape == (dim,) and np.allclose(back, sent[0].vector(), atol=2e-3)
+    assert back.shape == (dim,) and np.allclose(back, sent[0].vector(), atol=1e-2)
     assert page["indexed"].registration.block_hashes == [1, 2]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from semblend_dynamo.events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
@@ -378,6 +379,33 @@ def test_an_entry_keeps_its_slot_and_stamp_in_its_blob_through_embedding_changes
     assert copy.embedded and copy.slot == 70_000 and copy.registration == registration
     plain = DonorEntry.of(_donor("b", W1, [1]), (W1, 0))
     assert plain.embedded and plain.own_embedding == b""
+
+
+def test_an_entry_of_codes_keeps_its_form_through_embedding_changes() -> None:
+    """A catalog keeping int8 codes: the entry holds the codes (half the float16 bytes), its vector is their unit
+    vector, its registration carries that vector in float16, and setting the slot, dropping the embedding and copying
+    with one keep the form."""
+    from semblend_dynamo.router.residency import DonorEntry
+    from semblend_dynamo.vector_codes import i8_codes
+
+    vector = np.random.default_rng(9).standard_normal(32).astype(np.float32)
+    embedding, dim = DonorRegistration.pack_embedding(vector)
+    registration = _donor("a", W1, [7]).model_copy(update={"embedding": embedding, "embedding_dim": dim})
+    r = Residency(capacity=10, codes=True)
+    r.add_many([registration, _donor("b", W1, [8])])
+    entry, plain = r.entries(["a", "b"])
+    codes = i8_codes(registration.vector().reshape(1, -1))[0][0]
+    assert entry.embedding_codes and entry.embedding == codes.tobytes() and entry.embedding_dim == 32
+    unit = codes.astype(np.float32) / np.linalg.norm(codes.astype(np.float32))
+    assert np.array_equal(entry.vector(), unit) and float(entry.vector() @ vector) / np.linalg.norm(vector) > 0.999
+    assert entry.registration.embedding == unit.astype("<f2").tobytes()
+    entry.slot = 5
+    entry.drop_embedding()
+    assert entry.embedding_codes and entry.own_embedding is None
+    copy = entry.with_embedding(codes.tobytes())
+    assert copy.embedding_codes and copy.slot == 5 and np.array_equal(copy.vector(), unit)
+    assert plain.embedding == b"" and plain.embedded  # no embedding: nothing to convert
+    assert not DonorEntry.of(registration, (W1, 0)).embedding_codes  # float16 unless asked
 
 
 def test_sync_rows_take_the_slots_they_were_built_with_and_give_them_back_on_failure(

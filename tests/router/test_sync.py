@@ -23,6 +23,7 @@ from semblend_dynamo.events.schemas import (
     sync_page_bytes,
 )
 from semblend_dynamo.router import handler as handler_module
+from semblend_dynamo.router.residency import DonorEntry, Residency
 from semblend_dynamo.router.sync import (
     RETRIES,
     HeldPages,
@@ -30,6 +31,7 @@ from semblend_dynamo.router.sync import (
     SyncSession,
     sync_inbox,
 )
+from semblend_dynamo.vector_codes import i8_codes, to_f16
 from tests.router.test_handler import BLOCK, W1, _router
 
 
@@ -134,6 +136,47 @@ def test_the_page_size_bound_holds_for_any_mix_of_donors() -> None:
         assert len(data) <= SYNC_PAGE_OVERHEAD + sum(sync_page_bytes(r) for r in registrations)
 
 
+def _entries(registrations: list[DonorRegistration], codes: bool) -> list[DonorEntry]:
+    """A catalog's entries of ``registrations``, keeping int8 codes (``codes``) or float16."""
+    residency = Residency(capacity=10_000, codes=codes)
+    residency.add_many(registrations)
+    return residency.entries([r.donor_id for r in registrations])
+
+
+def test_a_page_carries_each_embedding_in_its_form_and_each_replica_keeps_its_own() -> None:
+    """A page of a catalog's entries carries int8 codes where the sender keeps codes and float16 where it keeps
+    float16 (here both in one page). A replica keeping codes ends with codes of every donor (the sender's, or those of
+    a float16 one: what its i8 index stores), a replica keeping float16 with float16 (codes as their unit vector):
+    neither mixes forms. The page's registrations are float16, and its size bound holds."""
+    rng = np.random.default_rng(5)
+    regs = [
+        _registration(i, dim=16, blocks=2).model_copy(
+            update={"embedding": rng.standard_normal(16).astype("<f2").tobytes()}
+        )
+        for i in range(40)
+    ]
+    regs.append(_registration(40, dim=0))
+    sent = _entries(regs[:20], codes=True) + _entries(regs[20:], codes=False)
+    assert sync_page_bytes(sent[0]) == sync_page_bytes(regs[0]) - 16  # 1 byte a dimension instead of 2
+    data = encode(_page(sent))  # type: ignore[arg-type]
+    assert len(data) <= SYNC_PAGE_OVERHEAD + sum(sync_page_bytes(e) for e in sent)
+    back = decode(data, DonorSyncPage, max_bytes=1 << 20)
+    rows = back.rows()
+    assert rows.embedding_codes == [True] * 20 + [False] * 21
+    codes = [i8_codes(r.vector().reshape(1, -1))[0][0].tobytes() for r in regs[:40]]
+    for keeps_codes in (True, False):
+        kept, _ = Residency(capacity=100, codes=keeps_codes).add_rows([(rows, range(len(rows)))])
+        assert [e.donor_id for e in kept] == [r.donor_id for r in regs]
+        assert all(e.embedding_codes is keeps_codes for e in kept[:40]) and kept[40].embedding == b""
+        if keeps_codes:
+            assert [e.embedding for e in kept[:40]] == codes
+        else:
+            expected = [to_f16(c, True) for c in codes[:20]] + [r.embedding for r in regs[20:40]]
+            assert [e.embedding for e in kept[:40]] == expected
+    float16 = [to_f16(c, True) for c in codes[:20]] + [r.embedding for r in regs[20:]]
+    assert [r.embedding for r in back.registrations()] == float16
+
+
 def _payload(page: DonorSyncPage) -> dict[str, Any]:
     return msgpack.unpackb(msgpack.unpackb(encode(page))["payload"])
 
@@ -162,6 +205,8 @@ MALFORMED = {
     "too_many_hashes": {"block_counts": _u([2, 1 << 20], "<u4")},
     "embedding_bytes": {"embeddings": b"\0" * 6},
     "embedding_dim": {"embedding_dims": _u([4, 5000], "<u2")},
+    "embedding_form": {"embedding_codes": _u([0, 2], "u1")},
+    "embedding_form_bytes": {"embedding_codes": _u([1, 0], "u1")},  # codes of 4 bytes, but 8 were sent
     "not_finite": {"registered_at": _u([1.0, float("nan")], "<f8")},
     "too_few_tokens": {"num_tokens": _u([32, 31], "<u8")},  # 2 blocks of 16 each
     "empty_id": {"donor_ids": ["", "x"]},
