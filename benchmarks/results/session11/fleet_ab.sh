@@ -10,7 +10,7 @@ rm -rf /tmp/base && mkdir -p /tmp/base && tar -xJf .stage/old/base.tar.xz -C /tm
 { uptime; nproc; lscpu | grep -i "model name"; python3 -V; free -g | head -2; } | tee -a "$OUT/fleet_host.txt"
 for t in "$@"; do
   root=$([ "$t" = base ] && echo /tmp/base || echo "$PWD")
-  (cd "$root" && PYTHONPATH=/tmp/semdev/site:$root timeout 560 python3 benchmarks/bench_replica_sync.py \
-    --donors $donors --baseline-donors --timeout 500 --sync-window 8) > "$OUT/fleet_${t}_${donors// /_}.txt" 2>&1
+  (cd "$root" && PYTHONPATH=/tmp/semdev/site:$root timeout 290 python3 benchmarks/bench_replica_sync.py \
+    --donors $donors --baseline-donors --timeout 250 --sync-window 8) > "$OUT/fleet_${t}_${donors// /_}.txt" 2>&1
   echo "== $t rc=$? $(uptime)"; grep -E '^\| (sync|v2) ' "$OUT/fleet_${t}_${donors// /_}.txt" | tail -6
 done
