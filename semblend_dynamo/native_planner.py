@@ -14,71 +14,36 @@ interpreter's extension suffix, beside ``_native/planner.c``): at install (``set
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from ._native import modules
-from ._native.build import PLANNER_SOURCE, BuildError, build_module
+from semblend_dynamo._native.build import PLANNER_SOURCE, BuildError
+from semblend_dynamo._native.modules import ExtensionModule
 
 __all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path"]
 
-ENV = "SEMBLEND_NATIVE_PLANNER"
-SOURCE = PLANNER_SOURCE
-BUILD_COMMAND = "python -m semblend_dynamo.native_planner build"
-
+MODULE = ExtensionModule(
+    PLANNER_SOURCE, "SEMBLEND_NATIVE_PLANNER", "python -m semblend_dynamo.native_planner", "accept"
+)
+ENV = MODULE.env
+SOURCE = MODULE.source
 Accept = Callable[..., Any]
 
-
-def module_path() -> Path:
-    """This interpreter's module: it builds Python objects, so each version has its own."""
-    return modules.module_path(SOURCE)
-
-
-def disabled() -> bool:
-    return modules.disabled(ENV)
+module_path = MODULE.module_path
+disabled = MODULE.disabled
+build = MODULE.build
+load = MODULE.load
 
 
-def build(output: Path | None = None, compiler: str | None = None) -> Path:
-    """Compile ``planner.c`` for this interpreter to ``output`` (default :func:`module_path`), replaced atomically.
+def _status() -> str:
+    from semblend_dynamo import planner
 
-    ``compiler``: a command line (it may carry extra flags, e.g. ``cc -I<headers>``), default ``$CC`` or ``cc``.
-    """
-    return build_module(SOURCE, output or module_path(), compiler)
-
-
-def load(path: Path, setup_args: tuple[Any, ...]) -> tuple[Accept | None, str]:
-    """The module's ``accept`` at ``path``, set up with ``setup_args`` (None if it cannot be used), and why."""
-    module, reason = modules.load(path, SOURCE, BUILD_COMMAND)
-    if module is None:
-        return None, reason
-    module.setup(*setup_args)
-    return module.accept, reason
+    return f"{'native' if planner.NATIVE_ACCEPT is not None else 'python'}: {planner.NATIVE_REASON}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m semblend_dynamo.native_planner", description=__doc__.splitlines()[0]
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    make = commands.add_parser("build", help="compile planner.c for this Python")
-    make.add_argument("--output", type=Path, default=module_path(), help="default: %(default)s")
-    make.add_argument("--cc", help="compiler command line (default: $CC or cc)")
-    commands.add_parser("status", help="whether this process uses the module, and why not")
-    args = parser.parse_args(argv)
-    if args.command == "status":
-        from semblend_dynamo import planner
-
-        print(f"{'native' if planner.NATIVE_ACCEPT is not None else 'python'}: {planner.NATIVE_REASON}")
-        return 0
-    try:
-        print(build(args.output, args.cc))
-    except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return MODULE.main(argv, __doc__.splitlines()[0], _status)
 
 
 if __name__ == "__main__":

@@ -7,14 +7,19 @@ is not its current source's. Each has an environment variable that turns it off 
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from .build import module_file_name, source_digest
+from .build import BuildError, build_module, module_file_name, source_digest
 
-__all__ = ["disabled", "load", "module_path"]
+__all__ = ["ExtensionModule", "disabled", "load", "module_path"]
 
 
 def module_path(source: Path) -> Path:
@@ -42,3 +47,55 @@ def load(path: Path, source: Path, build_command: str) -> tuple[ModuleType | Non
     if digest != getattr(module, "SOURCE_DIGEST", None):
         return None, f"{path.name} was built from another {source.name} ({build_command})"
     return module, f"loaded {path.name}"
+
+
+@dataclass(frozen=True)
+class ExtensionModule:
+    """One per-version extension module: its C source, the variable that turns it off, its command (``python -m
+    <command> build|status``) and the function of it that callers use (``entry``)."""
+
+    source: Path
+    env: str
+    command: str
+    entry: str
+
+    def module_path(self) -> Path:
+        """This interpreter's module: it builds Python objects, so each version has its own."""
+        return module_path(self.source)
+
+    def disabled(self) -> bool:
+        return disabled(self.env)
+
+    def build(self, output: Path | None = None, compiler: str | None = None) -> Path:
+        """Compile the source for this interpreter to ``output`` (default :meth:`module_path`), replaced atomically.
+
+        ``compiler``: a command line (it may carry extra flags, e.g. ``cc -I<headers>``), default ``$CC`` or ``cc``.
+        """
+        return build_module(self.source, output or self.module_path(), compiler)
+
+    def load(self, path: Path, setup_args: tuple[Any, ...]) -> tuple[Callable[..., Any] | None, str]:
+        """The module's ``entry`` at ``path``, set up with ``setup_args`` (None if it cannot be used), and why."""
+        module, reason = load(path, self.source, f"{self.command} build")
+        if module is None:
+            return None, reason
+        module.setup(*setup_args)
+        return getattr(module, self.entry), reason
+
+    def main(self, argv: list[str] | None, description: str, status: Callable[[], str]) -> int:
+        """``build [--output PATH] [--cc CMD]`` or ``status`` (``status()``: whether this process uses it, and why)."""
+        parser = argparse.ArgumentParser(prog=self.command, description=description)
+        commands = parser.add_subparsers(dest="command", required=True)
+        make = commands.add_parser("build", help=f"compile {self.source.name} for this Python")
+        make.add_argument("--output", type=Path, default=self.module_path(), help="default: %(default)s")
+        make.add_argument("--cc", help="compiler command line (default: $CC or cc)")
+        commands.add_parser("status", help="whether this process uses the module, and why not")
+        args = parser.parse_args(argv)
+        if args.command == "status":
+            print(status())
+            return 0
+        try:
+            print(self.build(args.output, args.cc))
+        except BuildError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
