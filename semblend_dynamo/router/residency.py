@@ -307,14 +307,14 @@ _BLOB = attrgetter("blob")
 _REGISTRATION_SLOTS = tuple(name for name in DonorEntry.__slots__ if name not in ("blob", "missing", "worker"))
 
 
-def _by_worker(entries: list[DonorEntry]) -> list[list[DonorEntry]]:
-    """``entries`` grouped by worker (each group in order, the groups in order of their first entry). An entry's
-    worker key is its worker's shared tuple (:meth:`Residency._blocks`), so the keys' identities tell the workers
-    apart: a large batch is grouped with a few numpy calls instead of a dict append per entry."""
+def _worker_groups(entries: list[DonorEntry]) -> list[list[int]]:
+    """The positions of ``entries`` grouped by worker (each group in order, the groups in order of their first entry).
+    An entry's worker key is its worker's shared tuple (:meth:`Residency._blocks`), so the keys' identities tell the
+    workers apart: a large batch is grouped with a few numpy calls instead of a dict append per entry."""
     if len(entries) < 256:
-        groups: dict[WorkerKey, list[DonorEntry]] = {}
-        for entry in entries:
-            groups.setdefault(entry.worker, []).append(entry)
+        groups: dict[WorkerKey, list[int]] = {}
+        for at, entry in enumerate(entries):
+            groups.setdefault(entry.worker, []).append(at)
         return list(groups.values())
     workers = np.fromiter(map(id, map(_WORKER, entries)), dtype=np.int64, count=len(entries))
     order = np.argsort(workers, kind="stable")
@@ -322,9 +322,19 @@ def _by_worker(entries: list[DonorEntry]) -> list[list[DonorEntry]]:
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
     ends = [*starts[1:].tolist(), len(entries)]
     picks = order.tolist()
-    take = entries.__getitem__
     spans = sorted(zip(order[starts].tolist(), starts.tolist(), ends, strict=True))  # by first entry
-    return [list(map(take, picks[start:end])) for _, start, end in spans]
+    return [picks[start:end] for _, start, end in spans]
+
+
+def _segments(lengths: np.ndarray, picks: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ``picks`` of items laid end to end (row ``i`` ``lengths[i]`` long): their lengths and the positions
+    of their items, row after row."""
+    if len(picks) == len(lengths):  # every row, in order (positions from _worker_groups are ascending)
+        return lengths, np.arange(int(lengths.sum()))
+    rows = np.array(picks, dtype=np.intp)
+    picked = lengths[rows]
+    firsts = (np.cumsum(lengths) - lengths)[rows]
+    return picked, np.repeat(firsts - (np.cumsum(picked) - picked), picked) + np.arange(int(picked.sum()))
 
 
 class Residency:
@@ -568,18 +578,29 @@ class Residency:
                 entries += self._entries(rows, picked, None)
             return entries, self._insert(entries)
         taken = self._reserve(sum(len(picked) for _, picked in parts))  # in the blobs as they are built
+        hashes: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
         try:
             at = 0
             for rows, picked in parts:
-                entries += self._entries(rows, picked, taken[at : at + len(picked)])
+                entries += self._entries(rows, picked, taken[at : at + len(picked)], hashes, lengths)
                 at += len(picked)
         except BaseException:
             self._unreserve(taken)
             raise
-        return entries, self._insert(entries, new=True, slotted=taken)
+        columns = (np.concatenate(hashes), np.concatenate(lengths), np.array(taken, dtype=np.uint64))
+        return entries, self._insert(entries, new=True, slotted=taken, columns=columns)
 
-    def _entries(self, rows: SyncRows, picked: Sequence[int], slots: list[int] | None) -> list[DonorEntry]:
-        """The entries of rows ``picked`` of a sync page, built column by column (``slots``: theirs, reserved)."""
+    def _entries(
+        self,
+        rows: SyncRows,
+        picked: Sequence[int],
+        slots: list[int] | None,
+        hashes: list[np.ndarray] | None = None,
+        lengths: list[np.ndarray] | None = None,
+    ) -> list[DonorEntry]:
+        """The entries of rows ``picked`` of a sync page, built column by column (``slots``: theirs, reserved); their
+        block hashes, end to end, are appended to ``hashes`` and their counts to ``lengths`` if given."""
 
         def take(column: list[_T]) -> list[_T]:
             return SyncRows.pick(column, picked)
@@ -601,11 +622,15 @@ class Residency:
         heads["codes"] = forms
         head_bytes = heads.tobytes()
         starts = range(0, len(head_bytes), BLOB_HEAD)
+        hash_parts = list(map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())))
+        if hashes is not None and lengths is not None:
+            hashes.append(np.frombuffer(b"".join(hash_parts), dtype=np.uint64))
+            lengths.append((hash_ends - hash_starts) // 8)
         blobs = map(
             b"".join,
             zip(
                 map(head_bytes.__getitem__, map(slice, starts, range(BLOB_HEAD, len(head_bytes) + 1, BLOB_HEAD))),
-                map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())),
+                hash_parts,
                 embeddings,
                 strict=True,
             ),
@@ -628,11 +653,17 @@ class Residency:
         )
 
     def _insert(
-        self, entries: list[DonorEntry], *, new: bool = False, slotted: Sequence[int] | None = None
+        self,
+        entries: list[DonorEntry],
+        *,
+        new: bool = False,
+        slotted: Sequence[int] | None = None,
+        columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> list[str]:
         """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity;
         ``new``: no entry's donor is known or repeats (checked here otherwise); ``slotted``: (with ``new``) the slots
-        reserved for the entries (:meth:`_reserve`), which they carry."""
+        reserved for the entries (:meth:`_reserve`), which they carry; ``columns``: (with ``slotted``) the entries'
+        block hashes end to end, their counts and the slots as arrays (what their blobs hold)."""
         donors = self._donors
         ids = list(map(_DONOR_ID, entries))
         if slotted is not None:
@@ -655,8 +686,14 @@ class Residency:
                 self._take_slots([entry])
                 donors[donor_id] = entry
                 self._worker_donors[entry.worker] += 1
-        for group in _by_worker(entries):
-            self._post(self._workers[group[0].worker], group, replaced=not new)
+        for picks in _worker_groups(entries):
+            group = list(map(entries.__getitem__, picks))
+            blocks = self._workers[group[0].worker]
+            if columns is not None:
+                lengths, positions = _segments(columns[1], picks)
+                if self._post_new(blocks, group, (columns[0][positions], lengths, columns[2][picks])):
+                    continue
+            self._post(blocks, group, replaced=not new)
         self._order += entries
         evicted = []
         while len(donors) > self.capacity:
@@ -721,18 +758,31 @@ class Residency:
             [was[h] for h in changed],
         )
 
-    def _post_new(self, blocks: _WorkerBlocks, entries: list[DonorEntry]) -> bool:
+    def _post_new(
+        self,
+        blocks: _WorkerBlocks,
+        entries: list[DonorEntry],
+        columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> bool:
         """:meth:`_post` in a few array operations when every hash of ``entries`` is distinct and posted by no donor
-        yet (a sync page's usual donors); False, doing nothing, otherwise."""
-        heads = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), repeat(_HEAD_SLICE))), dtype=_HEAD)
-        ends = heads["hashes_end"].tolist()
-        lengths = heads["hashes_end"].astype(np.int64) // 8
-        if not len(entries) or not lengths.all():
-            return False
-        hashes = np.frombuffer(
-            b"".join(map(getitem, map(_BLOB, entries), map(slice, repeat(BLOB_HEAD), [BLOB_HEAD + e for e in ends]))),
-            dtype=np.uint64,
-        )
+        yet (a sync page's usual donors); False, doing nothing, otherwise. ``columns``: the entries' hashes end to
+        end, their counts and their slots, if known (else read from their blobs)."""
+        if columns is None:
+            heads = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), repeat(_HEAD_SLICE))), dtype=_HEAD)
+            ends = heads["hashes_end"].tolist()
+            lengths = heads["hashes_end"].astype(np.int64) // 8
+            if not len(entries) or not lengths.all():
+                return False
+            blobs = map(_BLOB, entries)
+            hashes = np.frombuffer(
+                b"".join(map(getitem, blobs, map(slice, repeat(BLOB_HEAD), [BLOB_HEAD + e for e in ends]))),
+                dtype=np.uint64,
+            )
+            slots = heads["slot"].astype(np.uint64)
+        else:
+            hashes, lengths, slots = columns
+            if not len(entries) or not lengths.all():
+                return False
         order = np.argsort(hashes)  # sorted probes: fewer cache misses in the map's binary searches
         ordered = hashes[order]
         if (ordered[1:] == ordered[:-1]).any():
@@ -740,7 +790,7 @@ class Residency:
         values = blocks.hashes.lookup(ordered)[1]
         if (values & np.uint64(_POST_MASK)).any():
             return False
-        postings = heads["slot"].astype(np.uint64) + np.uint64(1)
+        postings = slots + np.uint64(1)
         blocks.hashes.assign(ordered, values | np.repeat(postings, lengths)[order])
         if values.all():  # every hash stored on the worker (blocks recovered before the sync): all resident
             for entry in entries:

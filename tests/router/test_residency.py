@@ -447,3 +447,36 @@ def test_sync_rows_take_the_slots_they_were_built_with_and_give_them_back_on_fai
     assert len(r) == 281 and "d280" not in r
     entries, _ = r.add_rows([(rows, range(280, 300))], new=True)  # the slots given back are taken again
     assert len(r._slots) == held + 20 and not r._free and all(r._slots[e.slot] is e for e in entries)
+
+
+def test_sync_rows_of_several_workers_post_as_their_registrations_do() -> None:
+    from semblend_dynamo.events.codec import decode, encode
+    from semblend_dynamo.events.schemas import DonorSyncPage
+
+    # on W1 every hash is stored (resident at once), on W2 some are; d7 and d9 share hash 700 on W2
+    registrations = [
+        _donor(f"d{i}", (W1, W2)[i % 2], [700] if i in (7, 9) else [10 * i + 1, 10 * i + 2]).model_copy(
+            update={"registered_at": 10.0 + i}
+        )
+        for i in range(12)
+    ]
+    page = DonorSyncPage.of(
+        registrations, router_id="peer", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=12
+    )
+    rows = decode(encode(page), DonorSyncPage, max_bytes=1 << 22).rows()
+    replicas = [Residency(capacity=100), Residency(capacity=100)]
+    for r in replicas:
+        r.apply(Events(W1).stored(*(h for reg in registrations[0::2] for h in reg.block_hashes)))
+        r.apply(Events(W2).stored(31, 32, 52, 700))
+    by_rows, by_registrations = replicas
+    picked = [5, 0, 7, 2, 8, 9, 4, 1]  # not a range: a chunk of one page's rows mixing workers
+    by_rows.add_rows([(rows, picked), (rows, range(10, 12))], new=True)
+    by_registrations.add_many([registrations[i] for i in [*picked, 10, 11]])
+    assert by_rows.snapshot() == by_registrations.snapshot()
+    assert sorted(by_rows.take_changes()) == sorted(by_registrations.take_changes())
+    for key in ((W1, 0), (W2, 0)):
+        assert list(by_rows._workers[key].hashes.items()) == list(by_registrations._workers[key].hashes.items())
+    assert {e.donor_id: e.missing for e in by_rows.donors()} == {
+        e.donor_id: e.missing for e in by_registrations.donors()
+    }
+    assert by_rows.resident("ns") == {"d0", "d2", "d4", "d7", "d8", "d9", "d10"}
