@@ -29,8 +29,8 @@ from semblend_dynamo.outcomes import DeclineReason, Outcome
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.handler import BadRequest, SemanticRouter
-from semblend_dynamo.router.indexer import RequestGate
 from semblend_dynamo.router.metrics import RouterMetrics
+from tests.support.gates import GateDecidingAfterFirstWait
 
 W1, W2 = 101, 202
 BLOCK = 16
@@ -531,23 +531,6 @@ async def test_background_steps_stay_held_off_until_the_hint_is_written() -> Non
     await _run(router, {"token_ids": _prompt((2, 0, 1))})
     assert held_while_sending == [True]
     assert not router.gate.busy  # released once the request is forwarded
-
-
-class GateDecidingAfterFirstWait(RequestGate):
-    """A request gate on which a decision starts right after the first background step passed it (a request that
-    arrives while the donor thread hashes)."""
-
-    def __init__(self) -> None:
-        super().__init__(max_wait_s=30)
-        self.waits = 0
-        self.deciding_now = self.deciding()
-
-    def wait(self) -> None:
-        self.waits += 1
-        if self.waits == 1:
-            self.deciding_now.__enter__()
-            return
-        super().wait()
 
 
 async def test_the_donor_thread_waits_for_a_decision_that_started_while_it_hashed() -> None:

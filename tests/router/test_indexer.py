@@ -16,6 +16,7 @@ from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.indexer import PipelineIndexer, RequestGate, trim_heap
 from tests.support.catalog_donors import registration, stored
+from tests.support.gates import GateDecidingAfterFirstWait
 
 NS = NamespaceKey(model_id="m", tokens_per_block=16)
 
@@ -226,22 +227,6 @@ def test_the_heap_is_trimmed_once_a_bulk_of_changes_is_applied_and_the_queue_is_
     indexer.add_peer("p3", "ns", _vector())
     assert indexer.drain(10) and trims == [1]  # counted afresh after a trim
     assert trim_heap() is True  # glibc here: the real call runs
-
-
-class GateDecidingAfterFirstWait(RequestGate):
-    """A request gate on which a decision starts right after the first background step passed it."""
-
-    def __init__(self) -> None:
-        super().__init__(max_wait_s=30)
-        self.waits = 0
-        self.deciding_now = self.deciding()
-
-    def wait(self) -> None:
-        self.waits += 1
-        if self.waits == 1:
-            self.deciding_now.__enter__()
-            return
-        super().wait()
 
 
 class CommittingDiscovery(RecordingDiscovery):
