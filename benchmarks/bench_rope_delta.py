@@ -93,6 +93,12 @@ warps, uncapped (sm_90a counts: benchmarks/results/kern5/registers_sm90a_tiles.m
 LAYERS_FASTEST_SIZE_SWEEP = [KernelTuning(1, 16, lpp, 1, 40, layers_fastest=True) for lpp in (1, 2)]
 """Layers-fastest program order (issue 16.4, session 10): the best two of the session-10 H200 short run, the first the
 bf16 in-place default up to 8K tokens."""
+ONE_TRIP_SIZE_SWEEP = [
+    KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True),
+    KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
+]
+"""The one-trip start (issue 16.4, session 12): the session-12 H200 short run's bf16 in-place default and its fp8
+in-place and fp8 copy (Qwen2.5-7B 2K) default."""
 SIZE_SWEEP = [
     *(KernelTuning(1, 16, lpp, 1, 40) for lpp in (2, 4, 8)),
     KernelTuning(1, 16, 4, 1, 32),
@@ -102,10 +108,11 @@ SIZE_SWEEP = [
     *NEW_SIZE_SWEEP,
     *LOAD_ALL_SIZE_SWEEP,
     *LAYERS_FASTEST_SIZE_SWEEP,
+    *ONE_TRIP_SIZE_SWEEP,
 ]
 """``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
-heads per program). 32 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
-`NEW_SIZE_SWEEP`, `LOAD_ALL_SIZE_SWEEP` and `LAYERS_FASTEST_SIZE_SWEEP`."""
+heads per program). 34 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
+`NEW_SIZE_SWEEP`, `LOAD_ALL_SIZE_SWEEP`, `LAYERS_FASTEST_SIZE_SWEEP` and `ONE_TRIP_SIZE_SWEEP`."""
 _BF16_DEFAULT = KernelTuning(1, 16, 1, 1, 40, layers_fastest=True)
 _BF16_TILES = KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True, layers_fastest=True)
 _FP8_TILES = KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True)

@@ -140,11 +140,23 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "copy", 173391, KernelTuning(layers_per_program=8)),
     (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
-    (False, "inplace", 43347, KernelTuning(layers_per_program=1, layers_fastest=True)),
+    (False, "inplace", 43347, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
     (False, "inplace", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
     (False, "inplace", 1 << 62, KernelTuning(layers_per_program=4)),
-    (True, "copy", 10836, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
+    (
+        True,
+        "copy",
+        10836,
+        KernelTuning(
+            num_warps=4,
+            layers_per_program=1,
+            max_registers=None,
+            heads_per_program=4,
+            load_all_tiles=True,
+            one_trip_start=True,
+        ),
+    ),
     (True, "copy", 21673, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
     (True, "copy", 43347, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
     (True, "copy", 86695, KernelTuning(num_warps=4, max_registers=None)),
@@ -154,7 +166,14 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
         True,
         "inplace",
         21673,
-        KernelTuning(num_warps=4, layers_per_program=1, max_registers=None, heads_per_program=4, load_all_tiles=True),
+        KernelTuning(
+            num_warps=4,
+            layers_per_program=1,
+            max_registers=None,
+            heads_per_program=4,
+            load_all_tiles=True,
+            one_trip_start=True,
+        ),
     ),
     (True, "inplace", 43347, KernelTuning(num_warps=4, max_registers=64)),
     (True, "inplace", 86695, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
@@ -167,8 +186,10 @@ load-all-tiles programs, best at both 2K sizes in the session-9 H200 sweep (benc
 up to 43347 head-blocks (Llama-3-8B 2K, Qwen2.5-7B 2K and 8K): 16 warps, 1 layer per program, 40 registers,
 layers-fastest program order, from the session-10 H200 short sweep (benchmarks/results/kern7/h200/; best at Llama 2K
 and Qwen 8K, 0.1 point of copy bandwidth behind the best at Qwen 2K; replaced 8 warps / 4 layers uncapped up to 21673
-and 16 warps / 8 layers / 40 registers up to 43347). The sizes: 2K / 8K / 32K tokens of
-Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
+and 16 warps / 8 layers / 40 registers up to 43347). The one-trip start (``one_trip_start``) on the bf16 in-place
+entry up to 43347, the fp8 in-place entry up to 21673 and a new fp8 copy entry up to 10836 (load-all-tiles, 4 heads a
+program): the session-12 H200 short sweep's best at every one of those cases (benchmarks/results/kern10/h200/). The
+sizes: 2K / 8K / 32K tokens of Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
 def default_tuning(dtype: torch.dtype, op: Literal["copy", "inplace"], head_blocks: int) -> KernelTuning:
