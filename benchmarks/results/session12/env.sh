@@ -15,7 +15,8 @@ if [ ! -f /tmp/semdev/.done ]; then
   touch /tmp/semdev/.done
 fi
 export PATH=/tmp/semdev/bin:$PATH:/usr/sbin
-export PYTHONPATH=$PWD:$S
+mkdir -p /tmp/pr && ln -sfn "$PWD/kernels" /tmp/pr/semblend_kernels  # the kernels' import name, as installed
+export PYTHONPATH=$PWD:/tmp/pr:$S
 cc_inc=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 if [ ! -f "$cc_inc/Python.h" ] && [ -f .stage/pyinc.tar.xz ]; then
   mkdir -p /tmp/pyinc && tar -xJf .stage/pyinc.tar.xz -C /tmp/pyinc
