@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from semblend_dynamo.events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
-from semblend_dynamo.router.residency import DonorEntry, Residency
+from semblend_dynamo.router.residency import SHARED, DonorEntry, Residency
 
 W1, W2 = 11, 22
 
@@ -487,7 +487,7 @@ def test_sync_rows_of_several_workers_post_as_their_registrations_do() -> None:
 def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes: bool) -> None:
     """A page whose rows all have as many hashes and embedding bytes (its blobs built as one array, its hashes posted
     from rows of them) ends exactly as the same donors added from their registrations: the same blobs, postings,
-    residency, changes and per-worker counts (in order)."""
+    residency, changes and per-worker counts (in order), and the postings and missing counts the kv-events give."""
     from semblend_dynamo.events.codec import decode, encode
     from semblend_dynamo.events.schemas import DonorSyncPage
 
@@ -554,6 +554,15 @@ def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes:
     for counts in ("_worker_donors", "_worker_resident", "_resident_counts"):
         assert list(getattr(by_rows, counts).items()) == list(getattr(by_registrations, counts).items()), counts
     donors = list(by_rows.donors())
+    stored = {W1: {h for reg in registrations[0::3] for h in reg.block_hashes}, 33: set()}
+    stored[W2] = {777, *(h for reg in registrations[1::6] for h in reg.block_hashes)}
+    for entry in donors:  # checked against the kv-events themselves, not only against the other path
+        blocks = by_rows._workers[entry.worker]
+        for tokens_hash in entry.block_hashes:
+            value = blocks.hashes.get(tokens_hash)
+            assert value is not None and (value >> 32 == 1) == (tokens_hash in stored[entry.worker[0]])
+            assert value & SHARED == entry.slot + 1 or entry.slot in blocks.shared[tokens_hash]
+        assert entry.missing == sum(h not in stored[entry.worker[0]] for h in entry.block_hashes)
     assert by_rows._worker_donors == Counter(e.worker for e in donors)
     assert by_rows._worker_resident == Counter(e.worker for e in donors if e.missing == 0)
     assert by_rows._resident_counts == Counter(e.namespace for e in donors if e.missing == 0)
