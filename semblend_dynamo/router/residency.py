@@ -17,7 +17,7 @@ import struct
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from itertools import repeat
 from operator import attrgetter, getitem
 from typing import TypeVar, cast
@@ -669,15 +669,22 @@ class Residency:
                 lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
         else:
             blobs = self._joined_blobs(rows, take, heads, dims, forms, convert, hashes, lengths)
-        worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
-        keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
+        worker_ids, dp_ranks = take(rows.worker_ids), take(rows.dp_ranks)
+        workers: Sequence[Hashable] = worker_ids  # each donor's worker key, or (every rank 0, the usual) its worker id
+        keys: dict[Hashable, WorkerKey]
+        if any(dp_ranks):
+            pairs = list(zip(worker_ids, dp_ranks, strict=True))
+            keys = {key: self._blocks(key).key for key in dict.fromkeys(pairs)}
+            workers = pairs
+        else:
+            keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(worker_ids)}
         return list(
             map(
                 DonorEntry,
                 take(rows.donor_ids) if ids is None else ids,
                 take(rows.donor_keys),
                 _shared(take(rows.router_ids), sys.intern),
-                map(keys.__getitem__, worker_keys),
+                map(keys.__getitem__, workers),
                 repeat(sys.intern(rows.deployment)),
                 _shared(take(rows.namespaces), sys.intern),
                 _shared(take(rows.num_tokens), _shared_int),

@@ -506,6 +506,7 @@ def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes:
                     "embedding": (vector / np.linalg.norm(vector)).astype("<f2").tobytes(),
                     "embedding_dim": 8,
                     "donor_key": f"k{i}",
+                    "dp_rank": int(i >= 60 and i % 3 == 2),  # the second page: worker 33 on rank 1
                 }
             )
         )
