@@ -752,6 +752,8 @@ class Residency:
         if slotted is not None:
             slots = self._slots
             if isinstance(slotted, range) and slotted.step == 1:  # slots new at the end (none freed to reuse)
+                if len(slotted) != len(entries):
+                    raise ValueError("slots and entries differ in number")
                 slots[slotted.start : slotted.stop] = entries
             else:
                 for slot, entry in zip(slotted, entries, strict=True):

@@ -494,9 +494,9 @@ def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes:
     rng = np.random.default_rng(5)
     workers = (W1, W2, 33)
     registrations = []
-    for i in range(120):
+    for i in range(124):
         vector = rng.standard_normal(8).astype(np.float32)
-        hashes = [1000 * i + k for k in range(1, 5)]
+        hashes = [1000 * i + k for k in range(1, 5 if i < 120 else 2 + i % 2)]  # the third page: rows of 1 or 2
         if i in (31, 61):  # two donors of worker W2 (i % 3 == 1) share a hash: that worker's batch is posted one by one
             hashes[0] = 777
         registrations.append(
@@ -516,7 +516,7 @@ def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes:
         decode(
             encode(
                 DonorSyncPage.of(
-                    entries, router_id="p", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=120
+                    entries, router_id="p", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=124
                 )
             ),
             DonorSyncPage,
@@ -524,10 +524,11 @@ def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes:
         ).rows()
         for entries in (
             source.entries(r.donor_id for r in registrations[:60]),
-            source.entries(r.donor_id for r in registrations[60:]),
+            source.entries(r.donor_id for r in registrations[60:120]),
+            source.entries(r.donor_id for r in registrations[120:]),
         )
     ]
-    assert [rows.row_sizes for rows in pages] == [(4, 8 if codes else 16)] * 2
+    assert [rows.row_sizes for rows in pages] == [(4, 8 if codes else 16)] * 2 + [None]
     replicas = [Residency(capacity=1000, codes=codes) for _ in range(2)]
     for r in replicas:
         r.apply(Events(W1).stored(*(h for reg in registrations[0::3] for h in reg.block_hashes)))  # all stored
@@ -541,6 +542,11 @@ def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes:
     entries, evicted = by_rows.add_rows(parts, new=True, ids=ids)
     by_registrations.add_many([source.entries([donor_id])[0].registration for donor_id in ids])
     assert not evicted and [e.donor_id for e in entries] == ids
+    more = [registrations[i].donor_id for i in (123, 121, 120, 122, 6, 3)]  # a chunk mixing rows of other sizes
+    entries, _ = by_rows.add_rows([(pages[2], [3, 1, 0, 2]), (pages[0], [6, 3])], new=True, ids=more)
+    by_registrations.add_many([source.entries([donor_id])[0].registration for donor_id in more])
+    assert [e.donor_id for e in entries] == more
+    ids += more
     for donor_id in ids:
         mine, theirs = by_rows.donor(donor_id), by_registrations.donor(donor_id)
         assert mine is not None and theirs is not None
@@ -564,6 +570,7 @@ def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes:
             assert value is not None and (value >> 32 == 1) == (tokens_hash in stored[entry.worker[0]])
             assert value & SHARED == entry.slot + 1 or entry.slot in blocks.shared[tokens_hash]
         assert entry.missing == sum(h not in stored[entry.worker[0]] for h in entry.block_hashes)
+    assert len(donors) == 124
     assert by_rows._worker_donors == Counter(e.worker for e in donors)
     assert by_rows._worker_resident == Counter(e.worker for e in donors if e.missing == 0)
     assert by_rows._resident_counts == Counter(e.namespace for e in donors if e.missing == 0)
