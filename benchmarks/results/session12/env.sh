@@ -1,11 +1,13 @@
 # Device staging for session 12's quiet-host runs (sourced from the repo root; copy to .stage/fp/env.sh).
-# Installs the carried py3.12 wheels into /tmp/semdev/site (every .stage/whl*/ present), unpacks Dynamo
+# Installs the carried py3.12 wheels into /tmp/semdev/site (every .stage/whl*/ present, and .stage/pkgs/*.tar.xz: the
+# same wheels unpacked with their shared objects stripped, a quarter of the size, for calls near the carry limit), unpacks Dynamo
 # (.stage/dynA: dynamo-py.tar.xz, core.so.xz, nats-server.xz) when carried, and builds this tree's compiled parts.
 S=/tmp/semdev/site
 mkdir -p "$S" /tmp/semdev/bin
 if [ ! -f /tmp/semdev/.done ]; then
   whl=$(ls .stage/whl*/*.whl 2>/dev/null)
   [ -n "$whl" ] && python3 -m pip install -q --no-deps --no-index --target "$S" $whl 2>&1 | tail -1
+  for t in .stage/pkgs/*.tar.xz; do [ -f "$t" ] && tar -xJf "$t" -C "$S"; done  # unpacked wheels, .so stripped
   if [ -f .stage/dynA/dynamo-py.tar.xz ]; then
     tar -xJf .stage/dynA/dynamo-py.tar.xz -C "$S"
     xz -dc .stage/dynA/core.so.xz > "$S/dynamo/_core.abi3.so"
