@@ -249,6 +249,7 @@ def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
         "ask_loads",
         "exact",
         "spans",
+        "plan_ahead",
         "semantic",
         "load",
         "decide",
