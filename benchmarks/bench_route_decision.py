@@ -44,22 +44,9 @@ import numpy as np
 from router_under_test import BLOCK, ROOT, TARGET_TOKENS, WORKER, export_ref, make_router, seed, use_code
 from router_under_test import span_target as make_target
 
-STAGES = (
-    "parse",
-    "ask_loads",
-    "exact",
-    "spans",
-    "plan_ahead",
-    "semantic",
-    "load",
-    "decide",
-    "glue",
-    "hint",
-    "total_added",
-)
+STAGES = ("parse", "ask_loads", "exact", "spans", "semantic", "load", "decide", "glue", "hint", "total_added")
 IN_DECIDE = ("ask_loads", "exact", "semantic", "load")
-"""The stages timed inside ``decide`` (``spans`` and ``plan_ahead`` are inside ``exact``); the rest of ``decide`` is
-``glue``."""
+"""The stages timed inside ``decide`` (``spans`` is inside ``exact``); the rest of ``decide`` is ``glue``."""
 SLOW_MS = 5.0
 """Decisions slower than this are counted (the VM's preemptions last 2-7 ms; the tail looked for is 12-18 ms)."""
 

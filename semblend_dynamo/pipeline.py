@@ -415,64 +415,6 @@ class DonorDiscovery:
         computed beforehand (:meth:`embed_prompts`), searched instead of embedding here. ``known_spans``: the
         spans an earlier call for the same request found (not aligned again).
         """
-        return self._discover(
-            request_id,
-            namespace,
-            tokens,
-            exact_prefix_tokens=exact_prefix_tokens,
-            device_prefix_tokens=device_prefix_tokens,
-            resident=resident,
-            embed=embed,
-            prompt_vector=prompt_vector,
-            known_spans=known_spans,
-            tenancy=tenancy,
-            count=True,
-        )
-
-    def plan_ahead(
-        self,
-        request_id: str,
-        namespace: NamespaceKey,
-        tokens: Sequence[int] | np.ndarray,
-        spans: Sequence[Span],
-        *,
-        tenancy: Tenancy | None = None,
-    ) -> DiscoveryResult:
-        """What ``discover(..., embed=False, known_spans=spans)`` returns for an exact overlap below
-        ``exact_route_threshold``, made before that overlap is known, counting nothing.
-
-        For a caller waiting for the exact overlap (the router, while Dynamo's exact query is in flight): without an
-        embedding nothing in the result but its ``exact_prefix_tokens`` depends on an overlap below the threshold (the
-        plan, the candidates, the policy's verdict). Once the overlap is known not to win, :meth:`settle` gives the
-        result ``discover`` would have given and counts it as ``discover`` would have.
-        """
-        return self._discover(
-            request_id, namespace, tokens, embed=False, known_spans=spans, tenancy=tenancy, count=False
-        )
-
-    def settle(self, ahead: DiscoveryResult, exact_prefix_tokens: int) -> DiscoveryResult:
-        """``ahead`` (:meth:`plan_ahead`'s) as ``discover`` returns it for ``exact_prefix_tokens``, which the caller
-        found below ``exact_route_threshold``; counted as ``discover`` counts its result."""
-        if ahead.decision.reason is not None:
-            self.counters[f"decline:{ahead.decision.reason.value}"] += 1
-        return ahead.model_copy(update={"exact_prefix_tokens": exact_prefix_tokens})
-
-    def _discover(
-        self,
-        request_id: str,
-        namespace: NamespaceKey,
-        tokens: Sequence[int] | np.ndarray,
-        *,
-        exact_prefix_tokens: int = 0,
-        device_prefix_tokens: int = 0,
-        resident: Collection[str] | None = None,
-        embed: bool = True,
-        prompt_vector: np.ndarray | None = None,
-        known_spans: Sequence[Span] | None = None,
-        tenancy: Tenancy | None = None,
-        count: bool,
-    ) -> DiscoveryResult:
-        """:meth:`discover`; ``count=False`` counts no decline (:meth:`plan_ahead`)."""
         timings = StageTimings()
         digest = namespace.digest()
         t0 = time.perf_counter()
@@ -487,7 +429,6 @@ class DonorDiscovery:
                 timings,
                 reason=DeclineReason.INTERNAL_ERROR,
                 detail=str(exc),
-                count=count,
             )
         n = int(target.size)
         exact_wins = n > 0 and exact_prefix_tokens / n >= self.cfg.exact_route_threshold
@@ -501,7 +442,6 @@ class DonorDiscovery:
                 timings,
                 reason=DeclineReason.EMPTY_PROMPT,
                 detail="no tokens",
-                count=count,
             )
         if exact_wins:
             detail = f"exact prefix {exact_prefix_tokens}/{n} >= {self.cfg.exact_route_threshold}"
@@ -513,13 +453,10 @@ class DonorDiscovery:
                 timings,
                 reason=DeclineReason.EXACT_PREFIX_WINS,
                 detail=detail,
-                count=count,
             )
         refused = self.policy.may_seek(tenancy if tenancy is not None else Tenancy.from_salt(namespace.cache_salt))
         if refused is not None:
-            return self._finish(
-                request_id, digest, n, exact_prefix_tokens, timings, reason=refused, detail="", count=count
-            )
+            return self._finish(request_id, digest, n, exact_prefix_tokens, timings, reason=refused, detail="")
 
         t0 = time.perf_counter()
         spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
@@ -539,9 +476,7 @@ class DonorDiscovery:
                 t0 = time.perf_counter()
                 decision = self.planner.plan(n, spans, similarity=similarity, device_prefix_tokens=device_prefix_tokens)
                 timings.plan += _us(t0)
-        return self._result(
-            request_id, digest, n, exact_prefix_tokens, spans, hits, embedded, decision, timings, count=count
-        )
+        return self._result(request_id, digest, n, exact_prefix_tokens, spans, hits, embedded, decision, timings)
 
     def find_spans(
         self, namespace: NamespaceKey, tokens: Sequence[int] | np.ndarray, *, resident: Collection[str] | None = None
@@ -611,8 +546,6 @@ class DonorDiscovery:
         embedded: bool,
         decision: PlanDecision,
         timings: StageTimings,
-        *,
-        count: bool = True,
     ) -> DiscoveryResult:
         covered: Counter[str] = Counter()
         for s in spans:
@@ -632,7 +565,7 @@ class DonorDiscovery:
         else:
             above = [c for c in candidates if (c.similarity or 0.0) >= self.cfg.min_similarity]
             primary = above[0].donor_id if above else None
-        if count and decision.reason is not None:
+        if decision.reason is not None:
             self.counters[f"decline:{decision.reason.value}"] += 1
         return DiscoveryResult(
             request_id=request_id,
@@ -659,11 +592,9 @@ class DonorDiscovery:
         *,
         reason: DeclineReason,
         detail: str,
-        count: bool = True,
     ) -> DiscoveryResult:
         """A result decided before any discovery ran (exact win, bad or empty prompt, disabled)."""
-        if count:
-            self.counters[f"decline:{reason.value}"] += 1
+        self.counters[f"decline:{reason.value}"] += 1
         return DiscoveryResult(
             request_id=request_id,
             namespace=digest,

@@ -249,7 +249,6 @@ def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
         "ask_loads",
         "exact",
         "spans",
-        "plan_ahead",
         "semantic",
         "load",
         "decide",

@@ -332,11 +332,10 @@ class SemanticRouter:
         loads = None if refused is not None else self._ask_loads(routed)
         decision = Decision(Outcome.COLD_FALLBACK)
         spans: list[Span] | None = None
-        ahead: DiscoveryResult | None = None
         t_exact = time.perf_counter()
         asked = self._ask_exact(routed)
         if loads is not None and self.cfg.spans_during_exact:  # the loop's time while Dynamo answers
-            spans, ahead = self._spans_during_exact(routed, decision)
+            spans = self._spans_during_exact(routed, decision)
         try:
             scores = await asked
             decision.exact_blocks = max((int(w.get("device_blocks", 0)) for w in scores.get("workers", [])), default=0)
@@ -362,7 +361,7 @@ class SemanticRouter:
             decision.reason = refused
             return decision
         try:
-            await self._semantic(routed, decision, exact_tokens, loads, spans, ahead)
+            await self._semantic(routed, decision, exact_tokens, loads, spans)
         except Exception:
             log.exception("semantic stage failed for %s; routing exact-only", routed.request_id)
             decision.reason = DeclineReason.INTERNAL_ERROR
@@ -407,36 +406,21 @@ class SemanticRouter:
             failed.set_exception(exc)
             return failed
 
-    def _spans_during_exact(
-        self, routed: RoutedRequest, decision: Decision
-    ) -> tuple[list[Span] | None, DiscoveryResult | None]:
+    def _spans_during_exact(self, routed: RoutedRequest, decision: Decision) -> list[Span] | None:
         """The request's spans, searched while Dynamo's exact query is in flight (timed ``spans``) unless exact reuse
-        may win, and their plan and candidates (timed ``plan_ahead``: none of it depends on an exact overlap below the
-        threshold; :meth:`DonorDiscovery.plan_ahead`). None for what was not done (exact may win, or a failure:
-        counted for the search): the semantic stage searches or plans as it would have."""
+        may win; None then, or on a failure (counted): the semantic stage searches as it would have."""
         assert self.discovery is not None
         t0 = time.perf_counter()
         try:
             if self._exact_may_win(routed):
-                return None, None
+                return None
             spans = self.discovery.find_spans(routed.namespace, routed.token_array)
         except Exception:
             log.exception("span search during the exact query failed for %s", routed.request_id)
             self.metrics.spans_during_exact.labels("failed").inc()
             spans = None
-        t1 = time.perf_counter()
-        decision.latency_us["spans"] = (t1 - t0) * 1e6
-        if spans is None:
-            return None, None
-        try:
-            ahead = self.discovery.plan_ahead(
-                routed.request_id, routed.namespace, routed.token_array, spans, tenancy=routed.tenancy
-            )
-        except Exception:  # the semantic stage plans again, as it would have (and fails as it would have)
-            log.exception("planning during the exact query failed for %s", routed.request_id)
-            return spans, None
-        decision.latency_us["plan_ahead"] = (time.perf_counter() - t1) * 1e6
-        return spans, ahead
+        decision.latency_us["spans"] = (time.perf_counter() - t0) * 1e6
+        return spans
 
     def _ask_loads(self, routed: RoutedRequest) -> asyncio.Future[list[dict[str, int]]]:
         """Dynamo's per-worker loads, asked now; an error comes out where they are awaited.
@@ -460,24 +444,19 @@ class SemanticRouter:
         exact_tokens: int,
         loads: Awaitable[list[dict[str, int]]],
         spans: list[Span] | None,
-        ahead: DiscoveryResult | None = None,
     ) -> None:
-        """Discovery (with the spans searched and planned during the exact query, if any: ``ahead`` is settled with
-        the exact overlap, below the threshold here), then placement and the hint."""
+        """Discovery (with the spans searched during the exact query, if any), then placement and the hint."""
         assert self.discovery is not None
         t0 = time.perf_counter()
-        if ahead is not None:
-            result = self.discovery.settle(ahead, exact_tokens)
-        else:
-            result = self.discovery.discover(
-                routed.request_id,
-                routed.namespace,
-                routed.token_array,
-                exact_prefix_tokens=exact_tokens,
-                embed=False,
-                known_spans=spans,
-                tenancy=routed.tenancy,
-            )
+        result = self.discovery.discover(
+            routed.request_id,
+            routed.namespace,
+            routed.token_array,
+            exact_prefix_tokens=exact_tokens,
+            embed=False,
+            known_spans=spans,
+            tenancy=routed.tenancy,
+        )
         if not (result.spans or result.exact_wins) and self.embeddings is not None:
             try:
                 vector = await self.embeddings.for_request(routed.tokens)

@@ -30,7 +30,7 @@ class RouterMetrics:
         )
         self.stage_latency = Histogram(
             "semblend_router_stage_seconds",
-            "router stage latency (parse, ask_loads, exact, spans, plan_ahead, semantic, load, decide, chain_steps, hint, "
+            "router stage latency (parse, ask_loads, exact, spans, semantic, load, decide, chain_steps, hint, "
             "forward_first_response, total_added)",
             ["stage"],
             buckets=_LATENCY_BUCKETS_S,

@@ -273,42 +273,6 @@ def test_spans_found_ahead_decide_as_discover_would(tokenizer: TokenizerAdapter,
     assert discovery.find_spans(NS, target, resident=[]) == []
 
 
-@pytest.mark.parametrize("exact", [0, 32, 224])
-@pytest.mark.parametrize("case", ["placement", "no spans", "tenant unknown", "declined"])
-def test_a_plan_made_ahead_of_the_exact_overlap_settles_to_what_discover_gives(
-    tokenizer: TokenizerAdapter, docs: list[list[int]], case: str, exact: int
-) -> None:
-    """The router plans while Dynamo's exact query is in flight, then settles the plan with the overlap (below the
-    threshold: 224 of 552 tokens at 0.5): the same result as discover with that overlap, counted once, as discover
-    counts; nothing counted before it settles."""
-    from semblend_dynamo.policy import Tenancy
-
-    discovery = make(tokenizer, exact_materialization_only=False, isolation="cache_salt")
-    chunks = [docs[i][:128] for i in range(4)]
-    discovery.register_donor("d", NS, [t for c in chunks for t in c] + docs[5][:40])
-    target = chunks[2] + chunks[0] + chunks[3] + chunks[1] + docs[4][:40]
-    tenancy = None
-    if case == "no spans":
-        target = docs[4][:552]
-    elif case == "tenant unknown":
-        tenancy = Tenancy.unknown()
-    elif case == "declined":
-        target = chunks[0] + docs[4][:424]  # one span: too little reuse to load
-    spans = discovery.find_spans(NS, np.asarray(target, dtype=np.int64))
-    assert spans is not None
-    discovery.counters.clear()
-    ahead = discovery.plan_ahead("r", NS, target, spans, tenancy=tenancy)
-    assert not discovery.counters
-    settled = discovery.settle(ahead, exact)
-    counted = dict(discovery.counters)
-    discovery.counters.clear()
-    inline = discovery.discover("r", NS, target, exact_prefix_tokens=exact, embed=False, tenancy=tenancy)
-    assert settled.model_dump(exclude={"timings_us"}) == inline.model_dump(exclude={"timings_us"})
-    assert counted == dict(discovery.counters)
-    assert (case == "placement") == settled.decision.accepted
-    assert (case in ("no spans", "tenant unknown")) == (not settled.spans)
-
-
 @pytest.mark.parametrize("tokens", [[], ["not", "token", "ids"], [[1, 2], [3, 4]]])
 def test_finding_spans_ahead_of_an_unsearchable_prompt_gives_none(tokenizer: TokenizerAdapter, tokens: Any) -> None:
     discovery = make(tokenizer)

@@ -198,8 +198,8 @@ async def test_the_load_query_is_asked_before_the_spans_are_searched_and_its_fai
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
     assert router.discovery is not None
     order: list[str] = []
-    search = router.discovery.find_spans  # searched (and planned) while the exact query is in flight
-    router.discovery.find_spans = lambda *a, **k: order.append("spans") or search(*a, **k)  # type: ignore[method-assign]
+    search = router.discovery.discover
+    router.discovery.discover = lambda *a, **k: order.append("spans") or search(*a, **k)  # type: ignore[method-assign]
     answer: asyncio.Future[list[dict[str, int]]] = asyncio.get_running_loop().create_future()
 
     def loads(token_ids: list[int]) -> asyncio.Future[list[dict[str, int]]]:
