@@ -38,7 +38,8 @@ for t in "$@"; do
   if [ "${PROBE:-0}" = 1 ]; then
     for f in "$OUT/probe_${i}_$t"/probe_*.jsonl; do
       [ -e "$f" ] || { echo "== $t: no probe lines (sitecustomize not loaded?)"; continue; }
-      python3 benchmarks/results/route10/span_probe_report.py "$f" --count "$reqs" | tee "$OUT/probe_${i}_$t.md"
+      PYTHONPATH=/tmp/semdev/site:/tmp/pr python3 benchmarks/results/route10/span_probe_report.py "$f" --count "$reqs" \
+        | tee "$OUT/probe_${i}_$t.md"
       gzip -f "$f"
     done
   fi
