@@ -4,7 +4,7 @@
     TRITON_INTERPRET=1 python benchmarks/bench_rope_delta.py --smoke   # tiny shapes on CPU: checks the script runs
     python benchmarks/bench_rope_delta.py --sweep-every-size --out bench.json  # + every case's own sweep (SIZE_SWEEP)
     python benchmarks/pick_rope_defaults.py bench.json   # then: the library's default table from that sweep
-    python benchmarks/bench_rope_delta.py --short --rounds 3 --out short.json  # the short cases x SESSION10_SWEEP only
+    python benchmarks/bench_rope_delta.py --short --rounds 3 --out short.json  # the short cases x CASE_SWEEP only
 
 Prints the measured device copy bandwidth (torch copy of a 4 GiB buffer, read + write bytes), a small tuning sweep,
 then for Llama-3-8B and Qwen2.5-7B KV shapes (bf16 and fp8 e4m3 with per-layer scales, 32-token blocks) at 2K / 8K /
@@ -93,6 +93,12 @@ warps, uncapped (sm_90a counts: benchmarks/results/kern5/registers_sm90a_tiles.m
 LAYERS_FASTEST_SIZE_SWEEP = [KernelTuning(1, 16, lpp, 1, 40, layers_fastest=True) for lpp in (1, 2)]
 """Layers-fastest program order (issue 16.4, session 10): the best two of the session-10 H200 short run, the first the
 bf16 in-place default up to 8K tokens."""
+ONE_TRIP_SIZE_SWEEP = [
+    KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True),
+    KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
+]
+"""The one-trip start (issue 16.4, session 12): the session-12 H200 short run's bf16 in-place default and its fp8
+in-place and fp8 copy (Qwen2.5-7B 2K) default."""
 SIZE_SWEEP = [
     *(KernelTuning(1, 16, lpp, 1, 40) for lpp in (2, 4, 8)),
     KernelTuning(1, 16, 4, 1, 32),
@@ -102,45 +108,45 @@ SIZE_SWEEP = [
     *NEW_SIZE_SWEEP,
     *LOAD_ALL_SIZE_SWEEP,
     *LAYERS_FASTEST_SIZE_SWEEP,
+    *ONE_TRIP_SIZE_SWEEP,
 ]
 """``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
-heads per program). 32 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
-`NEW_SIZE_SWEEP`, `LOAD_ALL_SIZE_SWEEP` and `LAYERS_FASTEST_SIZE_SWEEP`."""
-_BF16_BEST = KernelTuning(1, 16, 2, 1, 40)
-_BF16_TILES = KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True)
-_BF16_W8 = KernelTuning(1, 8, 4, 1, None)
+heads per program). 34 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
+`NEW_SIZE_SWEEP`, `LOAD_ALL_SIZE_SWEEP`, `LAYERS_FASTEST_SIZE_SWEEP` and `ONE_TRIP_SIZE_SWEEP`."""
+_BF16_DEFAULT = KernelTuning(1, 16, 1, 1, 40, layers_fastest=True)
+_BF16_TILES = KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True, layers_fastest=True)
 _FP8_TILES = KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True)
 _FP8_GRID = KernelTuning(1, 4, 2, 1, 64)
-SESSION10_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
+CASE_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
     ("bf16", "inplace"): [
-        # baselines: the session-9 H200 bests at the short sizes, and the defaults there
-        _BF16_BEST,
-        _BF16_W8,
-        KernelTuning(1, 16, 8, 1, 40),
+        # baselines: the session-10 H200 default and runners-up, and 2 heads per program without the new start
+        _BF16_DEFAULT,
+        KernelTuning(1, 16, 2, 1, 40, layers_fastest=True),
+        replace(_BF16_DEFAULT, heads_per_program=2),
         _BF16_TILES,
-        KernelTuning(1, 16, 1, 1, 40),
-        # layers-fastest program order (the session-10 default up to 8K tokens: 16 warps, 1 layer, 40 registers)
-        replace(_BF16_BEST, layers_fastest=True),
-        replace(_BF16_W8, layers_fastest=True),
-        replace(_BF16_TILES, layers_fastest=True),
-        KernelTuning(1, 16, 1, 1, 40, layers_fastest=True),
+        # one-trip start: the default, under a 32-register cap (4 programs of 16 warps per multiprocessor), with 2
+        # heads per program (more, shorter programs: a shorter tail) and 2 layers per program; load-all-tiles
+        replace(_BF16_DEFAULT, one_trip_start=True),
+        replace(_BF16_DEFAULT, max_registers=32, one_trip_start=True),
+        replace(_BF16_DEFAULT, heads_per_program=2, one_trip_start=True),
+        KernelTuning(1, 16, 2, 1, 40, layers_fastest=True, one_trip_start=True),
+        replace(_BF16_TILES, one_trip_start=True),
     ],
     ("fp8", "inplace"): [
         _FP8_TILES,
         _FP8_GRID,
-        KernelTuning(1, 4, 2, 1, 64, programs_per_sm=8),
-        replace(_FP8_TILES, layers_fastest=True),
+        replace(_FP8_TILES, one_trip_start=True),
+        replace(_FP8_GRID, one_trip_start=True),
     ],
     ("fp8", "copy"): [
         KernelTuning(1, 4, 4, 1, None),
         _FP8_TILES,
-        KernelTuning(1, 4, 2, 1, None),
-        KernelTuning(1, 4, 4, 1, None, layers_fastest=True),
+        replace(_FP8_TILES, one_trip_start=True),
     ],
 }
-"""``--cases`` / ``--short`` (issue 16.4, session 10): per (dtype, op), the session-9 H200 bests and defaults at the
-short sizes, then layers-fastest program order on top of them. (The session-10 H200 run also timed cache hints,
-unmasked full tiles and fp16 rotation for fp8; they lost and were removed: docs/benchmarks.md.)"""
+"""``--cases`` / ``--short`` (issue 16.4, session 12): per (dtype, op), the session-10 H200 defaults and runners-up at
+the short sizes, then the same settings with `KernelTuning.one_trip_start` (``+S``). (Session 10 timed layers-fastest
+order, cache hints, unmasked full tiles and fp16 rotation for fp8 here: docs/benchmarks.md.)"""
 SHORT_CASES = [
     "bf16:Llama-3-8B:2048:inplace",
     "bf16:Qwen2.5-7B:2048:inplace",
@@ -221,8 +227,8 @@ def make_case(
     return Case(layout, pool, copy_plan, inplace_plan, inv_freq, kv_scale, k_bytes)
 
 
-def kernel_fn(case: Case, op: str, tuning: KernelTuning) -> Callable[[], None]:
-    """The validated launch alone (plan already on the device)."""
+def kernel_fn(case: Case, op: str, tuning: KernelTuning) -> Callable[[], object]:
+    """The validated launch alone (plan already on the device); its call returns Triton's compiled kernel."""
     hd = case.layout.head_dim
     if op == "inplace":
         c = _check(
@@ -290,26 +296,36 @@ def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
 
 def short_name(t: KernelTuning) -> str:
     """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back; ``+L``: layers
-    fastest)."""
+    fastest, ``+S``: one-trip start)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
     persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
     pipelined = "q" if t.pipeline_heads else ""
     all_tiles = "a" if t.load_all_tiles else ""
-    variants = "+L" if t.layers_fastest else ""
+    variants = ("+L" if t.layers_fastest else "") + ("+S" if t.one_trip_start else "")
     return (
         f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
         f"{heads}{persistent}{pipelined}{all_tiles}{variants}"
     )
 
 
-def _is_session10_variant(t: KernelTuning) -> bool:
-    return t.layers_fastest
+def _is_variant(t: KernelTuning) -> bool:
+    """A setting of the session-12 candidate (one-trip start), against the baselines without it."""
+    return t.one_trip_start
+
+
+def _registers(case: Case, op: str, tuning: KernelTuning) -> str:
+    """``registers/spills`` of the compiled kernel for this setting (one more launch), ``-`` where unknown (the
+    interpreter)."""
+    kernel = kernel_fn(case, op, tuning)()
+    regs, spills = getattr(kernel, "n_regs", None), getattr(kernel, "n_spills", None)
+    return "-" if regs is None else f"{regs}/{spills}"
 
 
 def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool) -> list[dict[str, object]]:
-    """Each ``dtype:model:tokens:op`` case: the library default and its `SESSION10_SWEEP` settings, timed ``rounds``
+    """Each ``dtype:model:tokens:op`` case: the library default and its `CASE_SWEEP` settings, timed ``rounds``
     times each in interleaved order (median kept), every setting checked against the reference once; then % of a
-    same-size copy per setting, and the best session-10 variant against the best baseline of the same run."""
+    same-size copy per setting with its compiled register count, and the best one-trip-start setting against the
+    best baseline of the same run."""
     models = SMOKE_MODELS if smoke else MODELS
     rows = []
     for item in spec:
@@ -318,8 +334,9 @@ def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool
             name, tokens_text = "tiny", "64"
         case = make_case(models[name], int(tokens_text), device, DTYPES[dname])
         default = case_default(case, op)
-        settings = [default, *(t for t in SESSION10_SWEEP[dname, op] if t != default)]
+        settings = [default, *(t for t in CASE_SWEEP[dname, op] if t != default)]
         errors = {t: check_matches_reference(case, op, t) for t in settings}
+        registers = {t: _registers(case, op, t) for t in settings}
         fns = {t: kernel_fn(case, op, t) for t in settings}
         samples: dict[KernelTuning, list[float]] = {t: [] for t in settings}
         for r in range(rounds):
@@ -333,19 +350,21 @@ def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool
         print(
             f"\n## {label}: same-size copy {same_size_gbps:.0f} GB/s ({copy_ms:.4f} ms); default {short_name(default)}"
         )
-        print("| setting | ms (median) | min / max | % of same-size copy | max abs diff vs reference |")
-        print("|---|---|---|---|---|")
+        print(
+            "| setting | ms (median) | min / max | % of same-size copy | max abs diff vs reference | registers/spills |"
+        )
+        print("|---|---|---|---|---|---|")
         for t in sorted(settings, key=lambda t: times[t]):
             v = samples[t]
             print(
                 f"| {short_name(t)}{' (default)' if t == default else ''} | {times[t]:.4f} | {min(v):.4f} / "
-                f"{max(v):.4f} | {100 * copy_ms / times[t]:.1f}% | {errors[t]:g} |"
+                f"{max(v):.4f} | {100 * copy_ms / times[t]:.1f}% | {errors[t]:g} | {registers[t]} |"
             )
-        new = {t: ms for t, ms in times.items() if _is_session10_variant(t)}
-        old = {t: ms for t, ms in times.items() if not _is_session10_variant(t)}
+        new = {t: ms for t, ms in times.items() if _is_variant(t)}
+        old = {t: ms for t, ms in times.items() if not _is_variant(t)}
         a, b = min(new, key=lambda t: new[t]), min(old, key=lambda t: old[t])
         print(
-            f"session10 {label}: {short_name(a)}={new[a]:.4f} ({100 * copy_ms / new[a]:.1f}%) vs {short_name(b)}="
+            f"session12 {label}: {short_name(a)}={new[a]:.4f} ({100 * copy_ms / new[a]:.1f}%) vs {short_name(b)}="
             f"{old[b]:.4f} ({100 * copy_ms / old[b]:.1f}%) ({100 * (new[a] / old[b] - 1):+.1f}%); default "
             f"{times[default]:.4f} ({100 * copy_ms / times[default]:.1f}%)"
         )
@@ -356,7 +375,12 @@ def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool
                 "same_size_copy_ms": copy_ms,
                 "default": short_name(default),
                 "settings": {
-                    short_name(t): {"ms": times[t], "samples": samples[t], "max_abs_diff_vs_reference": errors[t]}
+                    short_name(t): {
+                        "ms": times[t],
+                        "samples": samples[t],
+                        "max_abs_diff_vs_reference": errors[t],
+                        "registers_spills": registers[t],
+                    }
                     for t in settings
                 },
             }
@@ -377,7 +401,7 @@ def main() -> int:
     parser.add_argument(
         "--cases",
         help="only these cases, comma-separated dtype:model:tokens:op (e.g. bf16:Qwen2.5-7B:2048:inplace), each "
-        "with the default and SESSION10_SWEEP; no per-model sweep, no table",
+        "with the default and CASE_SWEEP; no per-model sweep, no table",
     )
     parser.add_argument("--short", action="store_true", help="--cases with SHORT_CASES (the session-9 misses)")
     parser.add_argument("--rounds", type=int, default=3, help="--cases: interleaved timings per setting (median)")

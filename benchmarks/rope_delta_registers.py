@@ -1,7 +1,7 @@
 """Registers and stack (spills) per thread of the RoPE-delta kernels compiled for sm_90a, without a GPU.
 
     python benchmarks/rope_delta_registers.py [--heads-per-iter 2] [--pipeline] [--tiles 4] [--style gptj] [--launch 8:64 ...]
-        [--layers-fastest] [--sass-counts] [--kernels inplace,inplace_tiles]
+        [--layers-fastest] [--one-trip-start] [--sass-counts] [--kernels inplace,inplace_tiles]
 
 Compiles both kernels (grid, persistent and load-all-tiles, whose programs load ``--tiles`` (layer x head) tiles at
 once; copy and in place; bf16 and fp8; head_dim 128, 32-token blocks) with
@@ -78,6 +78,9 @@ def main() -> int:
     parser.add_argument("--style", choices=["neox", "gptj"], default="neox")
     parser.add_argument("--launch", action="append", help="WARPS:CAP, cap '-' for none (default: 4:- 4:64 8:- 16:40)")
     parser.add_argument("--layers-fastest", action="store_true", help="KernelTuning.layers_fastest")
+    parser.add_argument(
+        "--one-trip-start", action="store_true", help="KernelTuning.one_trip_start (in-place grid, load-all-tiles)"
+    )
     parser.add_argument("--sass-counts", action="store_true", help="also count LDG/STG/FFMA/HFMA2/F2FP/... in the SASS")
     parser.add_argument("--kernels", default="", help="comma-separated subset (e.g. inplace,inplace_tiles)")
     args = parser.parse_args()
@@ -98,6 +101,7 @@ def main() -> int:
         "TILES": args.tiles,
         "BLOCK_D": 128,
         "GROUP_AXIS": 1 if args.layers_fastest else 0,
+        "ONE_TRIP_START": args.one_trip_start,  # a kernel's constexpr left out would compile as a runtime argument
     }
     names = ("inplace", "inplace_persistent", "inplace_tiles", "copy", "copy_persistent", "copy_tiles")
     chosen = [n for n in names if not args.kernels or n in args.kernels.split(",")]

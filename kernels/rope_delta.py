@@ -97,7 +97,12 @@ class KernelTuning:
     ``programs_per_sm`` and ``pipeline_heads`` keep their defaults with it. ``layers_fastest``: grid and
     load-all-tiles programs are numbered layer run first, group second, so the programs that run together cover
     neighbouring layers of the same blocks (contiguous memory) rather than the same layer of many blocks (not with
-    ``programs_per_sm``; issue 16.4, session 10).
+    ``programs_per_sm``; issue 16.4, session 10). ``one_trip_start``: a program's first data loads wait for one dependent
+    read (its row group's descriptor, every column in one round trip) instead of two or three: in-place grid
+    programs take one row group each and issue their first tile's loads before computing cos/sin; load-all-tiles
+    programs (copy and in place) stop the compiler from reading a one-row group's slots only after its row count.
+    Needs ``heads_per_iter`` 1, ``blocks_per_program`` 1, no ``programs_per_sm`` or ``pipeline_heads``; the copy
+    grid kernel ignores it (issue 16.4, session 12).
     """
 
     heads_per_iter: int = 1
@@ -110,6 +115,7 @@ class KernelTuning:
     pipeline_heads: bool = False
     load_all_tiles: bool = False
     layers_fastest: bool = False
+    one_trip_start: bool = False
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
@@ -123,6 +129,8 @@ class KernelTuning:
             raise ValueError(f"load_all_tiles takes one row group per program and loops over nothing: {self}")
         if self.layers_fastest and self.programs_per_sm is not None:
             raise ValueError(f"layers_fastest orders grid programs; persistent programs have their own order: {self}")
+        if self.one_trip_start and loops != (1, 1, None, False):
+            raise ValueError(f"one_trip_start programs take one row group and one head per step: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
@@ -132,11 +140,23 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "copy", 173391, KernelTuning(layers_per_program=8)),
     (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
-    (False, "inplace", 43347, KernelTuning(layers_per_program=1, layers_fastest=True)),
+    (False, "inplace", 43347, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
     (False, "inplace", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
     (False, "inplace", 1 << 62, KernelTuning(layers_per_program=4)),
-    (True, "copy", 10836, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
+    (
+        True,
+        "copy",
+        10836,
+        KernelTuning(
+            num_warps=4,
+            layers_per_program=1,
+            max_registers=None,
+            heads_per_program=4,
+            load_all_tiles=True,
+            one_trip_start=True,
+        ),
+    ),
     (True, "copy", 21673, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
     (True, "copy", 43347, KernelTuning(num_warps=4, layers_per_program=4, max_registers=None)),
     (True, "copy", 86695, KernelTuning(num_warps=4, max_registers=None)),
@@ -146,7 +166,14 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
         True,
         "inplace",
         21673,
-        KernelTuning(num_warps=4, layers_per_program=1, max_registers=None, heads_per_program=4, load_all_tiles=True),
+        KernelTuning(
+            num_warps=4,
+            layers_per_program=1,
+            max_registers=None,
+            heads_per_program=4,
+            load_all_tiles=True,
+            one_trip_start=True,
+        ),
     ),
     (True, "inplace", 43347, KernelTuning(num_warps=4, max_registers=64)),
     (True, "inplace", 86695, KernelTuning(num_warps=4, layers_per_program=8, max_registers=64, heads_per_program=2)),
@@ -159,8 +186,10 @@ load-all-tiles programs, best at both 2K sizes in the session-9 H200 sweep (benc
 up to 43347 head-blocks (Llama-3-8B 2K, Qwen2.5-7B 2K and 8K): 16 warps, 1 layer per program, 40 registers,
 layers-fastest program order, from the session-10 H200 short sweep (benchmarks/results/kern7/h200/; best at Llama 2K
 and Qwen 8K, 0.1 point of copy bandwidth behind the best at Qwen 2K; replaced 8 warps / 4 layers uncapped up to 21673
-and 16 warps / 8 layers / 40 registers up to 43347). The sizes: 2K / 8K / 32K tokens of
-Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
+and 16 warps / 8 layers / 40 registers up to 43347). The one-trip start (``one_trip_start``) on the bf16 in-place
+entry up to 43347, the fp8 in-place entry up to 21673 and a new fp8 copy entry up to 10836 (load-all-tiles, 4 heads a
+program): the session-12 H200 short sweep's best at every one of those cases (benchmarks/results/kern10/h200/). The
+sizes: 2K / 8K / 32K tokens of Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
 def default_tuning(dtype: torch.dtype, op: Literal["copy", "inplace"], head_blocks: int) -> KernelTuning:
@@ -651,6 +680,54 @@ if triton is not None:
                     PIPELINE,
                 )
 
+    @triton.jit
+    def _inplace_one_group(
+        pool,
+        plan,
+        desc,
+        inv_freq,
+        layer_first,
+        layer_stop,
+        head_first,
+        head_stop,
+        stride_b,
+        stride_l,
+        stride_h,
+        stride_t,
+        ROTARY_DIM: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+        IS_NEOX: tl.constexpr,
+        INTERPRETED: tl.constexpr,
+    ):
+        """Rotate K of the one row group at ``desc`` in place (delta 0: nothing), layers ``[layer_first,
+        layer_stop)`` x heads ``[head_first, head_stop)``, one head tile at a time (heads counted fastest).
+
+        The descriptor is read in one round trip (a one-row group's slots come with it), and the first tile's loads
+        are issued before cos/sin are computed (`KernelTuning.one_trip_start`): the grid kernel reads the delta,
+        computes cos/sin, reads the row count and block, then the slots, before its first data load."""
+        block, delta, live, _, _ = _whole_group(plan, desc, 4, 0, BLOCK_T, True)
+        if delta != 0:
+            k3 = (pool + block * stride_b + tl.arange(0, BLOCK_T).to(tl.int64) * stride_t)[None, :, None]
+            rows = live[None, :, None]
+            off = layer_first * stride_l + head_first * stride_h
+            a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the first tile is in flight
+            c = cos[None, None, :]
+            s = sin[None, None, :]
+            _store_rotated(k3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, 1, BLOCK_HALF, IS_NEOX, INTERPRETED)
+            heads = head_stop - head_first
+            next_layer = stride_l - heads * stride_h  # from a layer's last head to the next layer's first
+            head = head_first
+            for _t in range(1, (layer_stop - layer_first) * heads):
+                head += 1
+                off += stride_h
+                if head == head_stop:
+                    head = head_first
+                    off += next_layer
+                a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+                _store_rotated(k3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, 1, BLOCK_HALF, IS_NEOX, INTERPRETED)
+
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
     _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
     _PERSISTENT_RUNTIME_SIZES = ["num_groups", "layer_start", "layer_stop", "layers_per_prog"]
@@ -826,29 +903,19 @@ if triton is not None:
         INTERPRETED: tl.constexpr,
         PIPELINE: tl.constexpr,
         GROUP_AXIS: tl.constexpr = 0,
+        ONE_TRIP_START: tl.constexpr = False,
     ):
         """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
-        does nothing."""
+        does nothing. ``ONE_TRIP_START``: one group per program, `_inplace_one_group`."""
         group_first, group_stop = _program_range(num_groups, groups_per_prog, GROUP_AXIS)
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
         head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
-        current = tl.load(groups + group_first * _GROUP_COLS + 3)
-        cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
-        for g in range(group_first, group_stop):
-            desc = groups + g * _GROUP_COLS
-            count, block, delta = _load_group(desc, True)
-            if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
-                cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-                current = delta
-            _inplace_group(
+        if ONE_TRIP_START:
+            _inplace_one_group(
                 pool,
                 plan,
-                desc,
-                count,
-                block,
-                delta,
-                cos,
-                sin,
+                groups + group_first * _GROUP_COLS,
+                inv_freq,
                 layer_start + layer_first,
                 layer_start + layer_end,
                 head_first,
@@ -859,12 +926,44 @@ if triton is not None:
                 stride_t,
                 ROTARY_DIM,
                 BLOCK_T,
-                HEADS_PER_ITER,
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
-                PIPELINE,
             )
+        else:
+            current = tl.load(groups + group_first * _GROUP_COLS + 3)
+            cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
+            for g in range(group_first, group_stop):
+                desc = groups + g * _GROUP_COLS
+                count, block, delta = _load_group(desc, True)
+                if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
+                    cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+                    current = delta
+                _inplace_group(
+                    pool,
+                    plan,
+                    desc,
+                    count,
+                    block,
+                    delta,
+                    cos,
+                    sin,
+                    layer_start + layer_first,
+                    layer_start + layer_end,
+                    head_first,
+                    head_stop,
+                    stride_b,
+                    stride_l,
+                    stride_h,
+                    stride_t,
+                    ROTARY_DIM,
+                    BLOCK_T,
+                    HEADS_PER_ITER,
+                    BLOCK_HALF,
+                    IS_NEOX,
+                    INTERPRETED,
+                    PIPELINE,
+                )
 
     @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
     def _rope_delta_inplace_persistent_kernel(
@@ -942,10 +1041,16 @@ if triton is not None:
         return off[:, None, None], (t < (layer_stop - layer_first) * heads)[:, None, None]
 
     @triton.jit
-    def _whole_group(plan, desc, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr):
+    def _whole_group(
+        plan, desc, COLS: tl.constexpr, DST: tl.constexpr, BLOCK_T: tl.constexpr, ONE_TRIP: tl.constexpr = False
+    ):
         """The row group at ``desc`` with every column read at once (one round trip: a one-row group's slots and
         source are not read after its row count): its target block, delta, and per lane whether a row writes it
-        and that row's source block and source-minus-target offset (copy plans, ``COLS`` 6; zeros in place)."""
+        and that row's source block and source-minus-target offset (copy plans, ``COLS`` 6; zeros in place).
+
+        ``ONE_TRIP``: a one-row group's lanes and source are computed before the branch on the row count; otherwise
+        the compiler sinks the loads of its slots into that branch, after the row count has arrived (two round trips
+        in the sm_90a SASS)."""
         first = tl.load(desc)
         count, block, delta = _load_group(desc, True)
         dst_off = tl.load(desc + 4)
@@ -954,7 +1059,18 @@ if triton is not None:
         one_shift = tl.load(desc + 7)
         lane = tl.arange(0, BLOCK_T)
         zero = tl.zeros([BLOCK_T], dtype=tl.int64)
-        if count == 1:
+        if ONE_TRIP:
+            live = (lane >= dst_off) & (lane < dst_off + n_tokens)
+            src_block = zero + one_src
+            shift = zero + one_shift
+            if count != 1:
+                which = _group_rows(plan, first, count, COLS, DST, BLOCK_T)
+                live = which >= 0
+                if COLS == 6:
+                    row = plan + (first + which) * 6
+                    src_block = tl.load(row, mask=live, other=0)
+                    shift = tl.load(row + 1, mask=live, other=0) - tl.load(row + 3, mask=live, other=0)
+        elif count == 1:
             live = (lane >= dst_off) & (lane < dst_off + n_tokens)
             src_block = zero + one_src
             shift = zero + one_shift
@@ -997,11 +1113,13 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         GROUP_AXIS: tl.constexpr = 0,
+        ONE_TRIP_START: tl.constexpr = False,
     ):
         """One program per (row group, run of layers, K|V x run of heads) that loads all its tiles (one tensor of
-        ``TILES`` x ``BLOCK_T`` lanes) before storing any; K is rotated, V copied. Axis 2 as in the grid kernel."""
+        ``TILES`` x ``BLOCK_T`` lanes) before storing any; K is rotated, V copied. Axis 2 as in the grid kernel.
+        ``ONE_TRIP_START``: `_whole_group`'s ``ONE_TRIP``."""
         block, delta, live, src_block, shift = _whole_group(
-            plan, groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS, 6, 2, BLOCK_T
+            plan, groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS, 6, 2, BLOCK_T, ONE_TRIP_START
         )
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
         head_runs = tl.cdiv(num_heads, heads_per_prog)
@@ -1056,11 +1174,15 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
         GROUP_AXIS: tl.constexpr = 0,
+        ONE_TRIP_START: tl.constexpr = False,
     ):
         """One program per (row group, run of layers, run of heads) that loads all its K tiles (one tensor of
         ``TILES`` x ``BLOCK_T`` lanes) before storing any: reads and writes go through the same pointer, so the
-        compiler cannot overlap one tile's load with the previous tile's store; here every load is issued first."""
-        block, delta, live, _, _ = _whole_group(plan, groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS, 4, 0, BLOCK_T)
+        compiler cannot overlap one tile's load with the previous tile's store; here every load is issued first.
+        ``ONE_TRIP_START``: `_whole_group`'s ``ONE_TRIP``."""
+        block, delta, live, _, _ = _whole_group(
+            plan, groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS, 4, 0, BLOCK_T, ONE_TRIP_START
+        )
         if delta != 0:
             layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
             head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
@@ -1148,16 +1270,17 @@ def rope_delta_inplace(
 
 def _launch_copy(
     pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
-) -> None:
-    """Enqueue the copy kernel for an already validated plan (the benchmark times this alone)."""
+) -> Any:
+    """Enqueue the copy kernel for an already validated plan (the benchmark times this alone); returns what Triton's
+    launch returns (on the GPU the compiled kernel, whose register count the benchmark prints)."""
     if c.plan.shape[0] == 0:
-        return
+        return None
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
     if tune.load_all_tiles:
         kernel = _rope_delta_copy_tiles_kernel
     else:
         kernel = _rope_delta_copy_kernel if tune.programs_per_sm is None else _rope_delta_copy_persistent_kernel
-    kernel[_grid(c, layout, tune, 2, pool.device)](
+    return kernel[_grid(c, layout, tune, 2, pool.device)](
         pool,
         c.plan,
         c.groups,
@@ -1177,21 +1300,22 @@ def _launch_copy(
         **_meta(layout, rotary_dim, style, tune, group_axis=_group_axis(c, tune)),
         HEAD_DIM=layout.head_dim,
         **({"BLOCK_D": triton.next_power_of_2(layout.head_dim)} if tune.load_all_tiles else {}),
+        **({"ONE_TRIP_START": True} if tune.one_trip_start and tune.load_all_tiles else {}),
     )
 
 
 def _launch_inplace(
     pool: torch.Tensor, c: _Checked, layout: PagedKVLayout, rotary_dim: int, style: str, tune: KernelTuning
-) -> None:
-    """Enqueue the in-place kernel for an already validated plan."""
+) -> Any:
+    """Enqueue the in-place kernel for an already validated plan; returns what Triton's launch returns."""
     if c.plan.shape[0] == 0:
-        return
+        return None
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
     if tune.load_all_tiles:
         kernel = _rope_delta_inplace_tiles_kernel
     else:
         kernel = _rope_delta_inplace_kernel if tune.programs_per_sm is None else _rope_delta_inplace_persistent_kernel
-    kernel[_grid(c, layout, tune, 1, pool.device)](
+    return kernel[_grid(c, layout, tune, 1, pool.device)](
         pool,
         c.plan,
         c.groups,
@@ -1208,6 +1332,7 @@ def _launch_inplace(
         _heads_per_program(layout, tune),
         num_warps=tune.num_warps,
         **_meta(layout, rotary_dim, style, tune, group_axis=_group_axis(c, tune)),
+        **({"ONE_TRIP_START": True} if tune.one_trip_start else {}),
     )
 
 

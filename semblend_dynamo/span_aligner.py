@@ -297,9 +297,14 @@ class _ChunkTable:
         self._bits = np.zeros((1 << _MIN_FILTER_BITS) // 8, dtype=np.uint8)
         self._shift = np.uint64(64 - _MIN_FILTER_BITS)
         self._view: _native.TableView | None = None
+        self._changed = True  # since the view was last checked: add and remove may replace arrays
 
     def native_view(self) -> _native.TableView:
-        """The arrays' addresses for the compiled core; made again when an array was replaced."""
+        """The arrays' addresses for the compiled core; made again when an array was replaced (checked only after a
+        change: an alignment between changes reads the view as it is)."""
+        if not self._changed and self._view is not None:
+            return self._view
+        self._changed = False
         ids = self.id_table
         self._view = _native.current_view(
             self._view,
@@ -340,6 +345,7 @@ class _ChunkTable:
         return bits.view(np.bool_).nonzero()[0]  # 0/1 bytes: a bool view takes nonzero's fast path (1/7 the time)
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
+        self._changed = True
         new: list[int] = []
         new_postings: list[int] = []
         shared: list[int] = []
@@ -374,6 +380,7 @@ class _ChunkTable:
         np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
 
     def remove(self, hashes: list[int], postings: list[int]) -> None:
+        self._changed = True
         gone: list[int] = []
         touched: list[int] = []
         for h, p in zip(hashes, postings, strict=True):
@@ -474,8 +481,10 @@ class _DonorBook:
         self._free: list[int] = []
         self._next = 0
         self._view: _native.DonorsView | None = None
+        self._changed = True  # as _ChunkTable's
 
     def add(self, donor: _Donor) -> None:
+        self._changed = True
         if self._free:
             slot = self._free.pop()
         else:
@@ -493,11 +502,15 @@ class _DonorBook:
         donor.slot = slot
 
     def remove(self, donor: _Donor) -> None:
+        self._changed = True
         self.slots.remove_one(donor.serial)
         self.donor_ids[donor.slot] = None
         self._free.append(donor.slot)
 
     def native_view(self) -> _native.DonorsView:
+        if not self._changed and self._view is not None:
+            return self._view
+        self._changed = False
         slots = self.slots
         self._view = _native.current_view(
             self._view,
@@ -561,6 +574,7 @@ class SpanAligner:
         self._work_for = (0, 0)  # (target length, max_spans) the buffer is known to be large enough for
         self._params = (anchor, block_size, min_span_tokens, max_diagonals, max_postings)
         self._book = _DonorBook() if self.native else None
+        self._call = _native.AlignCall(self._params) if self.native else None
         self._donors: dict[str, _Donor] = {}
         self._by_serial: dict[int, _Donor] = {}
         self._tables: dict[str, _ChunkTable] = {}
@@ -625,6 +639,7 @@ class SpanAligner:
             if table is None:  # made only when needed: building one costs ~0.1 ms, under the lock discover() reads with
                 table = self._tables[donor.namespace] = _ChunkTable(mirror=self.native)
             table.add(donor.chunk_hashes, donor.postings)
+        self._refresh_views(donor.namespace)
 
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (evicted, released). Returns False if it was not indexed."""
@@ -639,7 +654,17 @@ class SpanAligner:
             table.remove(donor.chunk_hashes, donor.postings)
             if not table.postings:
                 del self._tables[donor.namespace]
+        self._refresh_views(donor.namespace)
         return True
+
+    def _refresh_views(self, namespace: str) -> None:
+        """A native aligner's views checked after a change, so the next alignment (a request's) need not."""
+        if self._book is None:
+            return
+        self._book.native_view()
+        table = self._tables.get(namespace)
+        if table is not None:
+            table.native_view()
 
     def __contains__(self, donor_id: object) -> bool:
         return donor_id in self._donors
@@ -727,30 +752,33 @@ class SpanAligner:
     def _native_align(self, table: _ChunkTable, t: np.ndarray, allowed: set[int] | None, max_spans: int) -> list[Span]:
         """:meth:`align` in the compiled core, one call from the window scan to the greedy cover (the numpy path's steps,
         the postings of shared chunks included)."""
-        assert self._book is not None
+        assert self._book is not None and self._call is not None
         if self._work_for != (t.size, max_spans):
             size = _native.work_size(t.size, self.anchor_tokens, self.min_span_tokens, *self._params[3:], max_spans)
             if self._work.size < size:
                 self._work = np.empty(size, dtype=np.int64)
+                self._call.set_work(self._work)
             self._work_for = (t.size, max_spans)
-        rows = _native.align(
+        found = self._call.run(
             table.native_view(),
             self._book.native_view(),
             t,
-            self._params,
             max_spans,
             None if allowed is None else np.array(sorted(allowed), dtype=np.int64),
-            self._work,  # alignments never overlap (see the class): each reuses it
             hold_gil=self.hold_gil is not None and self.hold_gil(),
-        )
-        return self._spans_of(rows)
+        )  # alignments never overlap (see the class): each reuses the work buffer
+        if not found:
+            return []
+        return self._spans_of(self._work[: 4 * found].tolist())
 
-    def _spans_of(self, rows: list[list[int]]) -> list[Span]:
-        """Spans of the compiled core's rows (donor slot, donor start, target start, length)."""
+    def _spans_of(self, rows: list[int]) -> list[Span]:
+        """Spans of the compiled core's rows, flat (donor slot, donor start, target start, length, ...)."""
         assert self._book is not None
         names = self._book.donor_ids
         out = []
-        for slot, start, at, length in rows:  # Span(...) without its checks, which the core's rows pass: 1/3 the time
+        row = iter(rows)
+        for slot, start, at, length in zip(row, row, row, row, strict=True):
+            # Span(...) without its checks, which the core's rows pass: 1/3 the time
             span = _new(Span)
             _set_donor_id(span, names[slot])
             _set_donor_start(span, start)

@@ -14,6 +14,7 @@ serializes alignments with every table change).
 
 from __future__ import annotations
 
+import array
 import ctypes
 import logging
 import os
@@ -30,9 +31,9 @@ __all__ = [
     "LIBRARY",
     "REASON",
     "RELEASE_ENV",
+    "AlignCall",
     "DonorsView",
     "TableView",
-    "align",
     "current_view",
     "disabled",
     "library_path",
@@ -160,7 +161,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
             f"{path.name} was built from another span_aligner.c (rebuild: python -m semblend_dynamo._native build)",
         )
     for name, argtypes, restype in (
-        ("sa_align", (_P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P), _I),
+        ("sa_align", (_P,), _I),
         ("sa_work_size", (_I, _I, _I, _I, _I, _I), _I),
     ):
         function = getattr(lib, name)
@@ -196,43 +197,78 @@ def work_size(n: int, anchor: int, min_span: int, max_diagonals: int, max_postin
     return size
 
 
-def align(
-    table: TableView,
-    donors: DonorsView,
-    t: np.ndarray,
-    params: tuple[int, int, int, int, int],
-    max_spans: int,
-    allowed: np.ndarray | None,
-    work: np.ndarray,
-    *,
-    hold_gil: bool = False,
-) -> list[list[int]]:
-    """``SpanAligner.align`` in one call: rows (donor slot in ``donors``, donor start >= 0, target start, length > 0)
-    of the chosen spans, in target order. ``t``: int64 or uint32 tokens (the donors' width), ``n >= anchor``; ``params``: anchor, block size,
-    min span, max diagonals, max postings; ``allowed``: sorted int64 serials, None for all; ``work``: int64, at least
-    :func:`work_size` words. Everything passed stays alive and unchanged for the call (it may run without the GIL).
-    ``hold_gil``: keep the GIL for this call even where the library lets it go (:func:`release_gil`)."""
-    assert LIBRARY is not None and _SA_ALIGN_HELD is not None
-    anchor, block_size, min_span, max_diagonals, max_postings = params
-    found = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(
-        table.address,
-        donors.address,
-        _address(t),
-        t.itemsize,
-        t.size,
-        anchor,
-        block_size,
-        min_span,
-        max_diagonals,
-        max_postings,
-        max_spans,
-        None if allowed is None else _address(allowed),
-        -1 if allowed is None else allowed.size,
-        _address(work),
-    )
-    if found < 0:
-        if found == -1:
-            raise MemoryError("span aligner: out of memory")
-        raise RuntimeError("span aligner: a diagonal's donor is missing from the donor table")
-    rows: list[list[int]] = work[: 4 * found].reshape(-1, 4).tolist()
-    return rows
+# sa_align's argument block: one int64 word each, in span_aligner.c's order (its ARG_ enum).
+(
+    _TABLE,
+    _DONORS,
+    _TARGET,
+    _WIDTH,
+    _N,
+    _ANCHOR,
+    _BLOCK_SIZE,
+    _MIN_SPAN,
+    _MAX_DIAGONALS,
+    _MAX_POSTINGS,
+    _MAX_SPANS,
+    _ALLOWED,
+    _N_ALLOWED,
+    _WORK,
+) = range(14)
+
+
+class AlignCall:
+    """One aligner's ``sa_align`` call: its arguments in one int64 block, filled in place per call (the fixed ones
+    once), so ctypes converts one pointer instead of fourteen arguments."""
+
+    def __init__(self, params: tuple[int, int, int, int, int]) -> None:
+        """``params``: anchor, block size, min span, max diagonals, max postings."""
+        self.args = array.array("q", bytes(8 * 14))
+        self.address: int = self.args.buffer_info()[0]  # the block never grows: its address stays
+        (
+            self.args[_ANCHOR],
+            self.args[_BLOCK_SIZE],
+            self.args[_MIN_SPAN],
+            self.args[_MAX_DIAGONALS],
+            self.args[_MAX_POSTINGS],
+        ) = params
+        self.args[_N_ALLOWED] = -1
+
+    def set_work(self, work: np.ndarray) -> None:
+        """The int64 work buffer the calls write to (at least :func:`work_size` words for their targets)."""
+        self.args[_WORK] = _address(work)
+
+    def run(
+        self,
+        table: TableView,
+        donors: DonorsView,
+        t: np.ndarray,
+        max_spans: int,
+        allowed: np.ndarray | None,
+        *,
+        hold_gil: bool = False,
+    ) -> int:
+        """``SpanAligner.align`` in one call: how many spans, whose rows (donor slot in ``donors``, donor start >= 0,
+        target start, length > 0) are the work buffer's first words, in target order. ``t``: int64 or uint32 tokens
+        (the donors' width), ``n >= anchor``; ``allowed``: sorted int64 serials, None for all. Everything passed, and
+        the work buffer, stays alive and unchanged for the call (it may run without the GIL). ``hold_gil``: keep the
+        GIL for this call even where the library lets it go (:func:`release_gil`)."""
+        assert LIBRARY is not None and _SA_ALIGN_HELD is not None
+        args = self.args
+        args[_TABLE] = table.address
+        args[_DONORS] = donors.address
+        args[_TARGET] = _address(t)
+        args[_WIDTH] = t.itemsize
+        args[_N] = t.size
+        args[_MAX_SPANS] = max_spans
+        if allowed is not None:
+            args[_ALLOWED] = _address(allowed)
+            args[_N_ALLOWED] = allowed.size
+        found: int = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(self.address)
+        if allowed is not None:  # back to every donor; no address of a freed array left behind
+            args[_ALLOWED] = 0
+            args[_N_ALLOWED] = -1
+        if found < 0:
+            if found == -1:
+                raise MemoryError("span aligner: out of memory")
+            raise RuntimeError("span aligner: a diagonal's donor is missing from the donor table")
+        return found

@@ -8,6 +8,7 @@
  * function that reads tokens has one body, compiled once per width. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -86,6 +87,81 @@ static int allowed_serial(const int64_t *allowed, int64_t n_allowed, int64_t ser
     return lo < n_allowed && allowed[lo] == serial;
 }
 
+/* The hash of the window t[at:at+anchor]: sum of t[at+j] * BASE**j (mod 2**64), as SpanAligner._window_sums. */
+ALWAYS_INLINE uint64_t window_hash(const void *t, int width, int64_t at, int64_t anchor) {
+    uint64_t h = 0, power = 1;
+    for (int64_t j = 0; j < anchor; j++) {
+        h += token(t, at + j, width) * power;
+        power *= BASE;
+    }
+    return h;
+}
+
+/* The filter's verdict on a window hash: 1 when the window may be a chunk (no false negatives). */
+ALWAYS_INLINE uint64_t filter_passes(const sa_table *tb, uint64_t h) {
+    uint64_t slot = (h * MIX) >> tb->filter_shift;
+    return (tb->bits[slot >> 3] >> (slot & 7)) & 1;
+}
+
+/* One window screened: its row (position, hash) appended to `out` when it passes the filter. */
+#define SCREEN(out, count, pos, h)                        \
+    do {                                                  \
+        if (filter_passes(tb, (h))) {                     \
+            (out)[2 * (count)] = (uint64_t)(pos);         \
+            (out)[2 * (count) + 1] = (h);                 \
+            (count)++;                                    \
+        }                                                 \
+    } while (0)
+
+#define SCREEN_LANES 4
+
+/* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter, as rows (position, hash) of the
+ * windows that pass, in position order, to `passed` (2 words per window). The hash rolls along four stretches of the
+ * target at once: one rolling hash is a chain of dependent multiplies, four independent ones keep the multiplier
+ * busy. Stretch k holds windows [k * q, (k + 1) * q), the windows past 4 * q (fewer than four) follow; each writes to
+ * its own part of `passed`, and the parts are joined in order. Returns how many rows. */
+ALWAYS_INLINE int64_t screen_of(const sa_table *tb, const void *t, int width, int64_t n, int64_t anchor,
+                                uint64_t *passed) {
+    int64_t windows = n - anchor + 1;
+    int64_t q = windows / SCREEN_LANES;
+    uint64_t top = 1; /* BASE ** (anchor - 1) */
+    for (int64_t j = 1; j < anchor; j++) top *= BASE;
+    uint64_t base_inv = BASE; /* Newton's iteration for the inverse modulo 2**64 */
+    for (int k = 0; k < 6; k++) base_inv *= 2 - BASE * base_inv;
+    int64_t n_passed = 0;
+    if (q > 0) {
+        uint64_t *out0 = passed, *out1 = passed + 2 * q, *out2 = passed + 4 * q, *out3 = passed + 6 * q;
+        int64_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+        uint64_t h0 = window_hash(t, width, 0, anchor), h1 = window_hash(t, width, q, anchor);
+        uint64_t h2 = window_hash(t, width, 2 * q, anchor), h3 = window_hash(t, width, 3 * q, anchor);
+        for (int64_t i = 0;; i++) {
+            SCREEN(out0, c0, i, h0);
+            SCREEN(out1, c1, q + i, h1);
+            SCREEN(out2, c2, 2 * q + i, h2);
+            SCREEN(out3, c3, 3 * q + i, h3);
+            if (i + 1 == q) break;
+            h0 = (h0 - token(t, i, width)) * base_inv + token(t, i + anchor, width) * top;
+            h1 = (h1 - token(t, q + i, width)) * base_inv + token(t, q + i + anchor, width) * top;
+            h2 = (h2 - token(t, 2 * q + i, width)) * base_inv + token(t, 2 * q + i + anchor, width) * top;
+            h3 = (h3 - token(t, 3 * q + i, width)) * base_inv + token(t, 3 * q + i + anchor, width) * top;
+        }
+        n_passed = c0;
+        int64_t counts[3] = {c1, c2, c3};
+        const uint64_t *parts[3] = {out1, out2, out3};
+        for (int k = 0; k < 3; k++) { /* moved down: each part starts at or after where it goes */
+            for (int64_t e = 0; e < 2 * counts[k]; e++) passed[2 * n_passed + e] = parts[k][e];
+            n_passed += counts[k];
+        }
+    }
+    /* The rest, fewer than four windows (all of them when the target has fewer than four): written past the parts'
+     * room, then moved down. */
+    uint64_t *rest = passed + 2 * SCREEN_LANES * q;
+    int64_t c = 0;
+    for (int64_t i = SCREEN_LANES * q; i < windows; i++) SCREEN(rest, c, i, window_hash(t, width, i, anchor));
+    for (int64_t e = 0; e < 2 * c; e++) passed[2 * n_passed + e] = rest[e];
+    return n_passed + c;
+}
+
 /* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter and looked up in the id table; writes
  * the hits as rows (serial, delta, position) to `hits`: a chunk of one donor gives its posting when the serial is
  * allowed, a chunk several donors share its newest `max_postings` allowed postings. `passed` holds 2 rows per window,
@@ -93,38 +169,26 @@ static int allowed_serial(const int64_t *allowed, int64_t n_allowed, int64_t ser
 ALWAYS_INLINE int64_t hits_of(const sa_table *tb, const void *t, int width, int64_t n, int64_t anchor,
                               int64_t max_postings, const int64_t *allowed, int64_t n_allowed, uint64_t *passed,
                               int64_t *hits) {
-    int64_t windows = n - anchor + 1;
-    uint64_t top = 1; /* BASE ** (anchor - 1) */
-    uint64_t h = 0;
-    uint64_t power = 1;
-    for (int64_t j = 0; j < anchor; j++) {
-        h += token(t, j, width) * power;
-        top = power;
-        power *= BASE;
-    }
-    uint64_t base_inv = BASE; /* Newton's iteration for the inverse modulo 2**64 */
-    for (int k = 0; k < 6; k++) base_inv *= 2 - BASE * base_inv;
-    int64_t n_passed = 0;
-    for (int64_t i = 0;; i++) {
-        uint64_t slot = (h * MIX) >> tb->filter_shift;
-        if ((tb->bits[slot >> 3] >> (slot & 7)) & 1) {
-            passed[2 * n_passed] = (uint64_t)i;
-            passed[2 * n_passed + 1] = h;
-            n_passed++;
-        }
-        if (i + 1 == windows) break;
-        h = (h - token(t, i, width)) * base_inv + token(t, i + anchor, width) * top;
-    }
-    /* The buckets of all windows that passed are fetched before the first is read, so their cache misses overlap. */
+    int64_t n_passed = screen_of(tb, t, width, n, anchor, passed);
+    /* The buckets of all windows that passed are fetched before the first is read, so their cache misses overlap;
+     * then each window's key id (in place of its hash), whose per-key entries are fetched the same way. */
     for (int64_t k = 0; k < n_passed; k++) {
         uint64_t bucket = (passed[2 * k + 1] * PROBE_MIX) >> tb->chunks.shift;
         __builtin_prefetch(tb->chunks.keys + 8 * bucket);
         __builtin_prefetch(tb->chunks.ids + 8 * bucket);
     }
+    for (int64_t k = 0; k < n_passed; k++) {
+        int64_t id = find_id(&tb->chunks, passed[2 * k + 1]);
+        passed[2 * k + 1] = (uint64_t)id;
+        if (id >= 0) {
+            __builtin_prefetch(tb->single_serial + id);
+            __builtin_prefetch(tb->single_offset + id);
+        }
+    }
     int64_t n_hits = 0;
     for (int64_t k = 0; k < n_passed; k++) {
         int64_t pos = (int64_t)passed[2 * k];
-        int64_t id = find_id(&tb->chunks, passed[2 * k + 1]);
+        int64_t id = (int64_t)passed[2 * k + 1];
         if (id < 0) continue;
         int64_t serial = tb->single_serial[id];
         if (serial >= 0) {
@@ -234,6 +298,28 @@ static int64_t diagonals_of(const int64_t *hits, int64_t total, int64_t max_diag
     return kept;
 }
 
+/* The first i' in [i, hi) where t[i'] differs from d[i' - delta], or hi: compared 16 bytes at a time (about twice as
+ * quick as token by token over the thousands of tokens of a long match). */
+ALWAYS_INLINE int64_t same_until(const void *t, const void *d, int width, int64_t i, int64_t delta, int64_t hi) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const unsigned char *a = (const unsigned char *)t, *b = (const unsigned char *)d;
+    int64_t step = 16 / width; /* tokens per 16 bytes */
+    for (; hi - i >= step; i += step) {
+        uint64_t x0, x1, y0, y1;
+        memcpy(&x0, a + i * width, 8);
+        memcpy(&x1, a + i * width + 8, 8);
+        memcpy(&y0, b + (i - delta) * width, 8);
+        memcpy(&y1, b + (i - delta) * width + 8, 8);
+        if ((x0 ^ y0) | (x1 ^ y1)) { /* the lowest differing byte is the first */
+            if (x0 != y0) return i + __builtin_ctzll(x0 ^ y0) / 8 / width;
+            return i + (8 + __builtin_ctzll(x1 ^ y1) / 8) / width;
+        }
+    }
+#endif
+    while (i < hi && token(t, i, width) == token(d, i - delta, width)) i++;
+    return i;
+}
+
 ALWAYS_INLINE int64_t runs_of(const void *t, int width, int64_t n, const int64_t *rows, int64_t n_rows,
                               int64_t block_size, int64_t anchor, int64_t min_span, int64_t *out) {
     int64_t n_out = 0;
@@ -261,7 +347,7 @@ ALWAYS_INLINE int64_t runs_of(const void *t, int width, int64_t n, const int64_t
                 continue;
             }
             int64_t start = i;
-            while (i < hi && token(t, i, width) == token(d, i - delta, width)) i++;
+            i = same_until(t, d, width, i, delta, hi);
             if (i - start < min_span) continue;
             int64_t begin = (start + block_size - 1) / block_size * block_size;
             int64_t end = i / block_size * block_size;
@@ -423,18 +509,44 @@ ALWAYS_INLINE int64_t align_of(const sa_table *tb, const sa_donors *dn, const vo
     return n_out;
 }
 
+/* sa_align's arguments, one int64 word each (addresses as integers), in this order (semblend_dynamo/_native/__init__.py
+ * names them the same). */
+enum {
+    ARG_TABLE,         /* const sa_table * */
+    ARG_DONORS,        /* const sa_donors * */
+    ARG_TARGET,        /* the target's tokens */
+    ARG_WIDTH,         /* bytes a token: 4 (uint32) or 8 (int64), the donors' width too */
+    ARG_N,             /* tokens in the target, >= anchor */
+    ARG_ANCHOR,        /* chunk length */
+    ARG_BLOCK_SIZE,    /* spans are trimmed to target blocks of this size */
+    ARG_MIN_SPAN,      /* shortest span kept */
+    ARG_MAX_DIAGONALS, /* diagonals compared, most hits first */
+    ARG_MAX_POSTINGS,  /* donors read per shared chunk, newest first */
+    ARG_MAX_SPANS,     /* spans chosen */
+    ARG_ALLOWED,       /* const int64_t *: sorted serials of the donors that count */
+    ARG_N_ALLOWED,     /* how many; < 0: every donor counts */
+    ARG_WORK           /* int64_t *: sa_work_size() words */
+};
+
 /* SpanAligner.align for a target t[0:n] (n >= anchor) against one namespace's table: every window screened and looked
  * up, hits grouped into ranked, de-duplicated diagonals, each compared in a window galloping outward, the exact runs
  * trimmed to target blocks and chosen greedily. Only donors whose serial is in the sorted `allowed` count (all when
  * n_allowed < 0). `work` holds sa_work_size() words; the chosen spans are its first rows (the donor's slot in `dn`,
- * donor start, target start, length), in target order; donor start >= 0 and length >= min_span > 0. Returns how many, -1 when out of memory, -2 when a diagonal's donor is not in `dn`
- * (the tables disagree). */
-EXPORT int64_t sa_align(const sa_table *tb, const sa_donors *dn, const void *t, int64_t width, int64_t n,
-                        int64_t anchor, int64_t block_size, int64_t min_span, int64_t max_diagonals,
-                        int64_t max_postings, int64_t max_spans, const int64_t *allowed, int64_t n_allowed,
-                        int64_t *work) {
-    return width == 4 ? align_of(tb, dn, t, 4, n, anchor, block_size, min_span, max_diagonals, max_postings,
-                                 max_spans, allowed, n_allowed, work)
-                      : align_of(tb, dn, t, 8, n, anchor, block_size, min_span, max_diagonals, max_postings,
-                                 max_spans, allowed, n_allowed, work);
+ * donor start, target start, length), in target order; donor start >= 0 and length >= min_span > 0. Returns how many,
+ * -1 when out of memory, -2 when a diagonal's donor is not in `dn` (the tables disagree). The arguments come as one
+ * block of words (`args`, the enum's order), which the caller fills in place between calls: one pointer to convert
+ * per call instead of fourteen arguments. */
+EXPORT int64_t sa_align(const int64_t *args) {
+    const sa_table *tb = (const sa_table *)(uintptr_t)args[ARG_TABLE];
+    const sa_donors *dn = (const sa_donors *)(uintptr_t)args[ARG_DONORS];
+    const void *t = (const void *)(uintptr_t)args[ARG_TARGET];
+    const int64_t *allowed = (const int64_t *)(uintptr_t)args[ARG_ALLOWED];
+    int64_t *work = (int64_t *)(uintptr_t)args[ARG_WORK];
+    int64_t n = args[ARG_N], anchor = args[ARG_ANCHOR], block_size = args[ARG_BLOCK_SIZE], min_span = args[ARG_MIN_SPAN];
+    int64_t max_diagonals = args[ARG_MAX_DIAGONALS], max_postings = args[ARG_MAX_POSTINGS];
+    int64_t max_spans = args[ARG_MAX_SPANS], n_allowed = args[ARG_N_ALLOWED];
+    return args[ARG_WIDTH] == 4 ? align_of(tb, dn, t, 4, n, anchor, block_size, min_span, max_diagonals, max_postings,
+                                           max_spans, allowed, n_allowed, work)
+                                : align_of(tb, dn, t, 8, n, anchor, block_size, min_span, max_diagonals, max_postings,
+                                           max_spans, allowed, n_allowed, work);
 }

@@ -15,9 +15,9 @@ import itertools
 import operator
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 import xxhash
@@ -408,8 +408,10 @@ class DonorSyncPage(SemblendEvent):
     def rows(self) -> SyncRows:
         """The page's rows as columns of Python values (already checked by the page's validation)."""
         c = self.columns()
-        hash_ends = np.concatenate(([0], np.cumsum(c["block_counts"], dtype=np.int64)))
-        embedding_ends = np.concatenate(([0], np.cumsum(_embedding_bytes(c), dtype=np.int64)))
+        counts, sizes = c["block_counts"], _embedding_bytes(c)
+        hash_ends = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+        embedding_ends = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))
+        alike = len(counts) and (counts == counts[0]).all() and (sizes == sizes[0]).all()
         hashes = array.array("Q")
         hashes.frombytes(np.frombuffer(self.block_hashes, dtype=_U8).astype(np.uint64, copy=False).tobytes())
         return SyncRows(
@@ -431,6 +433,7 @@ class DonorSyncPage(SemblendEvent):
             embedding_ends=embedding_ends[1:].tolist(),
             block_hashes=hashes,
             embeddings=self.embeddings,
+            row_sizes=(int(counts[0]), int(sizes[0])) if alike else None,
         )
 
     def registrations(self) -> list[DonorRegistration]:
@@ -538,6 +541,9 @@ class SyncRows:
     embedding_ends: list[int]
     block_hashes: array.array[int]
     embeddings: bytes
+    row_sizes: tuple[int, int] | None = None
+    """Every row's block hash count and embedding bytes when all rows have as many (so row ``i``'s lie at ``i`` times
+    those), else None."""
 
     def __len__(self) -> int:
         return len(self.donor_ids)
@@ -550,6 +556,35 @@ class SyncRows:
         if len(picked) == 1:
             return [column[picked[0]]]
         return list(operator.itemgetter(*picked)(column)) if picked else []
+
+    @staticmethod
+    def picker(picked: Sequence[int]) -> RowPicker:
+        """:meth:`pick` of rows ``picked`` for column after column (the getter made once)."""
+        return RowPicker(picked)
+
+
+class RowPicker:
+    """:meth:`SyncRows.pick` of the same rows of several columns: ``picker(column)``."""
+
+    __slots__ = ("_getter", "_rows")
+
+    def __init__(self, picked: Sequence[int]) -> None:
+        self._rows: slice | None = None
+        self._getter: Callable[[list[Any]], tuple[Any, ...]] | None = None
+        if isinstance(picked, range) and picked.step == 1:
+            self._rows = slice(picked.start, picked.stop)
+        elif len(picked) == 1:
+            self._rows = slice(picked[0], picked[0] + 1)
+        elif not picked:
+            self._rows = slice(0, 0)
+        else:
+            self._getter = operator.itemgetter(*picked)
+
+    def __call__(self, column: list[_T]) -> list[_T]:
+        if self._rows is not None:
+            return column[self._rows]
+        assert self._getter is not None
+        return list(self._getter(column))
 
 
 def _embedding_bytes(columns: dict[str, np.ndarray]) -> np.ndarray:

@@ -27,6 +27,7 @@ import threading
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from itertools import chain
 
 from ..donor_index import VectorDtype
 from ..events.schemas import DonorRegistration, KvEvent, SyncRows
@@ -125,18 +126,33 @@ class DonorCatalog:
                 )
                 for rows, picked in parts
             ]
-            ids = [donor_id for rows, picked in kept for donor_id in pick(rows.donor_ids, picked)]
-            stamps = [at for rows, picked in kept for at in pick(rows.registered_at, picked)]
+            ids = list(chain.from_iterable(pick(rows.donor_ids, picked) for rows, picked in kept))
             new = len(set(ids)) == len(ids) and not self._residency.knows_any(ids)
             if not new:  # known donors or repeats: only copies newer than what is known
+                stamps = list(chain.from_iterable(pick(rows.registered_at, picked) for rows, picked in kept))
                 fresh = set(self._fresh(zip(ids, stamps, strict=True)))
                 position = iter(range(len(ids)))
                 kept = [(rows, [i for i in picked if next(position) in fresh]) for rows, picked in kept]
                 ids = [donor_id for j, donor_id in enumerate(ids) if j in fresh]
-                stamps = [at for j, at in enumerate(stamps) if j in fresh]
-            if ids:
-                taken, evicted = self._residency.add_rows(kept, new=new)
-                self._add_locked(list(zip(ids, stamps, strict=True)), evicted, taken if new else None)
+                if ids:
+                    _, evicted = self._residency.add_rows(kept)
+                    stamps = [at for j, at in enumerate(stamps) if j in fresh]
+                    self._add_locked(list(zip(ids, stamps, strict=True)), evicted)
+            elif ids:
+                taken, evicted = self._residency.add_rows(kept, new=True, ids=ids)
+                # the stamps are read only when the add evicted (else each taken entry gets its cursor in order)
+                added = (
+                    list(
+                        zip(
+                            ids,
+                            chain.from_iterable(pick(rows.registered_at, picked) for rows, picked in kept),
+                            strict=True,
+                        )
+                    )
+                    if evicted
+                    else []
+                )
+                self._add_locked(added, evicted, taken)
             return len(ids)
 
     def forget(self, donor_id: str) -> bool:

@@ -17,14 +17,14 @@ import struct
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from itertools import repeat
 from operator import attrgetter, getitem
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 
-from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, SyncRows
+from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, RowPicker, SyncRows
 from ..vector_codes import as_vector, stored_forms, to_f16
 from .u64map import U64Map
 
@@ -75,10 +75,13 @@ def _shared_int(value: int) -> int:
     return held
 
 
-def _shared(values: list[_T], share: Callable[[_T], _T]) -> list[_T]:
-    """``values`` with each one replaced by ``share(value)``, called once per distinct value."""
-    shared = {value: share(value) for value in set(values)}
-    return list(map(shared.__getitem__, values))
+def _shared(values: list[_T], share: Callable[[_T], _T]) -> Iterable[_T]:
+    """``values`` with each one replaced by ``share(value)``, called once per distinct value (an iterator)."""
+    distinct = set(values)
+    if len(distinct) == 1:  # a page's router id, token count and block size are usually everyone's
+        return repeat(share(distinct.pop()), len(values))
+    shared = {value: share(value) for value in distinct}
+    return map(shared.__getitem__, values)
 
 
 class _WorkerBlocks:
@@ -337,6 +340,37 @@ def _segments(lengths: np.ndarray, picks: list[int]) -> tuple[np.ndarray, np.nda
     return picked, np.repeat(firsts - (np.cumsum(picked) - picked), picked) + np.arange(int(picked.sum()))
 
 
+def _u64(values: Sequence[int]) -> np.ndarray:
+    """``values`` as a u64 array (a range without a Python int a value)."""
+    if isinstance(values, range):
+        return np.arange(values.start, values.stop, values.step, dtype=np.uint64)
+    return np.array(values, dtype=np.uint64)
+
+
+def _joined_rows(parts: list[np.ndarray]) -> np.ndarray:
+    """Parts' block hashes as one array: one row a donor where every part holds rows of one width, else end to end."""
+    if all(part.ndim == 2 for part in parts) and len({part.shape[1] for part in parts}) == 1:
+        return np.concatenate(parts)
+    return np.concatenate([part.ravel() for part in parts])
+
+
+def _fixed_blobs(
+    rows: SyncRows, picked: Sequence[int], heads: np.ndarray, hash_count: int, embedding_bytes: int
+) -> tuple[list[bytes], np.ndarray]:
+    """The blobs (:class:`DonorEntry`) of rows ``picked`` of a page whose rows all have ``hash_count`` hashes and
+    ``embedding_bytes`` embedding bytes (:attr:`SyncRows.row_sizes`): one array of all the blobs, cut into one ``bytes``
+    a donor (instead of three slices and a join a donor); with the rows' hashes, one row a donor. ``heads``: theirs."""
+    at = np.arange(picked.start, picked.stop, picked.step) if isinstance(picked, range) else np.array(picked)
+    block_hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, hash_count)[at]
+    embeddings = np.frombuffer(rows.embeddings, dtype=np.uint8).reshape(-1, embedding_bytes)[at]
+    hashes_end = BLOB_HEAD + 8 * hash_count
+    blobs = np.empty((len(at), hashes_end + embedding_bytes), dtype=np.uint8)
+    blobs[:, :BLOB_HEAD] = heads.view(np.uint8).reshape(len(at), BLOB_HEAD)
+    blobs[:, BLOB_HEAD:hashes_end] = block_hashes.view(np.uint8)
+    blobs[:, hashes_end:] = embeddings
+    return cast(list[bytes], blobs.view(np.dtype((np.void, blobs.shape[1]))).ravel().tolist()), block_hashes
+
+
 class Residency:
     """Per-worker block presence from kv-events plus the donor catalog and its resident sets.
 
@@ -533,9 +567,13 @@ class Residency:
                 self._worker_resident[entry.worker] -= 1
                 self._changes.append((entry.donor_id, False))
 
-    def _became_resident(self, entries: Collection[DonorEntry]) -> None:
+    def _became_resident(self, entries: Collection[DonorEntry], worker: WorkerKey | None = None) -> None:
+        """``entries`` are resident now (``worker``: the worker of every one of them, if known)."""
         self._resident_counts.update(map(_NAMESPACE, entries))
-        self._worker_resident.update(map(_WORKER, entries))
+        if worker is None:
+            self._worker_resident.update(map(_WORKER, entries))
+        elif entries:
+            self._worker_resident[worker] += len(entries)
         self._changes += zip(map(_DONOR_ID, entries), repeat(True))
 
     def take_changes(self) -> list[tuple[str, bool]]:
@@ -566,11 +604,16 @@ class Residency:
         )
 
     def add_rows(
-        self, parts: Iterable[tuple[SyncRows, Sequence[int]]], *, new: bool = False
+        self,
+        parts: Iterable[tuple[SyncRows, Sequence[int]]],
+        *,
+        new: bool = False,
+        ids: Sequence[str] | None = None,
     ) -> tuple[list[DonorEntry], list[str]]:
         """:meth:`add_many` for rows of sync pages, taken from their columns (no registration objects): each part is
-        a page's rows and the rows of it to take. ``new``: the caller knows that no donor is known or repeats.
-        Returns the entries taken (in order) and the donor ids pushed out by the capacity bound."""
+        a page's rows and the rows of it to take. ``new``: the caller knows that no donor is known or repeats; ``ids``
+        (with ``new``): the donor ids of the rows taken, in order, if the caller has them. Returns the entries taken
+        (in order) and the donor ids pushed out by the capacity bound."""
         parts = list(parts)
         entries: list[DonorEntry] = []
         if not new:
@@ -583,50 +626,102 @@ class Residency:
         try:
             at = 0
             for rows, picked in parts:
-                entries += self._entries(rows, picked, taken[at : at + len(picked)], hashes, lengths)
-                at += len(picked)
+                end = at + len(picked)
+                entries += self._entries(
+                    rows, picked, taken[at:end], hashes, lengths, None if ids is None else ids[at:end]
+                )
+                at = end
         except BaseException:
             self._unreserve(taken)
             raise
-        columns = (np.concatenate(hashes), np.concatenate(lengths), np.array(taken, dtype=np.uint64))
-        return entries, self._insert(entries, new=True, slotted=taken, columns=columns)
+        columns = (_joined_rows(hashes), np.concatenate(lengths), _u64(taken))
+        return entries, self._insert(
+            entries, new=True, slotted=taken, columns=columns, ids=None if ids is None else list(ids)
+        )
 
     def _entries(
         self,
         rows: SyncRows,
         picked: Sequence[int],
-        slots: list[int] | None,
+        slots: Sequence[int] | None,
         hashes: list[np.ndarray] | None = None,
         lengths: list[np.ndarray] | None = None,
+        ids: Sequence[str] | None = None,
     ) -> list[DonorEntry]:
-        """The entries of rows ``picked`` of a sync page, built column by column (``slots``: theirs, reserved); their
-        block hashes, end to end, are appended to ``hashes`` and their counts to ``lengths`` if given."""
-
-        def take(column: list[_T]) -> list[_T]:
-            return SyncRows.pick(column, picked)
-
-        hash_ends = np.array(take(rows.hash_ends), dtype=np.int64) * 8
-        hash_starts = np.array(take(rows.hash_starts), dtype=np.int64) * 8
-        hash_bytes = rows.block_hashes.tobytes()  # the page's (~128 KB): its slices are bytes, joined to embeddings
+        """The entries of rows ``picked`` of a sync page, built column by column (``slots``: theirs, reserved; ``ids``:
+        their donor ids, if known); their block hashes are appended to ``hashes`` (end to end, or one row a donor when
+        every donor has as many) and their counts to ``lengths`` if given."""
+        take = SyncRows.picker(picked)
         dims, forms = take(rows.embedding_dims), take(rows.embedding_codes)
-        embeddings: Iterable[bytes] = map(
-            rows.embeddings.__getitem__, map(slice, take(rows.embedding_starts), take(rows.embedding_ends))
-        )
-        if forms.count(not self.codes):  # a peer that keeps the other form (or sent an empty embedding so)
-            embeddings, forms = stored_forms(list(embeddings), dims, forms, self.codes)
+        convert = bool(forms.count(not self.codes))  # a peer that keeps the other form (or sent an empty embedding so)
         heads = np.empty(len(picked), dtype=_HEAD)
-        heads["slot"] = NO_SLOT if slots is None else slots
+        heads["slot"] = NO_SLOT if slots is None else _u64(slots)
         heads["registered_at"] = take(rows.registered_at)
-        heads["hashes_end"] = hash_ends - hash_starts
         heads["embedding_dim"] = dims
         heads["codes"] = forms
+        sizes = rows.row_sizes
+        blobs: Iterable[bytes]
+        if sizes is not None and sizes[0] and sizes[1] and picked and not convert:  # the usual page
+            heads["hashes_end"] = 8 * sizes[0]
+            blobs, block_hashes = _fixed_blobs(rows, picked, heads, *sizes)
+            if hashes is not None and lengths is not None:
+                hashes.append(block_hashes)
+                lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
+        else:
+            blobs = self._joined_blobs(rows, take, heads, dims, forms, convert, hashes, lengths)
+        worker_ids, dp_ranks = take(rows.worker_ids), take(rows.dp_ranks)
+        workers: Sequence[Hashable] = worker_ids  # each donor's worker key, or (every rank 0, the usual) its worker id
+        keys: dict[Hashable, WorkerKey]
+        if any(dp_ranks):
+            pairs = list(zip(worker_ids, dp_ranks, strict=True))
+            keys = {key: self._blocks(key).key for key in dict.fromkeys(pairs)}
+            workers = pairs
+        else:
+            keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(worker_ids)}
+        return list(
+            map(
+                DonorEntry,
+                take(rows.donor_ids) if ids is None else ids,
+                take(rows.donor_keys),
+                _shared(take(rows.router_ids), sys.intern),
+                map(keys.__getitem__, workers),
+                repeat(sys.intern(rows.deployment)),
+                _shared(take(rows.namespaces), sys.intern),
+                _shared(take(rows.num_tokens), _shared_int),
+                _shared(take(rows.block_sizes), _shared_int),
+                blobs,
+            )
+        )
+
+    def _joined_blobs(
+        self,
+        rows: SyncRows,
+        take: RowPicker,
+        heads: np.ndarray,
+        dims: list[int],
+        forms: list[bool],
+        convert: bool,
+        hashes: list[np.ndarray] | None,
+        lengths: list[np.ndarray] | None,
+    ) -> Iterable[bytes]:
+        """The blobs of :meth:`_entries` joined donor by donor, for rows of any sizes (``take``: their picker; embeddings
+        of the other form converted if ``convert``); ``heads`` gets their ``hashes_end`` (and forms)."""
+        hash_ends = np.array(take(rows.hash_ends), dtype=np.int64) * 8
+        hash_starts = np.array(take(rows.hash_starts), dtype=np.int64) * 8
+        heads["hashes_end"] = hash_ends - hash_starts
+        embedding_starts, embedding_ends = take(rows.embedding_starts), take(rows.embedding_ends)
+        hash_bytes = rows.block_hashes.tobytes()  # the page's (~128 KB): its slices are bytes, joined to embeddings
+        embeddings: Iterable[bytes] = map(rows.embeddings.__getitem__, map(slice, embedding_starts, embedding_ends))
+        if convert:
+            embeddings, forms = stored_forms(list(embeddings), dims, forms, self.codes)
+            heads["codes"] = forms
         head_bytes = heads.tobytes()
         starts = range(0, len(head_bytes), BLOB_HEAD)
         hash_parts = list(map(hash_bytes.__getitem__, map(slice, hash_starts.tolist(), hash_ends.tolist())))
         if hashes is not None and lengths is not None:
             hashes.append(np.frombuffer(b"".join(hash_parts), dtype=np.uint64))
             lengths.append((hash_ends - hash_starts) // 8)
-        blobs = map(
+        return map(
             b"".join,
             zip(
                 map(head_bytes.__getitem__, map(slice, starts, range(BLOB_HEAD, len(head_bytes) + 1, BLOB_HEAD))),
@@ -634,22 +729,6 @@ class Residency:
                 embeddings,
                 strict=True,
             ),
-        )
-        worker_keys = list(zip(take(rows.worker_ids), take(rows.dp_ranks), strict=True))
-        keys = {key: self._blocks(key).key for key in dict.fromkeys(worker_keys)}
-        return list(
-            map(
-                DonorEntry,
-                take(rows.donor_ids),
-                take(rows.donor_keys),
-                _shared(take(rows.router_ids), sys.intern),
-                map(keys.__getitem__, worker_keys),
-                repeat(sys.intern(rows.deployment)),
-                _shared(take(rows.namespaces), sys.intern),
-                _shared(take(rows.num_tokens), _shared_int),
-                _shared(take(rows.block_sizes), _shared_int),
-                blobs,
-            )
         )
 
     def _insert(
@@ -659,19 +738,27 @@ class Residency:
         new: bool = False,
         slotted: Sequence[int] | None = None,
         columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        ids: list[str] | None = None,
     ) -> list[str]:
         """Take new entries (replacing known donors of the same ids), post them per worker, evict past capacity;
         ``new``: no entry's donor is known or repeats (checked here otherwise); ``slotted``: (with ``new``) the slots
         reserved for the entries (:meth:`_reserve`), which they carry; ``columns``: (with ``slotted``) the entries'
-        block hashes end to end, their counts and the slots as arrays (what their blobs hold)."""
+        block hashes (end to end, or one row an entry when all have as many), their counts and the slots as arrays
+        (what their blobs hold); ``ids``: the entries' donor ids, if known."""
         donors = self._donors
-        ids = list(map(_DONOR_ID, entries))
+        if ids is None:
+            ids = list(map(_DONOR_ID, entries))
+        by_group = slotted is not None  # donors counted per worker group below
         if slotted is not None:
             slots = self._slots
-            for slot, entry in zip(slotted, entries, strict=True):
-                slots[slot] = entry
+            if isinstance(slotted, range) and slotted.step == 1:  # slots new at the end (none freed to reuse)
+                if len(slotted) != len(entries):
+                    raise ValueError("slots and entries differ in number")
+                slots[slotted.start : slotted.stop] = entries
+            else:
+                for slot, entry in zip(slotted, entries, strict=True):
+                    slots[slot] = entry
             donors.update(zip(ids, entries, strict=True))
-            self._worker_donors.update(map(_WORKER, entries))
             new = True
         elif new or (len(set(ids)) == len(ids) and not any(map(donors.__contains__, ids))):  # a sync page's usual
             self._take_slots(entries)
@@ -689,9 +776,17 @@ class Residency:
         for picks in _worker_groups(entries):
             group = list(map(entries.__getitem__, picks))
             blocks = self._workers[group[0].worker]
+            if by_group:
+                self._worker_donors[blocks.key] += len(group)
             if columns is not None:
-                lengths, positions = _segments(columns[1], picks)
-                if self._post_new(blocks, group, (columns[0][positions], lengths, columns[2][picks])):
+                if columns[0].ndim == 2:  # one row of hashes an entry
+                    every = len(picks) == len(entries)
+                    hashes = (columns[0] if every else columns[0][picks]).ravel()
+                    lengths = columns[1] if every else columns[1][picks]
+                else:
+                    lengths, positions = _segments(columns[1], picks)
+                    hashes = columns[0][positions]
+                if self._post_new(blocks, group, (hashes, lengths, columns[2][picks])):
                     continue
             self._post(blocks, group, replaced=not new)
         self._order += entries
@@ -795,7 +890,7 @@ class Residency:
         if values.all():  # every hash stored on the worker (blocks recovered before the sync): all resident
             for entry in entries:
                 entry.missing = 0
-            self._became_resident(entries)
+            self._became_resident(entries, blocks.key)
             return True
         absent = np.empty(len(hashes), dtype=bool)
         absent[order] = values == 0  # no block stores it (its posting is 0 too)
@@ -805,7 +900,7 @@ class Residency:
             entry.missing = missing
             if missing == 0:
                 resident.append(entry)
-        self._became_resident(resident)
+        self._became_resident(resident, blocks.key)
         return True
 
     def _take_slots(self, entries: list[DonorEntry]) -> None:
@@ -815,7 +910,7 @@ class Residency:
             entry.slot = slot
             slots[slot] = entry
 
-    def _reserve(self, count: int) -> list[int]:
+    def _reserve(self, count: int) -> Sequence[int]:
         """``count`` slots for new entries (freed ones first, most recently freed first); held empty until taken."""
         free, slots = self._free, self._slots
         reused = min(len(free), count)
@@ -824,11 +919,15 @@ class Residency:
         if len(slots) + grown > MAX_SLOTS:
             free.extend(reversed(taken))
             raise OverflowError(f"residency holds {MAX_SLOTS} donor slots already")
+        if not reused:  # a range: its slots are taken with a slice (:meth:`_insert`), not one by one
+            fresh = range(len(slots), len(slots) + grown)
+            slots += [None] * grown
+            return fresh
         taken += range(len(slots), len(slots) + grown)
         slots += [None] * grown
         return taken
 
-    def _unreserve(self, taken: list[int]) -> None:
+    def _unreserve(self, taken: Sequence[int]) -> None:
         """Give back slots :meth:`_reserve` handed out and no entry took."""
         self._free.extend(reversed(taken))
 

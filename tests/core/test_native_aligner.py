@@ -195,3 +195,42 @@ def test_a_table_keeps_its_view_while_changed_in_place_and_gets_a_new_one_when_a
     aligner.add_donor("d", "ns", donor)
     [span] = aligner.align("ns", np.concatenate((rng.integers(1000, 2000, size=300), donor)))
     assert (span.donor_id, span.donor_start, span.target_start) == ("d", 20, 320)  # block-aligned on the target
+
+
+@pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
+def test_admissions_and_releases_leave_the_views_current_so_a_search_reads_them_as_they_are() -> None:
+    """A native aligner checks its table's and donor book's views when a donor comes or goes (admission time), not on
+    every search: after each change, with the arrays growing under it, the views already hold the arrays' addresses."""
+    import numpy as np
+
+    rng = np.random.default_rng(6)
+    aligner = SpanAligner(32, 64, native=True)
+    book = aligner._book
+    assert book is not None
+    for i in range(150):
+        aligner.add_donor(f"d{i}", "ns", rng.integers(0, 1000, size=256))
+        if i % 4 == 3:
+            aligner.remove_donor(f"d{i - 2}")
+        table = aligner._tables["ns"]
+        for owner in (table, book):
+            assert not owner._changed and owner._view is not None
+        assert table._view.keys == _native._address(table.id_table.keys)
+        assert table._view.single_offset == _native._address(table.single_offset)
+        assert book._view.token_addresses == _native._address(book.address)
+        assert book._view.ids == _native._address(book.slots.ids)
+
+
+@pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
+def test_a_search_restricted_to_candidates_leaves_the_next_one_unrestricted() -> None:
+    """The call's argument block is reused: a search given candidates, then one without, considers every donor."""
+    import numpy as np
+
+    rng = np.random.default_rng(8)
+    aligner = SpanAligner(32, 64, native=True)
+    a, b = rng.integers(0, 1000, size=256), rng.integers(0, 1000, size=256)
+    aligner.add_donor("a", "ns", a)
+    aligner.add_donor("b", "ns", b)
+    assert [s.donor_id for s in aligner.align("ns", b, candidates=["a"])] == []
+    assert [s.donor_id for s in aligner.align("ns", b)] == ["b"]
+    assert [s.donor_id for s in aligner.align("ns", b, candidates=["b"])] == ["b"]
+    assert [s.donor_id for s in aligner.align("ns", a)] == ["a"]

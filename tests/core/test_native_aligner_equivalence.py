@@ -184,3 +184,47 @@ def test_the_one_key_id_table_operations_agree_with_a_dict() -> None:
         table.remove_one((1 << 64) - 1)  # not in the table: nothing happens
     probe = np.array([*keys, 5000, (1 << 64) - 1], dtype=np.uint64)
     assert table.find(probe).tolist() == [mirror.get(k, -1) for k in probe.tolist()]
+
+
+@pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
+def test_every_target_length_and_match_position_across_the_screens_stretches(u32: bool) -> None:
+    """The compiled screen rolls four hashes over four stretches of the target and screens the last few windows on
+    their own: targets of every length from one window to a few hundred, with a donor's text at every stretch's
+    start, middle and end, and alone in the windows past the stretches, find what the numpy path finds."""
+    text = np.random.default_rng(2).integers(0, 30_000, 64)
+    numpy_path, native_path = _pair(u32, block_size=4, min_span_tokens=8, anchor_tokens=6)
+    for aligner in (numpy_path, native_path):
+        aligner.add_donor("d", "ns", _donor_array(text, u32))
+    filler = np.random.default_rng(3).integers(30_000, 60_000, 400)
+    found = 0
+    for n in range(6, 260, 3):
+        windows = n - 6 + 1
+        stretch = windows // 4
+        for at in {0, stretch, 2 * stretch - 3, 3 * stretch + 1, 4 * stretch, windows - 1, n - 12}:
+            for length in (6, 12, 17):
+                if at < 0 or at + length > n:
+                    continue
+                target = filler[:n].copy()
+                target[at : at + length] = text[5 : 5 + length]
+                target = target.astype(numpy_path.dtype)
+                expected = numpy_path.align("ns", target)
+                assert native_path.align("ns", target) == expected, (n, at, length)
+                found += bool(expected)
+    assert found > 100
+
+
+@pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
+def test_a_run_ending_at_every_offset_of_the_word_compare(u32: bool) -> None:
+    """The compiled core compares a diagonal 16 bytes at a time (2 or 4 tokens) and finds the first differing token in
+    the word: a match that ends at each token offset, in the first or second half of a word, starting at several
+    offsets, has the right length (blocks of one token: nothing trimmed)."""
+    text = np.random.default_rng(4).integers(0, 30_000, 200)
+    numpy_path, native_path = _pair(u32, block_size=1, min_span_tokens=8, anchor_tokens=8)
+    for aligner in (numpy_path, native_path):
+        aligner.add_donor("d", "ns", _donor_array(text, u32))
+    for end in range(40, 80):
+        for shift in (0, 1, 2, 3):
+            target = np.concatenate((text[shift:end], text[end:] + 1)).astype(numpy_path.dtype)
+            [span] = numpy_path.align("ns", target)
+            assert (span.donor_start, span.target_start, span.length) == (shift, 0, end - shift)
+            assert native_path.align("ns", target) == [span]

@@ -137,14 +137,17 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     style = data.draw(st.sampled_from(["neox", "gptj"]))
     shape = data.draw(st.sampled_from(["grid", "persistent", "tiles"]))
     programs_per_sm = data.draw(st.sampled_from([1, 3])) if shape == "persistent" else None
+    blocks_per_program = data.draw(st.sampled_from([1, 2, 5])) if shape == "grid" else 1
+    one_trip_start = shape != "persistent" and blocks_per_program == 1 and data.draw(st.booleans())
     tuning = KernelTuning(
-        blocks_per_program=data.draw(st.sampled_from([1, 2, 5])) if shape == "grid" else 1,
+        blocks_per_program=blocks_per_program,
         layers_per_program=data.draw(st.sampled_from([1, 2])),
         heads_per_program=data.draw(st.sampled_from([None, 1])),
         programs_per_sm=programs_per_sm,
-        pipeline_heads=shape != "tiles" and data.draw(st.booleans()),
+        pipeline_heads=shape != "tiles" and not one_trip_start and data.draw(st.booleans()),
         load_all_tiles=shape == "tiles",
         layers_fastest=shape != "persistent" and data.draw(st.booleans()),
+        one_trip_start=one_trip_start,
     )
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
@@ -175,6 +178,9 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 8, 4, 1, 64, heads_per_program=3, load_all_tiles=True),
         KernelTuning(1, 4, 2, 2, None, layers_fastest=True),
         KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, layers_fastest=True),
+        KernelTuning(1, 4, 2, 1, None, one_trip_start=True),
+        KernelTuning(1, 8, 1, 1, 64, heads_per_program=2, layers_fastest=True, one_trip_start=True),
+        KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, one_trip_start=True),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
@@ -183,7 +189,9 @@ def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     Persistent programs loop over several units each (the interpreter counts 2 multiprocessors), every unit with the
     descriptor its program read during the previous one, and the last read past the end masked off. Pipelined head
     loads read one head group ahead, masked off past the program's last head. Load-all-tiles programs hold 5, 4 or 9
-    of their 8, 4 or 16 tiles (layers x heads; the last layer and head runs are partial)."""
+    of their 8, 4 or 16 tiles (layers x heads; the last layer and head runs are partial). One-trip-start programs
+    (in place) step from a layer's last head to the next layer's first, over full and partial head runs, and meet
+    two-row groups (odd offsets) and delta 0 after reading the whole descriptor at once."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -259,6 +267,9 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True),
         KernelTuning(1, 16, 2, 1, 40, layers_fastest=True),
         KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, layers_fastest=True),
+        KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True),
+        KernelTuning(1, 16, 2, 1, 40, 3, layers_fastest=True, one_trip_start=True),
+        KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
     ],
     ids=[
         "default",
@@ -268,6 +279,9 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         "all-tiles-2x2",
         "layers-fastest",
         "all-tiles-4-layers-fastest",
+        "one-trip-start",
+        "one-trip-start-3-heads-2-layers",
+        "one-trip-start-all-tiles",
     ],
 )
 def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
@@ -473,12 +487,15 @@ def test_default_tuning_covers_every_dtype_op_and_size(dtype: torch.dtype, op: s
 
 
 FP8_INPLACE_2K = KernelTuning(
-    num_warps=4, layers_per_program=1, max_registers=None, heads_per_program=4, load_all_tiles=True
+    num_warps=4, layers_per_program=1, max_registers=None, heads_per_program=4, load_all_tiles=True, one_trip_start=True
 )
-"""fp8 in place at 2K: load-all-tiles programs, the session-9 H200 sweep's best at both models."""
-BF16_INPLACE_TO_8K = KernelTuning(num_warps=16, layers_per_program=1, max_registers=40, layers_fastest=True)
-"""bf16 in place at Llama-3-8B 2K and Qwen2.5-7B 2K / 8K: layers-fastest order, the session-10 H200 short sweep's
-best (Qwen 2K: within 0.1 point of it)."""
+"""fp8 in place at 2K (and fp8 copy at Qwen2.5-7B 2K): load-all-tiles programs with the one-trip start, the
+session-12 H200 short sweep's best at both models."""
+BF16_INPLACE_TO_8K = KernelTuning(
+    num_warps=16, layers_per_program=1, max_registers=40, layers_fastest=True, one_trip_start=True
+)
+"""bf16 in place at Llama-3-8B 2K and Qwen2.5-7B 2K / 8K: layers-fastest order with the one-trip start, the
+session-12 H200 short sweep's best (Qwen 2K: tied with two heads a program)."""
 
 
 @pytest.mark.parametrize(
@@ -493,7 +510,7 @@ best (Qwen 2K: within 0.1 point of it)."""
         (torch.float8_e4m3fn, "inplace", 7_168, FP8_INPLACE_2K),
         (torch.float8_e4m3fn, "inplace", 16_384, FP8_INPLACE_2K),
         (torch.float8_e4m3fn, "inplace", 16_640, FP8_INPLACE_2K),
-        (torch.float8_e4m3fn, "copy", 7_168, KernelTuning(1, 4, 4, 1, None)),
+        (torch.float8_e4m3fn, "copy", 7_168, FP8_INPLACE_2K),
         (torch.bfloat16, "inplace", 7_168, BF16_INPLACE_TO_8K),
         (torch.bfloat16, "inplace", 16_384, BF16_INPLACE_TO_8K),
         (torch.bfloat16, "inplace", 16_640, BF16_INPLACE_TO_8K),
@@ -556,6 +573,10 @@ def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None
         ({"load_all_tiles": True, "programs_per_sm": 1}, "loops over nothing"),
         ({"load_all_tiles": True, "pipeline_heads": True}, "loops over nothing"),
         ({"layers_fastest": True, "programs_per_sm": 2}, "persistent programs have their own order"),
+        ({"one_trip_start": True, "blocks_per_program": 2}, "one row group and one head per step"),
+        ({"one_trip_start": True, "heads_per_iter": 2}, "one row group and one head per step"),
+        ({"one_trip_start": True, "programs_per_sm": 1}, "one row group and one head per step"),
+        ({"one_trip_start": True, "pipeline_heads": True}, "one row group and one head per step"),
     ],
 )
 def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, object], message: str) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from semblend_dynamo.events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
-from semblend_dynamo.router.residency import Residency
+from semblend_dynamo.router.residency import SHARED, DonorEntry, Residency
 
 W1, W2 = 11, 22
 
@@ -480,3 +481,106 @@ def test_sync_rows_of_several_workers_post_as_their_registrations_do() -> None:
         e.donor_id: e.missing for e in by_registrations.donors()
     }
     assert by_rows.resident("ns") == {"d0", "d2", "d4", "d7", "d8", "d9", "d10"}
+
+
+@pytest.mark.parametrize("codes", [False, True])
+def test_sync_rows_of_one_size_build_and_post_what_their_registrations_do(codes: bool) -> None:
+    """A page whose rows all have as many hashes and embedding bytes (its blobs built as one array, its hashes posted
+    from rows of them) ends exactly as the same donors added from their registrations: the same blobs, postings,
+    residency, changes and per-worker counts (in order), and the postings and missing counts the kv-events give."""
+    from semblend_dynamo.events.codec import decode, encode
+    from semblend_dynamo.events.schemas import DonorSyncPage
+
+    rng = np.random.default_rng(5)
+    workers = (W1, W2, 33)
+    registrations = []
+    for i in range(124):
+        vector = rng.standard_normal(8).astype(np.float32)
+        hashes = [1000 * i + k for k in range(1, 5 if i < 120 else 2 + i % 2)]  # the third page: rows of 1 or 2
+        if i in (31, 61):  # two donors of worker W2 (i % 3 == 1) share a hash: that worker's batch is posted one by one
+            hashes[0] = 777
+        registrations.append(
+            _donor(f"d{i:03d}", workers[i % 3], hashes, namespace=("a", "b")[i % 2]).model_copy(
+                update={
+                    "registered_at": 10.0 + i,
+                    "embedding": (vector / np.linalg.norm(vector)).astype("<f2").tobytes(),
+                    "embedding_dim": 8,
+                    "donor_key": f"k{i}",
+                    "dp_rank": int(i >= 60 and i % 3 == 2),  # the second page: worker 33 on rank 1
+                }
+            )
+        )
+    source = Residency(capacity=1000, codes=codes)  # the peer: its entries go on the page in the form it keeps
+    source.add_many(registrations)
+    pages = [
+        decode(
+            encode(
+                DonorSyncPage.of(
+                    entries, router_id="p", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=124
+                )
+            ),
+            DonorSyncPage,
+            max_bytes=1 << 22,
+        ).rows()
+        for entries in (
+            source.entries(r.donor_id for r in registrations[:60]),
+            source.entries(r.donor_id for r in registrations[60:120]),
+            source.entries(r.donor_id for r in registrations[120:]),
+        )
+    ]
+    assert [rows.row_sizes for rows in pages] == [(4, 8 if codes else 16)] * 2 + [None]
+    replicas = [Residency(capacity=1000, codes=codes) for _ in range(2)]
+    for r in replicas:
+        r.apply(Events(W1).stored(*(h for reg in registrations[0::3] for h in reg.block_hashes)))  # all stored
+        r.apply(Events(W2).stored(777, *(h for reg in registrations[1::6] for h in reg.block_hashes)))  # some
+        r.add_many([_donor("x", W1, [5])])
+        r.remove_donor("x")  # a slot freed: taken again first
+    by_rows, by_registrations = replicas
+    parts = [(pages[0], [5, 0, 7, 2, 8, 9, 4, 1]), (pages[1], range(0, 60)), (pages[0], range(10, 60))]
+    order = [*(parts[0][1]), *(60 + i for i in range(60)), *range(10, 60)]
+    ids = [registrations[i].donor_id for i in order]
+    entries, evicted = by_rows.add_rows(parts, new=True, ids=ids)
+    by_registrations.add_many([source.entries([donor_id])[0].registration for donor_id in ids])
+    assert not evicted and [e.donor_id for e in entries] == ids
+    more = [registrations[i].donor_id for i in (123, 121, 120, 122, 6, 3)]  # a chunk mixing rows of other sizes
+    entries, _ = by_rows.add_rows([(pages[2], [3, 1, 0, 2]), (pages[0], [6, 3])], new=True, ids=more)
+    by_registrations.add_many([source.entries([donor_id])[0].registration for donor_id in more])
+    assert [e.donor_id for e in entries] == more
+    ids += more
+    for donor_id in ids:
+        mine, theirs = by_rows.donor(donor_id), by_registrations.donor(donor_id)
+        assert mine is not None and theirs is not None
+        for name in DonorEntry.__slots__:
+            assert getattr(mine, name) == getattr(theirs, name), name
+    assert by_rows.snapshot() == by_registrations.snapshot()
+    assert sorted(by_rows.take_changes()) == sorted(by_registrations.take_changes())
+    for key in by_registrations._workers:
+        mine_blocks, their_blocks = by_rows._workers[key], by_registrations._workers[key]
+        assert list(mine_blocks.hashes.items()) == list(their_blocks.hashes.items())
+        assert mine_blocks.shared == their_blocks.shared
+    for counts in ("_worker_donors", "_worker_resident", "_resident_counts"):
+        assert list(getattr(by_rows, counts).items()) == list(getattr(by_registrations, counts).items()), counts
+    donors = list(by_rows.donors())
+    stored = {W1: {h for reg in registrations[0::3] for h in reg.block_hashes}, 33: set()}
+    stored[W2] = {777, *(h for reg in registrations[1::6] for h in reg.block_hashes)}
+    for entry in donors:  # checked against the kv-events themselves, not only against the other path
+        blocks = by_rows._workers[entry.worker]
+        for tokens_hash in entry.block_hashes:
+            value = blocks.hashes.get(tokens_hash)
+            assert value is not None and (value >> 32 == 1) == (tokens_hash in stored[entry.worker[0]])
+            assert value & SHARED == entry.slot + 1 or entry.slot in blocks.shared[tokens_hash]
+        assert entry.missing == sum(h not in stored[entry.worker[0]] for h in entry.block_hashes)
+    assert len(donors) == 124
+    assert by_rows._worker_donors == Counter(e.worker for e in donors)
+    assert by_rows._worker_resident == Counter(e.worker for e in donors if e.missing == 0)
+    assert by_rows._resident_counts == Counter(e.namespace for e in donors if e.missing == 0)
+    assert by_rows.resident("a") and by_rows.resident("a") == by_registrations.resident("a")
+    assert len(by_rows._slots) == len(by_registrations._slots) and not by_rows._free
+
+
+def test_a_row_picker_picks_as_pick_does() -> None:
+    from semblend_dynamo.events.schemas import SyncRows
+
+    column = [f"v{i}" for i in range(10)]
+    for picked in (range(10), range(2, 7), range(0, 10, 3), [4], [], [9, 0, 3], range(0)):
+        assert SyncRows.picker(picked)(column) == SyncRows.pick(column, picked)
