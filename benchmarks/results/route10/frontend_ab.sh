@@ -5,6 +5,7 @@
 # the planner's extension) built for this Python (session 11's script built only the aligner for the other trees),
 # and runs this checkout's benchmarks/frontend_path/run.py. With PROBE=1 the semantic router of every run also carries
 # the span-path probe (benchmarks/results/route10/probe, this checkout's) and its report is printed after the run.
+# .stage/fp/env.sh: session 12's device staging (a copy of benchmarks/results/session12/env.sh).
 set -uo pipefail
 source .stage/fp/env.sh
 donors=$1; reqs=$2; shift 2
@@ -22,8 +23,10 @@ for t in "$@"; do
     fi
   fi
   path=/tmp/semdev/site:/tmp/pr:$root
+  (cd "$root" && PYTHONPATH=$path python3 -m semblend_dynamo._native build >/dev/null 2>&1) || echo "== $t: aligner build failed"
+  (cd "$root" && PYTHONPATH=$path python3 -m semblend_dynamo.native_planner build ${SEMBLEND_CC:+--cc "$SEMBLEND_CC"} \
+    >/dev/null 2>&1) || echo "== $t: planner build failed"
   for module in semblend_dynamo._native semblend_dynamo.native_planner; do
-    (cd "$root" && PYTHONPATH=$path python3 -m "$module" build >/dev/null 2>&1) || echo "== $t: $module build failed"
     (cd "$root" && PYTHONPATH=$path python3 -m "$module" status)
   done
   probe=()

@@ -12,7 +12,7 @@ thread CPU of a step is time the loop's thread did not run in it: waiting for th
 
 Marks: p0 parse; l0 load query asked; x0/x1 exact query asked (the call); s0/s1 ``_spans_during_exact``; g0/g1 the
 exact-wins gate; st0/st1 ``DonorCatalog.stored_together``; f0/f1 ``find_spans``; a0/a1 ``SpanAligner.align``; n0/n1
-the compiled call (``_native.align``); h0/h1 the hint; ldone/xdone when the loop ran the load / exact answer's
+the compiled call (``_native.AlignCall.run``, or ``_native.align`` before it); h0/h1 the hint; ldone/xdone when the loop ran the load / exact answer's
 callbacks.
 """
 
@@ -79,7 +79,10 @@ if os.environ.get("ROUTE10_PROBE") and os.environ.get("SEMBLEND_ENABLED") == "1"
     _timed(C.DonorCatalog, "stored_together", "st0", "st1")
     _timed(P.DonorDiscovery, "find_spans", "f0", "f1")
     _timed(S.SpanAligner, "align", "a0", "a1")
-    S._native.align = _timed(_native, "align", "n0", "n1")
+    if hasattr(_native, "AlignCall"):  # one argument block per call (sched10's native core)
+        _timed(_native.AlignCall, "run", "n0", "n1")
+    else:
+        _timed(_native, "align", "n0", "n1")
 
     def _when_done(future, name):
         with contextlib.suppress(AttributeError):
