@@ -11,18 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.protocol.command import pub_cmd
 
 from ..config import SemblendConfig
 
 log = logging.getLogger(__name__)
 
 MessageHandler = Callable[[Msg], Awaitable[None]]
+_PLAIN_SUBJECT = re.compile(r"[^.\s*>]+(\.[^.\s*>]+)*")
+"""A subject nats-py accepts for a publish (tokens without spaces, wildcards or empty parts)."""
 
 
 class NatsLink:
@@ -69,6 +73,38 @@ class NatsLink:
         if not self.connected or self._nc is None:
             raise ConnectionError("NATS is not connected")
         await self._nc.publish(subject, data, reply=reply)
+
+    async def publish_written(self, subject: str, data: bytes, timeout: float) -> bool:
+        """Publish ``data`` by handing its PUB to the server's connection here, as nats-py's flusher task would, when
+        nothing is queued ahead of it (nats-py's buffer and the socket's both empty), then wait (at most ``timeout`` s)
+        for the socket to take whatever the kernel did not take at once (nothing, usually: no event-loop turn). True
+        once handed over; False, with nothing done, otherwise (a backlog, a reconnect, a nats-py or transport without
+        these internals, a closed or draining client, a subject or size nats-py would refuse): :meth:`publish`, then
+        :meth:`write_out`.
+
+        Skips what nats-py's ``publish`` adds for a buffered write: a future put on its flusher task's queue, and that
+        task's later loop turn finding nothing left to write. Pinned by ``tests/router/test_events.py``.
+        """
+        nc = self._nc
+        writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+        if nc is None or writer is None or not nc.is_connected or nc.is_draining_pubs:
+            return False
+        if getattr(nc, "_pending", None) != [] or len(data) > nc._max_payload:
+            return False
+        if not (getattr(nc, "_skip_subject_validation", False) or _PLAIN_SUBJECT.fullmatch(subject)):
+            return False  # nats-py checks it (and raises)
+        transport = writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            return False
+        nc.stats["out_msgs"] += 1
+        nc.stats["out_bytes"] += len(data)
+        writer.write(pub_cmd(subject, "", data))
+        if transport.get_write_buffer_size():  # the rest follows as the socket allows
+            try:
+                await asyncio.wait_for(writer.drain(), timeout)
+            except Exception as exc:
+                log.debug("an urgent publish was not written out in time: %s", exc)
+        return True
 
     async def write_out(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) until everything published so far is written to the server's connection, with

@@ -62,15 +62,20 @@ class EvidencePublisher:
         For a message that must leave before something sent another way (a hint before its request). If it cannot
         be sent now it is queued as :meth:`offer` would (False), so it is never lost for being urgent.
         """
-        try:
-            await self._link.publish(subject, self.encode(event))
-        except Exception as exc:
-            log.debug("urgent publish failed (%s); queued", exc)
-            self.offer(subject, event)
-            return False
+        data = self.encode(event)
+        written = await self._link.publish_written(subject, data, timeout)  # nothing queued ahead: in one step
+        if not written:
+            try:
+                await self._link.publish(subject, data)
+            except Exception as exc:
+                log.debug("urgent publish failed (%s); queued", exc)
+                self.offer(subject, event)
+                return False
         self.sent[event.KIND] += 1
         if self._on_sent is not None:
             self._on_sent(event.KIND)
+        if written:
+            return True
         try:
             await self._link.write_out(timeout)
         except Exception as exc:  # in the client's buffer already: it follows as soon as it can

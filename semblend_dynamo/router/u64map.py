@@ -38,6 +38,7 @@ reader on another thread can tell whether a change overlapped its reads (a seqlo
 from __future__ import annotations
 
 import functools
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from math import isqrt
 from typing import Any, TypeVar, cast
@@ -284,19 +285,22 @@ class U64Map:
             return held
         if self._gone and key in self._gone:
             return None
-        probe = _U64(key)  # a Python int would make searchsorted compare every key as a float64 (O(n), inexact)
+        # Binary searches over each level's memory, read as Python ints (exact), which keep the GIL (numpy's
+        # searchsorted lets it go): the exact-wins gate runs this on the event loop just before the compiled span
+        # search, and a thread waiting for the GIL (Dynamo's runtime with an answer) should get it in that search.
         for keys, values, live in (
             (self._over_keys, self._over_values, self._live),
             (self._frozen_keys, self._frozen_values, self._frozen_live),
         ):
             if len(keys):
-                i = int(keys.searchsorted(probe))
-                if i < len(keys) and int(keys[i]) == key:
+                at = keys.data
+                i = bisect_left(at, key)
+                if i < len(at) and at[i] == key:
                     return int(values[i]) if live[i] else None
-        keys = self._keys
-        if len(keys):
-            i = int(keys.searchsorted(probe))
-            if i < len(keys) and int(keys[i]) == key:
+        if len(self._keys):
+            at = self._keys.data
+            i = bisect_left(at, key)
+            if i < len(at) and at[i] == key:
                 return int(self._values[i])
         return None
 

@@ -220,6 +220,48 @@ def test_assign_during_a_rewrite_leaves_the_rewrite_to_its_steps(monkeypatch: py
     assert dict(m.items()) == expected
 
 
+def test_a_single_lookup_keeps_the_gil_on_every_level() -> None:
+    """``get`` lets no other thread run (numpy's ``searchsorted`` lets the GIL go): the router's exact-wins gate calls
+    it just before the compiled span search, and a Dynamo answer waiting for the GIL is then handed over during that
+    search, where it costs the loop nothing, instead of inside the gate, where the loop waits for it."""
+    import sys
+
+    m = U64Map()
+    base = np.arange(1, 200_001, 2, dtype=np.uint64) << np.uint64(40)
+    m.set_many(base.tolist(), list(range(len(base))))
+    list(m.items())  # merged into the base level
+    m.set_many([int(k) + 1 for k in base[:5000]], list(range(5000)))  # a batch: into the overlay
+    m[7] = 70  # the dict of recent changes
+    m.pop(int(base[10]))
+    probes = [int(base[3]), int(base[10]), int(base[4000]) + 1, 7, 8, int(base[-1]) + 2, (1 << 64) - 1]
+    expected = [3, None, 4000, 70, None, None, None]
+    count = [0]
+    stop = threading.Event()
+
+    def other_thread() -> None:
+        while not stop.is_set():
+            count[0] += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)  # the other thread runs only where this one lets the GIL go
+    runner = threading.Thread(target=other_thread)
+    runner.start()
+    try:
+        while not count[0]:  # started
+            pass
+        advanced = []
+        for _ in range(20):
+            before = count[0]
+            found = [m.get(key) for key in probes]
+            advanced.append(count[0] != before)
+            assert found == expected
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        runner.join()
+    assert not any(advanced)
+
+
 def test_quiet_tells_a_reader_on_another_thread_that_a_change_overlapped_it(monkeypatch: pytest.MonkeyPatch) -> None:
     m = U64Map()
     m.set_many([1, 2, 3], [10, 20, 30])
