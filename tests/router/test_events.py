@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import array
+import asyncio
+import contextlib
 
 import msgpack
 import numpy as np
@@ -349,11 +351,9 @@ async def test_an_urgent_hint_has_left_the_process_when_send_first_returns_and_i
     assert publisher.backlog == 1
 
 
-@pytest.mark.nats
-async def test_an_urgent_hint_is_written_out_without_giving_the_event_loop_a_turn(nats_server) -> None:
-    """The hint reaches the socket inside ``send_first``: no loop iteration (each costs the request time)."""
-    import asyncio
-
+@contextlib.asynccontextmanager
+async def _urgent_link(nats_server):  # type: ignore[no-untyped-def]
+    """A connected hint link, a hint subject, a subscription to it and a publisher on the link (closed after)."""
     import nats
 
     from semblend_dynamo.events.link import NatsLink
@@ -367,75 +367,49 @@ async def test_an_urgent_hint_is_written_out_without_giving_the_event_loop_a_tur
     link = NatsLink(cfg, name="urgent")
     link.start()
     await asyncio.wait_for(link.wait_connected(), 10)
-    publisher = EvidencePublisher(link, queue_size=4)
-    loop_turns: list[int] = []
-    asyncio.get_running_loop().call_soon(loop_turns.append, 1)
-    assert await publisher.send_first(subject, _hint(), timeout=2.0)
-    assert loop_turns == []
-    msg = await sub.next_msg(timeout=5)
-    assert isinstance(decode(msg.data, DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
-    await link.close()
-    await listener.close()
+    try:
+        yield link, subject, sub, EvidencePublisher(link, queue_size=4)
+    finally:
+        await link.close()
+        await listener.close()
+
+
+@pytest.mark.nats
+async def test_an_urgent_hint_is_written_out_without_giving_the_event_loop_a_turn(nats_server) -> None:
+    """The hint reaches the socket inside ``send_first``: no loop iteration (each costs the request time)."""
+    async with _urgent_link(nats_server) as (_link, subject, sub, publisher):
+        loop_turns: list[int] = []
+        asyncio.get_running_loop().call_soon(loop_turns.append, 1)
+        assert await publisher.send_first(subject, _hint(), timeout=2.0)
+        assert loop_turns == []
+        msg = await sub.next_msg(timeout=5)
+        assert isinstance(decode(msg.data, DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
 
 
 @pytest.mark.nats
 async def test_an_urgent_hint_on_an_idle_connection_is_written_without_waking_the_clients_flusher(nats_server) -> None:
     """With nothing queued ahead of it, ``send_first`` writes the hint's PUB itself: nats-py's flusher task is not
     kicked (no later loop turn spent finding nothing to write), and the client's counters still count it."""
-    import asyncio
-
-    import nats
-
-    from semblend_dynamo.events.link import NatsLink
-    from semblend_dynamo.events.publisher import EvidencePublisher
-
-    cfg = SemblendConfig(nats_url=nats_server.url)
-    subject = Subjects.for_config(cfg).hints(7)
-    listener = await nats.connect(nats_server.url)
-    sub = await listener.subscribe(subject)
-    await listener.flush()
-    link = NatsLink(cfg, name="urgent")
-    link.start()
-    await asyncio.wait_for(link.wait_connected(), 10)
-    nc = link._nc
-    assert nc is not None
-    await asyncio.sleep(0.05)  # the connect's own commands written
-    out_msgs = nc.stats["out_msgs"]
-    publisher = EvidencePublisher(link, queue_size=4)
-    assert await publisher.send_first(subject, _hint(), timeout=2.0)
-    assert nc._flush_queue is not None and nc._flush_queue.empty() and not nc._pending
-    assert nc.stats["out_msgs"] == out_msgs + 1
-    msg = await sub.next_msg(timeout=5)
-    assert isinstance(decode(msg.data, DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
-    await link.close()
-    await listener.close()
+    async with _urgent_link(nats_server) as (link, subject, sub, publisher):
+        nc = link._nc
+        assert nc is not None
+        await asyncio.sleep(0.05)  # the connect's own commands written
+        out_msgs = nc.stats["out_msgs"]
+        assert await publisher.send_first(subject, _hint(), timeout=2.0)
+        assert nc._flush_queue is not None and nc._flush_queue.empty() and not nc._pending
+        assert nc.stats["out_msgs"] == out_msgs + 1
+        msg = await sub.next_msg(timeout=5)
+        assert isinstance(decode(msg.data, DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
 
 
 @pytest.mark.nats
 async def test_an_urgent_hint_stays_behind_what_the_client_has_buffered_already(nats_server) -> None:
     """A publish still in nats-py's buffer goes out first: the hint never overtakes it (nor the next one it)."""
-    import asyncio
-
-    import nats
-
-    from semblend_dynamo.events.link import NatsLink
-    from semblend_dynamo.events.publisher import EvidencePublisher
-
-    cfg = SemblendConfig(nats_url=nats_server.url)
-    subject = Subjects.for_config(cfg).hints(7)
-    listener = await nats.connect(nats_server.url)
-    sub = await listener.subscribe(subject)
-    await listener.flush()
-    link = NatsLink(cfg, name="urgent")
-    link.start()
-    await asyncio.wait_for(link.wait_connected(), 10)
-    publisher = EvidencePublisher(link, queue_size=4)
-    await link.publish(subject, b"before")  # buffered: the flusher task writes it on a later loop turn
-    assert link._nc is not None and link._nc._pending
-    assert await publisher.send_first(subject, _hint(), timeout=2.0)
-    await link.publish(subject, b"after")
-    got = [(await sub.next_msg(timeout=5)).data for _ in range(3)]
-    assert got[0] == b"before" and got[2] == b"after"
-    assert isinstance(decode(got[1], DonorHint, max_bytes=MAX), DonorHint)
-    await link.close()
-    await listener.close()
+    async with _urgent_link(nats_server) as (link, subject, sub, publisher):
+        await link.publish(subject, b"before")  # buffered: the flusher task writes it on a later loop turn
+        assert link._nc is not None and link._nc._pending
+        assert await publisher.send_first(subject, _hint(), timeout=2.0)
+        await link.publish(subject, b"after")
+        got = [(await sub.next_msg(timeout=5)).data for _ in range(3)]
+        assert got[0] == b"before" and got[2] == b"after"
+        assert isinstance(decode(got[1], DonorHint, max_bytes=MAX), DonorHint)
