@@ -22,7 +22,9 @@ def _collector() -> Iterator[None]:
     gc.unfreeze()
     yield
     gc.unfreeze()
-    if not was:
+    if was:  # as before the test, whatever the test left
+        gc.enable()
+    else:
         gc.disable()
 
 

@@ -423,12 +423,18 @@ async def test_a_chunk_added_while_pages_are_awaited_runs_without_the_collector(
         return add_rows(*args, **kwargs)
 
     monkeypatch.setattr(router.catalog, "add_rows", add_rows_seen)
-    await router.request_sync()
-    await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
-    assert collecting == [False] and gc.isenabled() and gc.get_freeze_count() > 0  # more lanes to come
-    await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
-    await router.on_sync_page(_page([_registration(3)], after=10), MsgTestDouble(""))  # the last: the sync is over
-    assert collecting == [False, False, True] and gc.isenabled() and gc.get_freeze_count() == 0
+    was = gc.isenabled()  # the test needs it on
+    gc.enable()
+    try:
+        await router.request_sync()
+        await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+        assert collecting == [False] and gc.isenabled() and gc.get_freeze_count() > 0  # more lanes to come
+        await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
+        await router.on_sync_page(_page([_registration(3)], after=10), MsgTestDouble(""))  # the last: sync over
+        assert collecting == [False, False, True] and gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        if not was:
+            gc.disable()
     assert all(f"peer-{i}" in router.catalog for i in (1, 2, 3))
 
 
