@@ -33,13 +33,6 @@ what the stream holds, so nothing waits for more bytes; the stream may buffer up
 the socket."""
 
 
-def _read_larger() -> None:
-    """nats-py's read size raised to :data:`NATS_READ_BYTES` (left as it is by a nats-py without the constant)."""
-    size = getattr(nats.aio.client, "DEFAULT_BUFFER_SIZE", None)
-    if isinstance(size, int) and size < NATS_READ_BYTES:
-        nats.aio.client.DEFAULT_BUFFER_SIZE = NATS_READ_BYTES
-
-
 class NatsLink:
     """Owns the component's NATS client; safe to use before (and while not) connected."""
 
@@ -183,7 +176,7 @@ class NatsLink:
         attempt = 0
         while True:
             try:
-                _read_larger()
+                nats.aio.client.DEFAULT_BUFFER_SIZE = max(nats.aio.client.DEFAULT_BUFFER_SIZE, NATS_READ_BYTES)
                 self._nc = await nats.connect(**self._options())
                 break
             except asyncio.CancelledError:
