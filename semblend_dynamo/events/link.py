@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
-import nats.aio.client
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
@@ -24,13 +23,6 @@ from ..config import SemblendConfig
 log = logging.getLogger(__name__)
 
 MessageHandler = Callable[[Msg], Awaitable[None]]
-
-NATS_READ_BYTES = 1 << 20
-"""What nats-py's read loop asks its socket stream for a turn (nats-py's ``DEFAULT_BUFFER_SIZE``, which it reads at
-each turn and as the stream's limit when it connects; set before the link connects). Its 32 KB default takes ~32 turns
-of the loop, each through its parser, for a 1 MB sync page: ~4% of a late replica's CPU at 200K donors. A read returns
-what the stream holds, so nothing waits for more bytes; the stream may buffer up to twice this before it stops reading
-the socket."""
 
 
 class NatsLink:
@@ -176,7 +168,6 @@ class NatsLink:
         attempt = 0
         while True:
             try:
-                nats.aio.client.DEFAULT_BUFFER_SIZE = max(nats.aio.client.DEFAULT_BUFFER_SIZE, NATS_READ_BYTES)
                 self._nc = await nats.connect(**self._options())
                 break
             except asyncio.CancelledError:

@@ -376,28 +376,3 @@ async def test_an_urgent_hint_is_written_out_without_giving_the_event_loop_a_tur
     assert isinstance(decode(msg.data, DonorHint, max_bytes=MAX), DonorHint) and publisher.backlog == 0
     await link.close()
     await listener.close()
-
-
-@pytest.mark.nats
-async def test_the_link_reads_a_sync_page_sized_message_in_few_large_reads_and_intact(nats_server) -> None:
-    import asyncio
-
-    import nats.aio.client
-
-    from semblend_dynamo.events.link import NATS_READ_BYTES, NatsLink
-
-    cfg = SemblendConfig(nats_url=nats_server.url)
-    link = NatsLink(cfg, name="reader")
-    got: asyncio.Queue[bytes] = asyncio.Queue()
-
-    async def on_message(msg) -> None:
-        await got.put(msg.data)
-
-    link.subscribe("semblend.test.page", on_message)
-    link.start()
-    await asyncio.wait_for(link.wait_connected(), 10)
-    assert nats.aio.client.DEFAULT_BUFFER_SIZE == NATS_READ_BYTES  # what nats-py's read loop asks for a turn
-    page = np.random.default_rng(3).integers(0, 256, size=(1 << 20) - 4096, dtype=np.uint8).tobytes()
-    await link.publish("semblend.test.page", page)
-    assert await asyncio.wait_for(got.get(), 10) == page
-    await link.close()
