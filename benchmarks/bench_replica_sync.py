@@ -19,8 +19,8 @@ The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-
 
 ``--breakdown N`` instead times, in one process, where the CPU of a sync of ``N`` donors goes per donor (the peer
 building pages; the late replica decoding them, taking their rows as columns, holding them and adding them several
-pages at a time as the handler does, ``router/sync.py`` ``HeldPages``), with Python's GC on, on with what is alive
-frozen after each add as the handler freezes it (``router/gc_freeze.py``), and off.
+pages at a time as the handler does, ``router/sync.py`` ``HeldPages``), with Python's GC on, on but off during each
+add and what is alive frozen after it as the handler does (``router/gc_freeze.py``), and off.
 
 Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
 [--baseline-donors 10000] [--index none]`` or ``... --breakdown 300000``
@@ -227,8 +227,8 @@ async def late(args: argparse.Namespace) -> None:
 def breakdown(n: int) -> None:
     """Where a sync's CPU goes per donor, in one process (no NATS): the peer building pages from its catalog, the late
     replica decoding them, taking their rows, holding them and adding them as the handler does; the add with Python's
-    cyclic GC on, on and frozen after each add (as the handler does while pages are awaited), and off (the same
-    pages)."""
+    cyclic GC on, off during each add and frozen after it (as the handler does while pages are awaited), and off (the
+    same pages)."""
     import gc
 
     from semblend_dynamo.events.codec import decode, encode
@@ -283,7 +283,8 @@ def breakdown(n: int) -> None:
             if held.put(rows) or data is pages[-1]:  # as the handler holds pages and adds them together
                 held.seal()
                 while (chunk := held.next_chunk()) is not None:
-                    late_catalog.add_rows(chunk)
+                    with freeze.adding(gc_mode == "frozen" and data is not pages[-1]):  # as the handler
+                        late_catalog.add_rows(chunk)
                 if gc_mode == "frozen":
                     freeze.page_added(data is not pages[-1])
             t3 = time.process_time()

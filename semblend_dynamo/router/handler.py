@@ -922,7 +922,9 @@ class SemanticRouter:
         chunk = self._held.next_chunk()
         if chunk is None:
             return False
-        self.catalog.add_rows(chunk, skip_router=self.router_id)
+        session = self._sync
+        with self._sync_gc.adding(session is not None and session.active):
+            self.catalog.add_rows(chunk, skip_router=self.router_id)
         if self._sync is not None:
             self._sync.touch()
         return True

@@ -410,6 +410,34 @@ async def test_the_collector_skips_what_is_alive_while_pages_are_awaited_and_wal
     assert gc.get_freeze_count() == 0 and all(f"peer-{i}" in router.catalog for i in (1, 2, 3))
 
 
+async def test_a_chunk_added_while_pages_are_awaited_runs_without_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    router = _sync_router(0, sync_window=2)
+    router._held.add_donors = 1  # each page added when it comes
+    add_rows = router.catalog.add_rows
+    collecting: list[bool] = []
+
+    def add_rows_seen(*args: Any, **kwargs: Any) -> int:
+        collecting.append(gc.isenabled())
+        return add_rows(*args, **kwargs)
+
+    monkeypatch.setattr(router.catalog, "add_rows", add_rows_seen)
+    was = gc.isenabled()  # the test needs it on
+    gc.enable()
+    try:
+        await router.request_sync()
+        await router.on_sync_page(_page([_registration(1)], next_cursor=5, last_cursor=15), MsgTestDouble(""))
+        assert collecting == [False] and gc.isenabled() and gc.get_freeze_count() > 0  # more lanes to come
+        await router.on_sync_page(_page([_registration(2)], after=5, upto=10), MsgTestDouble(""))
+        await router.on_sync_page(_page([_registration(3)], after=10), MsgTestDouble(""))  # the last: sync over
+        assert collecting == [False, False, True] and gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        if not was:
+            gc.disable()
+    assert all(f"peer-{i}" in router.catalog for i in (1, 2, 3))
+
+
 async def test_a_sync_whose_peers_go_quiet_thaws_the_collector_when_it_is_given_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
