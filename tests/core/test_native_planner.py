@@ -23,7 +23,7 @@ from semblend_dynamo import native_planner, planner
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.planner import MaterializationPlan, PlanDecision, Planner
 from semblend_dynamo.span_aligner import Span
-from tests.core.test_planner_reference import BS, configs_st, spans_st, summary
+from tests.core.test_planner_reference import BS, configs_st, plan_kwargs, spans_st, summary
 
 SETUP = (
     Span,
@@ -123,12 +123,7 @@ def test_it_accepts_what_the_python_planner_accepts_with_the_same_decision(
     chain_head: int | None,
 ) -> None:
     config = SemblendConfig(block_size=BS).model_copy(update=cfg)
-    kwargs: dict[str, Any] = {
-        "similarity": similarity,
-        "device_prefix_tokens": device_blocks * BS + device_offset,
-        "approximate_donors": approximate,
-        "chain_head_tokens": chain_head,
-    }
+    kwargs = plan_kwargs(device_blocks, device_offset, similarity, approximate, chain_head)
     expected = python_decision(config, target_len, spans, **kwargs)
     got = native_decision(accept, config, target_len, spans, **kwargs)
     if expected.reason is not None:  # every decline (discovery_only's included) is the Python planner's to make

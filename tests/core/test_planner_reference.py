@@ -45,6 +45,18 @@ configs_st = st.fixed_dictionaries(
 )
 
 
+def plan_kwargs(
+    device_blocks: int, device_offset: int, similarity: float | None, approximate: Any, chain_head: int | None
+) -> dict[str, Any]:
+    """`Planner.plan`'s keyword arguments from the property tests' drawn values."""
+    return {
+        "similarity": similarity,
+        "device_prefix_tokens": device_blocks * BS + device_offset,
+        "approximate_donors": approximate,
+        "chain_head_tokens": chain_head,
+    }
+
+
 def decide(planner: Any, target_len: int, spans: list[Span], **kwargs: Any) -> tuple[Any, ...]:
     return summary(planner.plan(target_len, spans, **kwargs))
 
@@ -91,12 +103,7 @@ def test_the_planner_decides_what_the_reference_decided(
 ) -> None:
     # model_copy does not validate: shifted spans with isolation 'none' reach the planner's own isolation gate
     config = SemblendConfig(block_size=BS).model_copy(update=cfg)
-    kwargs: dict[str, Any] = {
-        "similarity": similarity,
-        "device_prefix_tokens": device_blocks * BS + device_offset,
-        "approximate_donors": approximate,
-        "chain_head_tokens": chain_head,
-    }
+    kwargs = plan_kwargs(device_blocks, device_offset, similarity, approximate, chain_head)
     assert decide(Planner(config), target_len, spans, **kwargs) == decide(
         ReferencePlanner(config), target_len, spans, **kwargs
     )
