@@ -340,11 +340,11 @@ def _segments(lengths: np.ndarray, picks: list[int]) -> tuple[np.ndarray, np.nda
     return picked, np.repeat(firsts - (np.cumsum(picked) - picked), picked) + np.arange(int(picked.sum()))
 
 
-def _u64(values: Sequence[int]) -> np.ndarray:
-    """``values`` as a u64 array (a range without a Python int a value)."""
+def _ints(values: Sequence[int], dtype: type = np.uint64) -> np.ndarray:
+    """``values`` as an integer array (a range without a Python int a value)."""
     if isinstance(values, range):
-        return np.arange(values.start, values.stop, values.step, dtype=np.uint64)
-    return np.array(values, dtype=np.uint64)
+        return np.arange(values.start, values.stop, values.step, dtype=dtype)
+    return np.array(values, dtype=dtype)
 
 
 def _joined_rows(parts: list[np.ndarray]) -> np.ndarray:
@@ -360,7 +360,7 @@ def _fixed_blobs(
     """The blobs (:class:`DonorEntry`) of rows ``picked`` of a page whose rows all have ``hash_count`` hashes and
     ``embedding_bytes`` embedding bytes (:attr:`SyncRows.row_sizes`): one array of all the blobs, cut into one ``bytes``
     a donor (instead of three slices and a join a donor); with the rows' hashes, one row a donor. ``heads``: theirs."""
-    at = np.arange(picked.start, picked.stop, picked.step) if isinstance(picked, range) else np.array(picked)
+    at = _ints(picked, np.int64)
     block_hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, hash_count)[at]
     embeddings = np.frombuffer(rows.embeddings, dtype=np.uint8).reshape(-1, embedding_bytes)[at]
     hashes_end = BLOB_HEAD + 8 * hash_count
@@ -634,7 +634,7 @@ class Residency:
         except BaseException:
             self._unreserve(taken)
             raise
-        columns = (_joined_rows(hashes), np.concatenate(lengths), _u64(taken))
+        columns = (_joined_rows(hashes), np.concatenate(lengths), _ints(taken))
         return entries, self._insert(
             entries, new=True, slotted=taken, columns=columns, ids=None if ids is None else list(ids)
         )
@@ -655,7 +655,7 @@ class Residency:
         dims, forms = take(rows.embedding_dims), take(rows.embedding_codes)
         convert = bool(forms.count(not self.codes))  # a peer that keeps the other form (or sent an empty embedding so)
         heads = np.empty(len(picked), dtype=_HEAD)
-        heads["slot"] = NO_SLOT if slots is None else _u64(slots)
+        heads["slot"] = NO_SLOT if slots is None else _ints(slots)
         heads["registered_at"] = take(rows.registered_at)
         heads["embedding_dim"] = dims
         heads["codes"] = forms
