@@ -140,10 +140,9 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "copy", 173391, KernelTuning(layers_per_program=8)),
     (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
-    (False, "inplace", 43347, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
-    (False, "inplace", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "inplace", 86695, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
     (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
-    (False, "inplace", 1 << 62, KernelTuning(layers_per_program=4)),
+    (False, "inplace", 1 << 62, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
     (
         True,
         "copy",
@@ -188,7 +187,10 @@ layers-fastest program order, from the session-10 H200 short sweep (benchmarks/r
 and Qwen 8K, 0.1 point of copy bandwidth behind the best at Qwen 2K; replaced 8 warps / 4 layers uncapped up to 21673
 and 16 warps / 8 layers / 40 registers up to 43347). The one-trip start (``one_trip_start``) on the bf16 in-place
 entry up to 43347, the fp8 in-place entry up to 21673 and a new fp8 copy entry up to 10836 (load-all-tiles, 4 heads a
-program): the session-12 H200 short sweep's best at every one of those cases (benchmarks/results/kern10/h200/). The
+program): the session-12 H200 short sweep's best at every one of those cases (benchmarks/results/kern10/h200/). bf16
+in place above 173391 head-blocks and from 43348 to 86695 (Llama-3-8B 32K and 8K) the same layers-fastest one-trip
+setting, 2-3 points ahead of the per-size sweep's at both in two session-13 H200 calls (benchmarks/results/kern12/h200/,
+benchmarks/results/session13/kernel_8k_32k/); at Qwen2.5-7B 32K the two tie, and `layers_per_program=8` stays. The
 sizes: 2K / 8K / 32K tokens of Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
