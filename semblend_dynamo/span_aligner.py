@@ -41,7 +41,13 @@ _MIX = np.uint64(0xD6E8FEB86659FD93)  # Fibonacci-style mixing of the hash befor
 _OFFSET_BITS = 32
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MIN_FILTER_BITS = 12
-_FILTER_LOAD = 32  # filter slots per distinct chunk hash (false-positive rate about 1/32)
+_FILTER_LOAD = 32  # filter slots per distinct chunk hash
+# Each chunk hash sets two filter bits (a window passes when both are set: false-positive rate about 1/600 instead of
+# 1/50 with one): the first at the top bits of the mixed hash, the second in the same 512-bit block (one cache line)
+# at the next 9 bits, so the second test reads the line the first one fetched.
+_BLOCK_BITS = 9
+_IN_BLOCK = np.uint64((1 << _BLOCK_BITS) - 1)
+_BLOCK = ~np.uint64((1 << _BLOCK_BITS) - 1)
 _PROBE_MIX = np.uint64(0xBF58476D1CE4E5B9)  # the id table's slots: an unrelated odd constant, independent of the filter
 _PROBE_MIX_INT = int(_PROBE_MIX)
 _U64 = (1 << 64) - 1
@@ -323,9 +329,16 @@ class _ChunkTable:
         return self._view
 
     def slots(self, hashes: np.ndarray) -> np.ndarray:
-        out = hashes * _MIX
-        out >>= self._shift
-        return out.view(np.intp)  # < 2**bits: the same values
+        """The two filter slots of each hash: the first ones, then the second ones (a hash's two may coincide)."""
+        return self._both(hashes * _MIX).view(np.intp)  # < 2**bits: the same values
+
+    def _both(self, mixed: np.ndarray) -> np.ndarray:
+        """The first slots (``mixed``'s top bits) and the second ones (the same 512-bit block, at the next 9 bits)."""
+        first = mixed >> self._shift
+        second = mixed >> (self._shift - np.uint64(_BLOCK_BITS))
+        second &= _IN_BLOCK
+        second |= first & _BLOCK
+        return np.concatenate((first, second))
 
     def screen(self, sums: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Indices of the windows that may be in the table (no false negatives).
@@ -333,16 +346,16 @@ class _ChunkTable:
         ``sums * scale`` is each window's hash times the mixing constant (``scale``: ``B**-i * _MIX``), so the
         hashes themselves are only computed for the windows that pass.
         """
-        slots = sums * scale
-        slots >>= self._shift
-        at = slots.view(np.intp)
+        at = self._both(sums * scale).view(np.intp)
         bit = at.astype(np.uint8)  # the low byte holds the bit's index in its byte
         bit &= 7
         at >>= 3
         bits = self._bits.take(at)
         bits >>= bit
         bits &= 1
-        return bits.view(np.bool_).nonzero()[0]  # 0/1 bytes: a bool view takes nonzero's fast path (1/7 the time)
+        passed = bits[: sums.size]
+        passed &= bits[sums.size :]  # both of a window's bits set
+        return passed.view(np.bool_).nonzero()[0]  # 0/1 bytes: a bool view takes nonzero's fast path (1/7 the time)
 
     def add(self, hashes: list[int], postings: list[int]) -> None:
         self._changed = True
