@@ -10,6 +10,10 @@ by default without the GIL (``ctypes.CDLL``): another thread, such as Dynamo's r
 answer, runs meanwhile instead of waiting for the search to end. ``SEMBLEND_ALIGNER_RELEASE_GIL=0`` keeps the GIL held
 (``PyDLL``). Arrays are passed by address; the caller keeps them alive and unchanged for the call (the aligner's owner
 serializes alignments with every table change).
+
+The same library holds the router's block maps' bulk lookup and write (``um_locate``, ``um_assign``), which
+:mod:`semblend_dynamo.router.u64map` calls through :func:`held_library` (with the GIL held, whatever
+``SEMBLEND_NATIVE_ALIGNER`` says; ``SEMBLEND_NATIVE_MAP=0`` is their switch).
 """
 
 from __future__ import annotations
