@@ -43,6 +43,8 @@ NON_SETTING_VARIABLES = {
     "(semblend_dynamo/native_planner.py)",
     "SEMBLEND_NATIVE_VALIDATION": "0 turns the connector's compiled load validation off, read once per process "
     "(trtllm_connector/native_validation.py)",
+    "SEMBLEND_NATIVE_MAP": "0 turns the router's compiled bulk lookups and writes of its block maps off, read once per "
+    "process (semblend_dynamo/router/u64map.py)",
 }
 """``SEMBLEND_*`` variables that are not settings; any other unknown ``SEMBLEND_*`` variable is an error."""
 _TRUE = {"1", "true", "yes", "on"}

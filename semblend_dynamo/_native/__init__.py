@@ -10,6 +10,10 @@ by default without the GIL (``ctypes.CDLL``): another thread, such as Dynamo's r
 answer, runs meanwhile instead of waiting for the search to end. ``SEMBLEND_ALIGNER_RELEASE_GIL=0`` keeps the GIL held
 (``PyDLL``). Arrays are passed by address; the caller keeps them alive and unchanged for the call (the aligner's owner
 serializes alignments with every table change).
+
+The same library holds the router's block maps' bulk lookup and write (``um_locate``, ``um_assign``), which
+:mod:`semblend_dynamo.router.u64map` calls through :func:`held_library` (with the GIL held, whatever
+``SEMBLEND_NATIVE_ALIGNER`` says; ``SEMBLEND_NATIVE_MAP=0`` is their switch).
 """
 
 from __future__ import annotations
@@ -139,14 +143,13 @@ def release_gil() -> bool:
     return os.environ.get(RELEASE_ENV, "1").strip().lower() not in {"0", "false", "no", "off"}
 
 
-def _load() -> tuple[ctypes.CDLL | None, str]:
-    if disabled():
-        return None, f"{ENV}={os.environ[ENV]}"
+def _open(kind: type[ctypes.CDLL]) -> tuple[ctypes.CDLL | None, str]:
+    """The library through ``kind`` (``CDLL`` or ``PyDLL``) if it is built from ``span_aligner.c`` as it is now."""
     path = library_path()
     if not path.exists():
         return None, f"{path.name} is not built (python -m semblend_dynamo._native build)"
     try:
-        lib = (ctypes.CDLL if release_gil() else ctypes.PyDLL)(str(path))
+        lib = kind(str(path))
         built_from = lib.sa_source_digest
     except (OSError, AttributeError) as exc:
         return None, f"{path.name} cannot be loaded: {exc}"
@@ -160,6 +163,22 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
             None,
             f"{path.name} was built from another span_aligner.c (rebuild: python -m semblend_dynamo._native build)",
         )
+    return lib, f"loaded {path.name} ({digest})"
+
+
+def held_library() -> tuple[ctypes.CDLL | None, str]:
+    """The library called with the GIL held (``PyDLL``), whether or not the aligner uses it (``SEMBLEND_NATIVE_ALIGNER``
+    is the aligner's switch): the router's :class:`~semblend_dynamo.router.u64map.U64Map` calls its ``um_`` functions
+    so. None if it is not built or was built from another ``span_aligner.c``, and why."""
+    return _open(ctypes.PyDLL)
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    if disabled():
+        return None, f"{ENV}={os.environ[ENV]}"
+    lib, reason = _open(ctypes.CDLL if release_gil() else ctypes.PyDLL)
+    if lib is None:
+        return None, reason
     for name, argtypes, restype in (
         ("sa_align", (_P,), _I),
         ("sa_work_size", (_I, _I, _I, _I, _I, _I), _I),
@@ -167,7 +186,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         function = getattr(lib, name)
         function.argtypes = argtypes
         function.restype = restype
-    return lib, f"loaded {path.name} ({digest}{', GIL released' if release_gil() else ''})"
+    return lib, reason[:-1] + (", GIL released)" if release_gil() else ")")
 
 
 def _held(lib: ctypes.CDLL | None) -> Any:

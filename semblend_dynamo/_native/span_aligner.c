@@ -5,7 +5,9 @@
  * All integers are int64 unless named otherwise; arrays are C-contiguous and owned by Python, which keeps them alive
  * and unchanged for the call (the call may run without the GIL). Token arrays (a target and the donors compared with
  * it) are of one width per call, `width` bytes a token: 8 (int64, the router's) or 4 (uint32, the connector's); the
- * function that reads tokens has one body, compiled once per width. */
+ * function that reads tokens has one body, compiled once per width.
+ *
+ * The library also holds the router's block maps' bulk lookup and write (um_locate, um_assign, at the end). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -555,4 +557,159 @@ EXPORT int64_t sa_align(const int64_t *args) {
                                            max_spans, allowed, n_allowed, work)
                                 : align_of(tb, dn, t, 8, n, anchor, block_size, min_span, max_diagonals, max_postings,
                                            max_spans, allowed, n_allowed, work);
+}
+
+/* ---- the router's U64Map (semblend_dynamo/router/u64map.py): a bulk lookup and a bulk write of its sorted levels ----
+ * In this library for its build and loading only (plain C, any CPython); u64map.py's numpy code is the reference
+ * these match exactly, and calls them with the GIL held (ctypes.PyDLL): the map's readers on other threads rely on it.
+ * Booleans are numpy's (one byte, 0 or 1); positions are int64 (numpy's intp on the 64-bit hosts this builds for). */
+
+/* Probes at a time in a search: their loads are independent, so the core waits on several cache misses at once. */
+#define UM_LANES 16
+
+/* The lower bound of each of probe[0:n] in the sorted keys[0:m] (m > 0), clamped to m - 1 (u64map._hits' `at`). */
+static void um_lower_bounds(const uint64_t *keys, int64_t m, const uint64_t *probe, int64_t n, int64_t *at) {
+    for (int64_t i0 = 0; i0 < n; i0 += UM_LANES) {
+        int64_t lanes = n - i0 < UM_LANES ? n - i0 : UM_LANES;
+        int64_t lo[UM_LANES];
+        for (int64_t j = 0; j < lanes; j++) lo[j] = 0;
+        for (int64_t len = m; len > 1;) {  /* the answer is in [lo, lo + len], lo + len <= m */
+            int64_t half = len >> 1;
+            for (int64_t j = 0; j < lanes; j++) lo[j] += keys[lo[j] + half - 1] < probe[i0 + j] ? half : 0;
+            len -= half;
+        }
+        for (int64_t j = 0; j < lanes; j++) {
+            int64_t a = lo[j] + (keys[lo[j]] < probe[i0 + j]);
+            at[i0 + j] = a < m - 1 ? a : m - 1;
+        }
+    }
+}
+
+/* u64map.U64Map._base_hits' directory search: the lower bound of each probe in the window of 2**steps keys from the
+ * start of its run (the run's start from `dir`, int32 or int64 entries, clamped to m - 2**steps). */
+static void um_dir_bounds(const uint64_t *keys, int64_t m, const void *dir, int wide, uint64_t shift, int64_t steps,
+                          const uint64_t *probe, int64_t n, int64_t *at) {
+    int64_t width = (int64_t)1 << steps, last = m - width;
+    for (int64_t i0 = 0; i0 < n; i0 += UM_LANES) {
+        int64_t lanes = n - i0 < UM_LANES ? n - i0 : UM_LANES;
+        int64_t lo[UM_LANES];
+        for (int64_t j = 0; j < lanes; j++) {
+            uint64_t run = probe[i0 + j] >> shift;
+            int64_t start = wide ? ((const int64_t *)dir)[run] : (int64_t)((const int32_t *)dir)[run];
+            lo[j] = start < last ? start : last;
+        }
+        for (int64_t step = width >> 1; step >= 1; step >>= 1)
+            for (int64_t j = 0; j < lanes; j++) lo[j] += keys[lo[j] + step - 1] < probe[i0 + j] ? step : 0;
+        for (int64_t j = 0; j < lanes; j++) at[i0 + j] = lo[j];
+    }
+}
+
+enum {
+    UM_PROBE, UM_N,                                          /* const uint64_t *, its length */
+    UM_BASE_KEYS, UM_BASE_VALUES, UM_N_BASE,                 /* the base level */
+    UM_DIR, UM_DIR_WIDE, UM_DIR_SHIFT, UM_DIR_STEPS,         /* its directory (steps 0: binary search) */
+    UM_FROZEN_KEYS, UM_FROZEN_VALUES, UM_FROZEN_LIVE, UM_N_FROZEN,
+    UM_OVER_KEYS, UM_OVER_VALUES, UM_OVER_LIVE, UM_N_OVER,
+    UM_FOUND, UM_VALUES, UM_OVER_HIT, UM_OVER_AT, UM_BASE_HIT, UM_BASE_AT, /* out: n each */
+    UM_ARGS
+};
+
+/* U64Map._locate: for each probe whether a sorted level holds it live and its value (0 where not), whether the
+ * overlay holds it (live or deleted) and where, whether the base holds it and where (0 where a level is empty). */
+EXPORT void um_locate(const int64_t *args) {
+#define UM_PTR(type, i) ((type)(uintptr_t)args[i])
+    const uint64_t *probe = UM_PTR(const uint64_t *, UM_PROBE);
+    int64_t n = args[UM_N], n_base = args[UM_N_BASE], n_frozen = args[UM_N_FROZEN], n_over = args[UM_N_OVER];
+    uint8_t *found = UM_PTR(uint8_t *, UM_FOUND), *over_hit = UM_PTR(uint8_t *, UM_OVER_HIT);
+    uint8_t *base_hit = UM_PTR(uint8_t *, UM_BASE_HIT);
+    uint64_t *values = UM_PTR(uint64_t *, UM_VALUES);
+    int64_t *over_at = UM_PTR(int64_t *, UM_OVER_AT), *base_at = UM_PTR(int64_t *, UM_BASE_AT);
+    if (n_base) {
+        const uint64_t *keys = UM_PTR(const uint64_t *, UM_BASE_KEYS), *held = UM_PTR(const uint64_t *, UM_BASE_VALUES);
+        if (args[UM_DIR_STEPS])
+            um_dir_bounds(keys, n_base, UM_PTR(const void *, UM_DIR), (int)args[UM_DIR_WIDE],
+                          (uint64_t)args[UM_DIR_SHIFT], args[UM_DIR_STEPS], probe, n, base_at);
+        else
+            um_lower_bounds(keys, n_base, probe, n, base_at);
+        for (int64_t i = 0; i < n; i++) {
+            base_hit[i] = found[i] = keys[base_at[i]] == probe[i];
+            values[i] = held[base_at[i]];
+        }
+    } else {
+        memset(found, 0, (size_t)n);
+        memset(base_hit, 0, (size_t)n);
+        memset(base_at, 0, (size_t)n * sizeof(int64_t));
+        memset(values, 0, (size_t)n * sizeof(uint64_t));
+    }
+    if (n_frozen) {  /* its positions go in over_at for now: the overlay's are written below */
+        const uint64_t *keys = UM_PTR(const uint64_t *, UM_FROZEN_KEYS);
+        const uint64_t *held = UM_PTR(const uint64_t *, UM_FROZEN_VALUES);
+        const uint8_t *live = UM_PTR(const uint8_t *, UM_FROZEN_LIVE);
+        um_lower_bounds(keys, n_frozen, probe, n, over_at);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t a = over_at[i];
+            if (keys[a] == probe[i]) {
+                found[i] = live[a];
+                values[i] = held[a];
+            }
+        }
+    }
+    if (n_over) {
+        const uint64_t *keys = UM_PTR(const uint64_t *, UM_OVER_KEYS), *held = UM_PTR(const uint64_t *, UM_OVER_VALUES);
+        const uint8_t *live = UM_PTR(const uint8_t *, UM_OVER_LIVE);
+        um_lower_bounds(keys, n_over, probe, n, over_at);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t a = over_at[i];
+            over_hit[i] = keys[a] == probe[i];
+            if (over_hit[i]) {
+                found[i] = live[a];
+                values[i] = held[a];
+            }
+        }
+    } else {
+        memset(over_hit, 0, (size_t)n);
+        memset(over_at, 0, (size_t)n * sizeof(int64_t));
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (!found[i]) values[i] = 0;
+}
+
+enum {
+    UA_VALUES, UA_N,                                  /* const uint64_t *: the values of the located keys */
+    UA_FOUND, UA_OVER_HIT, UA_OVER_AT, UA_BASE_HIT, UA_BASE_AT, /* um_locate's of the same keys */
+    UA_OVER_VALUES, UA_OVER_LIVE, UA_BASE_VALUES,     /* written in place */
+    UA_FROZEN,                                        /* a base rewrite in progress: the base is not written */
+    UA_REST,                                          /* out, uint8_t *: the keys left for the overlay */
+    UA_ARGS
+};
+
+/* U64Map.assign's writes in place: a key the overlay holds gets its value there (live again), one only the base holds
+ * (no rewrite in progress) there; `rest` marks the others. Returns the map's new keys among the written ones (the
+ * overlay's deleted ones; the base's none) plus, for the rest, those no level holds live (every one of them when no
+ * rewrite is in progress: none is found then), and the rest's count << 32 added. */
+EXPORT int64_t um_assign(const int64_t *args) {
+    const uint64_t *values = UM_PTR(const uint64_t *, UA_VALUES);
+    const uint8_t *found = UM_PTR(const uint8_t *, UA_FOUND), *over_hit = UM_PTR(const uint8_t *, UA_OVER_HIT);
+    const uint8_t *base_hit = UM_PTR(const uint8_t *, UA_BASE_HIT);
+    const int64_t *over_at = UM_PTR(const int64_t *, UA_OVER_AT), *base_at = UM_PTR(const int64_t *, UA_BASE_AT);
+    uint64_t *over_values = UM_PTR(uint64_t *, UA_OVER_VALUES), *base_values = UM_PTR(uint64_t *, UA_BASE_VALUES);
+    uint8_t *over_live = UM_PTR(uint8_t *, UA_OVER_LIVE), *rest = UM_PTR(uint8_t *, UA_REST);
+    int64_t n = args[UA_N], frozen = args[UA_FROZEN], added = 0, left = 0;
+    for (int64_t i = 0; i < n; i++) {
+        rest[i] = 0;
+        if (over_hit[i]) {
+            int64_t a = over_at[i];
+            added += !over_live[a];
+            over_values[a] = values[i];
+            over_live[a] = 1;
+        } else if (!frozen && base_hit[i]) {
+            base_values[base_at[i]] = values[i];
+        } else {
+            rest[i] = 1;
+            left++;
+            added += !found[i];
+        }
+    }
+    return left << 32 | added;
+#undef UM_PTR
 }

@@ -31,13 +31,21 @@ progress (it is merged into the base once that rewrite ends); only past ``_OVERF
 the rewrite written at once. The new base's directory is
 written along with it, a slice per step, so no lookup builds one over a whole new base.
 
+The bulk lookup (:meth:`U64Map._locate`) and :meth:`U64Map.assign`'s writes in place run compiled where the package's
+library is built (``um_locate`` and ``um_assign`` in ``semblend_dynamo/_native/span_aligner.c``, one call each
+instead of a few dozen numpy operations; the directory search a few probes at a time): the numpy code here is the
+reference they match exactly, and the path without the library. ``SEMBLEND_NATIVE_MAP=0`` turns them off.
+
 Reads without a lock: every change marks the map busy while it runs and counts itself (:meth:`U64Map.quiet`), so a
 reader on another thread can tell whether a change overlapped its reads (a seqlock under the GIL).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from math import isqrt
@@ -73,6 +81,39 @@ _DIR_RUN_BITS = 4
 """The directory has a run per ``2**_DIR_RUN_BITS`` to ``2**(_DIR_RUN_BITS + 1)`` base keys."""
 _DIR_MAX_STEPS = 8
 """A run of ``2**_DIR_MAX_STEPS`` keys or more: the keys are not uniform, the base is searched without a directory."""
+
+
+NATIVE_ENV = "SEMBLEND_NATIVE_MAP"
+
+
+def _load_native() -> tuple[Any, Any, str]:
+    """``um_locate`` and ``um_assign`` (None, None where not used), and why (not)."""
+    if os.environ.get(NATIVE_ENV, "1").strip().lower() in {"0", "false", "no", "off"}:
+        return None, None, f"{NATIVE_ENV}={os.environ[NATIVE_ENV]}"
+    if np.dtype(np.intp).itemsize != 8:
+        return None, None, "positions are not 64-bit"
+    from semblend_dynamo._native import held_library
+
+    lib, reason = held_library()
+    if lib is None:
+        return None, None, reason
+    locate, assign = lib.um_locate, lib.um_assign
+    locate.argtypes, locate.restype = (ctypes.c_void_p,), None
+    assign.argtypes, assign.restype = (ctypes.c_void_p,), ctypes.c_int64
+    return locate, assign, reason
+
+
+NATIVE_LOCATE, NATIVE_ASSIGN, NATIVE_REASON = _load_native()
+"""The compiled bulk lookup and write (None: the numpy path), and why."""
+
+
+def _address(arr: np.ndarray) -> int:
+    """The address of a C-contiguous array's first element (ctypes reads a writable one's a few times quicker)."""
+    if arr.flags.writeable and arr.nbytes:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))  # type: ignore[arg-type]
+    if not arr.flags.c_contiguous:
+        raise ValueError("not C-contiguous")
+    return int(arr.ctypes.data)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -220,6 +261,57 @@ class U64Map:
 
     def _locate(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Located]:
         """:meth:`_levels`, with where each probe is on each level."""
+        if NATIVE_LOCATE is not None and len(probe):
+            return self._locate_native(probe)
+        return self._locate_numpy(probe)
+
+    def _locate_native(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Located]:
+        """:meth:`_locate_numpy` in one compiled call (``um_locate``)."""
+        n, keys = len(probe), self._keys
+        held = np.ascontiguousarray(probe, dtype=_U64)
+        steps, directory = 0, 0
+        if len(keys) >= _DIR_MIN and n >= _BULK:  # as _base_hits
+            if self._dir is None:
+                self._build_dir()
+            if self._dir_steps:
+                assert self._dir is not None
+                steps, directory = self._dir_steps, _address(self._dir)
+        found, over_hit, base_hit = np.empty(n, dtype=bool), np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+        values = np.empty(n, dtype=_U64)
+        over_at, base_at = np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp)
+        args = array(
+            "q",
+            (
+                _address(held),
+                n,
+                _address(keys),
+                _address(self._values),
+                len(keys),
+                directory,
+                int(self._dir is not None and self._dir.itemsize == 8),
+                int(self._dir_shift),
+                steps,
+                _address(self._frozen_keys),
+                _address(self._frozen_values),
+                _address(self._frozen_live),
+                len(self._frozen_keys),
+                _address(self._over_keys),
+                _address(self._over_values),
+                _address(self._live),
+                len(self._over_keys),
+                _address(found),
+                _address(values),
+                _address(over_hit),
+                _address(over_at),
+                _address(base_hit),
+                _address(base_at),
+            ),
+        )
+        NATIVE_LOCATE(args.buffer_info()[0])
+        return found, values, _Located(probe, found, over_hit, over_at, base_hit, base_at)
+
+    def _locate_numpy(self, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Located]:
+        """:meth:`_locate` in numpy (the reference)."""
         n = len(probe)
         if n and len(self._keys):
             base_hit, base_at = self._base_hits(probe)
@@ -369,6 +461,9 @@ class U64Map:
         if located is None or located.probe is not keys:
             located = self._locate(keys)[2]
         self._located = None
+        if NATIVE_ASSIGN is not None:
+            self._assign_native(keys, values, located)
+            return
         over = located.over_hit
         at = located.over_at[over]
         self._len += len(at) - int(np.count_nonzero(self._live[at]))
@@ -386,6 +481,33 @@ class U64Map:
         if rest.any():
             self._len += int(np.count_nonzero(rest))
             self._overlay(keys[rest], values[rest], np.ones(int(np.count_nonzero(rest)), dtype=bool), absent=True)
+
+    def _assign_native(self, keys: np.ndarray, values: np.ndarray, located: _Located) -> None:
+        """:meth:`assign`'s writes in place in one compiled call (``um_assign``), then the rest into the overlay."""
+        held = np.ascontiguousarray(values, dtype=_U64)
+        rest = np.empty(len(keys), dtype=bool)
+        args = array(
+            "q",
+            (
+                _address(held),
+                len(keys),
+                _address(located.found),
+                _address(located.over_hit),
+                _address(located.over_at),
+                _address(located.base_hit),
+                _address(located.base_at),
+                _address(self._over_values),
+                _address(self._live),
+                _address(self._values),
+                int(bool(len(self._frozen_keys))),
+                _address(rest),
+            ),
+        )
+        counts = NATIVE_ASSIGN(args.buffer_info()[0])
+        self._len += counts & 0xFFFFFFFF
+        left = counts >> 32
+        if left:
+            self._overlay(keys[rest], held[rest], np.ones(left, dtype=bool), absent=True)
 
     @_change
     def set_many(self, keys: Sequence[int], values: Sequence[int], held: Sequence[int | None] | None = None) -> None:

@@ -72,7 +72,7 @@ def test_bulk_inserts_keep_every_level_bounded() -> None:
     rng = np.random.default_rng(3)
     m = U64Map()
     keys = rng.choice(1 << 62, size=200_000, replace=False).astype(np.uint64)
-    largest_overlay = 0
+    largest_overlay = 0.0
     for batch in np.array_split(keys, 200):
         m.assign(np.sort(batch), np.sort(batch) + np.uint64(1))
         bound = max(u64map._MIN_OVERLAY, u64map._OVERLAY_PER_ROOT * int(len(m._keys) ** 0.5))
@@ -307,3 +307,85 @@ def test_bulk_lookups_through_the_directory_find_what_binary_search_finds(
     held = np.isin(probe, keys)
     assert (found == held).all() and (values == np.where(held, probe ^ np.uint64(0xFFFF), 0)).all()
     assert (m._dir_steps > 0) == (spread == "uniform")
+
+
+needs_native = pytest.mark.skipif(u64map.NATIVE_LOCATE is None, reason=f"no compiled map: {u64map.NATIVE_REASON}")
+
+
+def _numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(u64map, "NATIVE_LOCATE", None)
+    monkeypatch.setattr(u64map, "NATIVE_ASSIGN", None)
+
+
+def _state(m: U64Map) -> list[object]:
+    """Every level's arrays (a rewrite's new base and directory as far as written), the dict's changes and the count:
+    two maps driven alike must hold the same."""
+    levels = (
+        "_keys",
+        "_values",
+        "_over_keys",
+        "_over_values",
+        "_live",
+        "_frozen_keys",
+        "_frozen_values",
+        "_frozen_live",
+    )
+    arrays = [getattr(m, name) for name in levels]
+    arrays += [m._next_keys[: m._written], m._next_values[: m._written]]
+    arrays += [a for a in (m._dir, None if m._next_dir is None else m._next_dir[: m._next_dir_at]) if a is not None]
+    return [*(a.tolist() for a in arrays), dict(m._delta), set(m._gone), len(m), m._dir_steps, m._written, m._done]
+
+
+@needs_native
+@pytest.mark.usefixtures("level_bounds")
+def test_the_compiled_lookup_and_assign_match_numpys_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two maps driven through the same changes, one with the compiled bulk lookup and write, one with numpy's, hold
+    the same levels after every step (a rewrite in progress, deleted overlay keys, a base with and without its
+    directory), and every bulk lookup of either path finds the same keys at the same places in both."""
+    rng = np.random.default_rng(11)
+    pool = np.unique(rng.integers(0, 1 << 64, 3000, dtype=np.uint64, endpoint=False))
+    pool = np.concatenate((pool, np.array([0, (1 << 64) - 1], dtype=np.uint64)))
+    native, reference = U64Map(), U64Map()
+    for step in range(1500):
+        op = rng.random()
+        size = int(rng.integers(1, 8)) if rng.random() < 0.5 else int(rng.integers(60, 700))
+        batch = np.sort(rng.choice(pool, size, replace=False))
+        values = rng.integers(0, 1 << 64, size, dtype=np.uint64, endpoint=False)
+        for m, numpy in ((native, False), (reference, True)):
+            with monkeypatch.context() as patch:
+                if numpy:
+                    _numpy_path(patch)
+                if op < 0.45:
+                    m.lookup(batch)
+                    m.assign(batch, values)
+                elif op < 0.65:
+                    m.set_many(batch.tolist(), values.tolist())
+                elif op < 0.8:
+                    m.pop_many(batch.tolist())
+                else:
+                    m.lookup(batch)
+        assert _state(native) == _state(reference), step
+        probe = rng.choice(pool, int(rng.integers(1, 400)))  # unsorted, repeats
+        n_found, n_values, n_at = native._locate(probe)
+        with monkeypatch.context() as patch:
+            _numpy_path(patch)
+            r_found, r_values, r_at = native._locate(probe)
+        assert n_found.tolist() == r_found.tolist() and n_values.tolist() == r_values.tolist(), step
+        for hit, at in (("over_hit", "over_at"), ("base_hit", "base_at")):
+            mine, theirs = getattr(n_at, hit), getattr(r_at, hit)
+            assert mine.tolist() == theirs.tolist()
+            assert getattr(n_at, at)[mine].tolist() == getattr(r_at, at)[theirs].tolist()
+    assert dict(native.items()) == dict(reference.items())
+
+
+def test_without_the_compiled_map_lookups_and_assigns_take_numpys_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SEMBLEND_NATIVE_MAP=0`` turns the compiled path off (and says so); the numpy path does the same work."""
+    monkeypatch.setenv(u64map.NATIVE_ENV, "0")
+    locate, assign, reason = u64map._load_native()
+    assert locate is None and assign is None and reason == f"{u64map.NATIVE_ENV}=0"
+    _numpy_path(monkeypatch)
+    m = U64Map()
+    keys = np.arange(1, 5001, dtype=np.uint64) * np.uint64(11)
+    m.assign(keys, keys)
+    found, values = m.lookup(keys[::2])
+    assert found.all() and (values == keys[::2]).all() and len(m) == len(keys)
