@@ -553,7 +553,9 @@ class DonorDiscovery:
         for s in spans:
             covered[s.donor_id] = covered.get(s.donor_id, 0) + s.length
         ranked = sorted((-covered.get(i, 0), -(hits.get(i) or 0.0), i) for i in {**covered, **hits})
-        candidates = [CandidateDonor(donor_id=i, similarity=hits.get(i), span_tokens=-tokens) for tokens, _, i in ranked]
+        candidates = [
+            CandidateDonor(donor_id=i, similarity=hits.get(i), span_tokens=-tokens) for tokens, _, i in ranked
+        ]
         if decision.plan is not None:
             used: dict[str, int] = {}
             for s in decision.plan.spans:

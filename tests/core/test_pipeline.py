@@ -321,8 +321,8 @@ def _reference_ranking(spans: Sequence[Any], plan_spans: Sequence[Any] | None, h
 def test_candidates_and_primary_donor_are_ranked_as_before() -> None:
     """``_result`` (plain dicts on the request path) ranks candidates and picks the primary donor exactly as the
     ``Counter`` code before it, ties included (equal coverage, equal similarity, a plan using two donors equally)."""
-    from semblend_dynamo.planner import MaterializationPlan, PlanDecision
     from semblend_dynamo.pipeline import StageTimings
+    from semblend_dynamo.planner import MaterializationPlan, PlanDecision
     from semblend_dynamo.span_aligner import Span
 
     discovery = make(None)
