@@ -547,19 +547,20 @@ class DonorDiscovery:
         decision: PlanDecision,
         timings: StageTimings,
     ) -> DiscoveryResult:
-        covered: Counter[str] = Counter()
+        # Plain dicts and tuple keys: this runs on the router's request path once per request (a Counter's missing
+        # keys and a key function reading each model's fields cost more than the work)
+        covered: dict[str, int] = {}
         for s in spans:
-            covered[s.donor_id] += s.length
-        ids = list(dict.fromkeys([*covered, *hits]))
-        candidates = sorted(
-            (CandidateDonor(donor_id=i, similarity=hits.get(i), span_tokens=covered[i]) for i in ids),
-            key=lambda c: (-c.span_tokens, -(c.similarity or 0.0), c.donor_id),
-        )
+            covered[s.donor_id] = covered.get(s.donor_id, 0) + s.length
+        ranked = sorted((-covered.get(i, 0), -(hits.get(i) or 0.0), i) for i in {**covered, **hits})
+        candidates = [
+            CandidateDonor(donor_id=i, similarity=hits.get(i), span_tokens=-tokens) for tokens, _, i in ranked
+        ]
         if decision.plan is not None:
-            used: Counter[str] = Counter()
+            used: dict[str, int] = {}
             for s in decision.plan.spans:
-                used[s.donor_id] += s.length
-            primary: str | None = used.most_common(1)[0][0]
+                used[s.donor_id] = used.get(s.donor_id, 0) + s.length
+            primary: str | None = max(used, key=used.__getitem__)  # the first of the most used, as Counter.most_common
         elif covered:
             primary = candidates[0].donor_id
         else:

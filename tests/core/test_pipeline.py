@@ -296,3 +296,49 @@ def test_before_commit_runs_after_hashing_and_before_the_donor_is_searchable(
     discovery.register_donor("d", NS, docs[0][:600], before_commit=before_commit)
     assert seen == [(False, [])]
     assert [s.donor_id for s in discovery.find_spans(NS, docs[0][:600]) or []] == ["d"]
+
+
+def _reference_ranking(spans: Sequence[Any], plan_spans: Sequence[Any] | None, hits: dict[str, float]) -> Any:
+    """The candidates' order and the primary donor as ``_result`` computed them with ``Counter`` (session 12's code)."""
+    from collections import Counter
+
+    covered: Counter[str] = Counter()
+    for s in spans:
+        covered[s.donor_id] += s.length
+    ids = list(dict.fromkeys([*covered, *hits]))
+    ranked = sorted(ids, key=lambda i: (-covered[i], -(hits.get(i) or 0.0), i))
+    primary = None
+    if plan_spans is not None:
+        used: Counter[str] = Counter()
+        for s in plan_spans:
+            used[s.donor_id] += s.length
+        primary = used.most_common(1)[0][0]
+    elif covered:
+        primary = ranked[0]
+    return [(i, hits.get(i), covered[i]) for i in ranked], primary
+
+
+def test_candidates_and_primary_donor_are_ranked_as_before() -> None:
+    """``_result`` (plain dicts on the request path) ranks candidates and picks the primary donor exactly as the
+    ``Counter`` code before it, ties included (equal coverage, equal similarity, a plan using two donors equally)."""
+    from semblend_dynamo.pipeline import StageTimings
+    from semblend_dynamo.planner import MaterializationPlan, PlanDecision
+    from semblend_dynamo.span_aligner import Span
+
+    discovery = make(None)
+    rng = np.random.default_rng(5)
+    for case in range(400):
+        names = [f"d{k}" for k in range(int(rng.integers(1, 7)))]
+        spans = [
+            Span(str(rng.choice(names)), int(rng.integers(0, 512)), 64 * k, 64 * int(rng.integers(1, 3)))
+            for k in range(int(rng.integers(0, 9)))
+        ]
+        hits = {str(n): float(rng.choice([0.0, 0.5, 0.9])) for n in names if rng.random() < 0.5}
+        plan_spans = spans[: int(rng.integers(1, len(spans) + 1))] if spans and case % 2 else None
+        plan = None if plan_spans is None else MaterializationPlan(plan_spans, 4096, 0, 0.0, False, 0.0, "shifted")
+        decision = PlanDecision(plan, None)
+        result = discovery._result("r", "ns", 4096, 0, spans, hits, False, decision, StageTimings())
+        want, primary = _reference_ranking(spans, plan_spans, hits)
+        assert [(c.donor_id, c.similarity, c.span_tokens) for c in result.candidates] == want
+        if plan_spans is not None or spans:
+            assert result.primary_donor == primary
