@@ -41,8 +41,8 @@ for label in "$@"; do
     path=$path:$here/benchmarks/results/route12/probe
   fi
   (cd "$root" && PYTHONPATH=$path timeout 280 "${probe[@]}" python3 -m benchmarks.frontend_path.run \
-    --donors "$donors" --requests "$reqs") > "$OUT/frontend_${i}_$label.txt" 2>&1
-  echo "== $label rc=$? $(uptime)"; grep -E "total_added|decide|spans\`|exact\`|semantic\`|hint\`|over 5 ms" "$OUT/frontend_${i}_$label.txt"
+    --donors "$donors" --requests "$reqs") > "$OUT/frontend_${i}_${label/+/-}.txt" 2>&1
+  echo "== $label rc=$? $(uptime)"; grep -E "total_added|decide|spans\`|exact\`|semantic\`|hint\`|over 5 ms" "$OUT/frontend_${i}_${label/+/-}.txt"
   if [ "${PROBE:-0}" = 1 ] && [ "$side" = 0 ]; then
     for f in "$OUT/probe_${i}_$t"/probe_*.jsonl; do
       [ -e "$f" ] || { echo "== $t: no probe lines (sitecustomize not loaded?)"; continue; }
