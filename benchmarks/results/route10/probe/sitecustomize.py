@@ -109,7 +109,7 @@ if os.environ.get("ROUTE10_PROBE") and os.environ.get("SEMBLEND_ENABLED") == "1"
         _mark("h0")
         await _send_hint(self, decision)
         _mark("h1")
-        line = {k: v for k, v in _cur.items() if isinstance(v, tuple)}
+        line = {k: v for k, v in _cur.items() if isinstance(v, (tuple, list))}
         line["lat"] = decision.latency_us
         since = _cur["p0"][0] - 0.05 if "p0" in _cur else 0.0  # what ran from 50 ms before the request on
         line["bg"] = [b for b in _bg if b[3] > since]
