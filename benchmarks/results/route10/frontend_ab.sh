@@ -1,49 +1,5 @@
 #!/usr/bin/env bash
 # frontend_ab.sh DONORS REQS ORDER...: the Frontend benchmark for each named tree in the given order (e.g. base this
-# this base), output in $OUT. A name is `this` (the checkout), `base` (.stage/old/base.tar.xz) or NAME
-# (.stage/trees/NAME.tar.xz, a `git archive`). Every tree gets both compiled modules (the span aligner's library and
-# the planner's extension) built for this Python (session 11's script built only the aligner for the other trees),
-# and runs this checkout's benchmarks/frontend_path/run.py. With PROBE=1 the semantic router of every run also carries
-# the span-path probe (benchmarks/results/route10/probe, this checkout's) and its report is printed after the run.
-# .stage/fp/env.sh: session 12's device staging (a copy of benchmarks/results/session12/env.sh).
-set -uo pipefail
-source .stage/fp/env.sh
-donors=$1; reqs=$2; shift 2
-here=$PWD
-{ uptime; nproc; lscpu | grep -i "model name"; python3 -V; } | tee -a "$OUT/host.txt"
-i=0
-for t in "$@"; do
-  i=$((i + 1)); root=$PWD
-  if [ "$t" != this ]; then
-    tarball=$([ "$t" = base ] && echo .stage/old/base.tar.xz || echo ".stage/trees/$t.tar.xz")
-    root=/tmp/tree-$t
-    if [ ! -d "$root" ]; then
-      mkdir -p "$root" && tar -xJf "$tarball" -C "$root"
-      cp benchmarks/frontend_path/run.py "$root/benchmarks/frontend_path/run.py"
-    fi
-  fi
-  path=/tmp/semdev/site:/tmp/pr:$root
-  (cd "$root" && PYTHONPATH=$path python3 -m semblend_dynamo._native build >/dev/null 2>&1) || echo "== $t: aligner build failed"
-  (cd "$root" && PYTHONPATH=$path python3 -m semblend_dynamo.native_planner build ${SEMBLEND_CC:+--cc "$SEMBLEND_CC"} \
-    >/dev/null 2>&1) || echo "== $t: planner build failed"
-  for module in semblend_dynamo._native semblend_dynamo.native_planner; do
-    (cd "$root" && PYTHONPATH=$path python3 -m "$module" status)
-  done
-  probe=()
-  if [ "${PROBE:-0}" = 1 ]; then
-    mkdir -p "$OUT/probe_${i}_$t"
-    probe=(env "ROUTE10_PROBE=$OUT/probe_${i}_$t")
-    path=$path:$here/benchmarks/results/route10/probe
-  fi
-  (cd "$root" && PYTHONPATH=$path timeout 280 "${probe[@]}" python3 -m benchmarks.frontend_path.run \
-    --donors "$donors" --requests "$reqs") > "$OUT/frontend_${i}_$t.txt" 2>&1
-  echo "== $t rc=$? $(uptime)"; grep -E "total_added|decide|spans\`|exact\`|semantic\`|hint\`|over 5 ms" "$OUT/frontend_${i}_$t.txt"
-  if [ "${PROBE:-0}" = 1 ]; then
-    for f in "$OUT/probe_${i}_$t"/probe_*.jsonl; do
-      [ -e "$f" ] || { echo "== $t: no probe lines (sitecustomize not loaded?)"; continue; }
-      PYTHONPATH=/tmp/semdev/site:/tmp/pr python3 benchmarks/results/route10/span_probe_report.py "$f" --count "$reqs" \
-        | tee "$OUT/probe_${i}_$t.md"
-      gzip -f "$f"
-    done
-  fi
-done
+# this base), output in $OUT; with PROBE=1 the span-path probe in every semantic router. Now route12's script: the
+# same runs and staging, whose probe carries this one's marks plus the answers' hand-overs, and prints both reports.
+exec bash "$(dirname "$0")/../route12/frontend_ab.sh" "$@"
