@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from semblend_dynamo._native.modules import disabled as switched_off
 from semblend_dynamo.events.schemas import u32_tokens
 
 from .unbox_build import BuildError, build, library_name, source_digest
@@ -37,7 +38,7 @@ def library_path() -> Path:
 
 
 def disabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() in {"0", "false", "no", "off"}
+    return switched_off(ENV)
 
 
 Unboxer = Callable[[list[int], int, int], int]

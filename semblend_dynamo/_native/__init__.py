@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from semblend_dynamo._native.build import LIBRARY_NAME, source_digest
+from semblend_dynamo._native.modules import disabled as switched_off
 
 __all__ = [
     "ENV",
@@ -77,7 +78,7 @@ class TableView(ctypes.Structure):
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> TableView:
         """Arrays (by address) and integers in the order of ``_fields_``."""
-        return _made(cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
+        return _made(cls(*(array_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
 
 
 class DonorsView(ctypes.Structure):
@@ -97,7 +98,7 @@ class DonorsView(ctypes.Structure):
 
     @classmethod
     def of(cls, *fields: np.ndarray | int) -> DonorsView:
-        return _made(cls(*(_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
+        return _made(cls(*(array_address(f) if isinstance(f, np.ndarray) else f for f in fields)), fields)
 
 
 View = TypeVar("View", TableView, DonorsView)
@@ -120,11 +121,13 @@ def current_view(view: View | None, kind: type[View], *fields: np.ndarray | int)
     return kind.of(*fields)
 
 
-def _address(arr: np.ndarray) -> int:
+def array_address(arr: np.ndarray) -> int:
     """The address of a C-contiguous array's first element (through ctypes for a writable one: a few times quicker
     than numpy's ``__array_interface__`` or ``ctypes`` attributes)."""
     if arr.flags.writeable and arr.nbytes:
         return ctypes.addressof(ctypes.c_char.from_buffer(arr))  # type: ignore[arg-type]
+    if not arr.flags.c_contiguous:
+        raise ValueError("not C-contiguous")
     return int(arr.ctypes.data)
 
 
@@ -134,13 +137,13 @@ def library_path() -> Path:
 
 def disabled() -> bool:
     """Whether ``SEMBLEND_NATIVE_ALIGNER`` turns the compiled core off (0, false, no, off)."""
-    return os.environ.get(ENV, "1").strip().lower() in {"0", "false", "no", "off"}
+    return switched_off(ENV)
 
 
 def release_gil() -> bool:
     """Whether ``sa_align`` runs without the GIL (``SEMBLEND_ALIGNER_RELEASE_GIL``, default on): other threads (Dynamo's
     runtime delivering an answer) run during the search. Off: through ``PyDLL``, holding it."""
-    return os.environ.get(RELEASE_ENV, "1").strip().lower() not in {"0", "false", "no", "off"}
+    return not switched_off(RELEASE_ENV)
 
 
 def _open(kind: type[ctypes.CDLL]) -> tuple[ctypes.CDLL | None, str]:
@@ -254,7 +257,7 @@ class AlignCall:
 
     def set_work(self, work: np.ndarray) -> None:
         """The int64 work buffer the calls write to (at least :func:`work_size` words for their targets)."""
-        self.args[_WORK] = _address(work)
+        self.args[_WORK] = array_address(work)
 
     def run(
         self,
@@ -275,12 +278,12 @@ class AlignCall:
         args = self.args
         args[_TABLE] = table.address
         args[_DONORS] = donors.address
-        args[_TARGET] = _address(t)
+        args[_TARGET] = array_address(t)
         args[_WIDTH] = t.itemsize
         args[_N] = t.size
         args[_MAX_SPANS] = max_spans
         if allowed is not None:
-            args[_ALLOWED] = _address(allowed)
+            args[_ALLOWED] = array_address(allowed)
             args[_N_ALLOWED] = allowed.size
         found: int = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(self.address)
         if allowed is not None:  # back to every donor; no address of a freed array left behind

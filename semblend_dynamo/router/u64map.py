@@ -53,6 +53,9 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from semblend_dynamo._native import array_address, held_library
+from semblend_dynamo._native.modules import disabled as switched_off
+
 _U64 = np.uint64
 _MIN_DELTA = 64
 _MAX_DELTA = 1024
@@ -88,12 +91,10 @@ NATIVE_ENV = "SEMBLEND_NATIVE_MAP"
 
 def _load_native() -> tuple[Any, Any, str]:
     """``um_locate`` and ``um_assign`` (None, None where not used), and why (not)."""
-    if os.environ.get(NATIVE_ENV, "1").strip().lower() in {"0", "false", "no", "off"}:
+    if switched_off(NATIVE_ENV):
         return None, None, f"{NATIVE_ENV}={os.environ[NATIVE_ENV]}"
     if np.dtype(np.intp).itemsize != 8:
         return None, None, "positions are not 64-bit"
-    from semblend_dynamo._native import held_library
-
     lib, reason = held_library()
     if lib is None:
         return None, None, reason
@@ -105,15 +106,6 @@ def _load_native() -> tuple[Any, Any, str]:
 
 NATIVE_LOCATE, NATIVE_ASSIGN, NATIVE_REASON = _load_native()
 """The compiled bulk lookup and write (None: the numpy path), and why."""
-
-
-def _address(arr: np.ndarray) -> int:
-    """The address of a C-contiguous array's first element (ctypes reads a writable one's a few times quicker)."""
-    if arr.flags.writeable and arr.nbytes:
-        return ctypes.addressof(ctypes.c_char.from_buffer(arr))  # type: ignore[arg-type]
-    if not arr.flags.c_contiguous:
-        raise ValueError("not C-contiguous")
-    return int(arr.ctypes.data)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -275,36 +267,36 @@ class U64Map:
                 self._build_dir()
             if self._dir_steps:
                 assert self._dir is not None
-                steps, directory = self._dir_steps, _address(self._dir)
+                steps, directory = self._dir_steps, array_address(self._dir)
         found, over_hit, base_hit = np.empty(n, dtype=bool), np.empty(n, dtype=bool), np.empty(n, dtype=bool)
         values = np.empty(n, dtype=_U64)
         over_at, base_at = np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp)
         args = array(
             "q",
             (
-                _address(held),
+                array_address(held),
                 n,
-                _address(keys),
-                _address(self._values),
+                array_address(keys),
+                array_address(self._values),
                 len(keys),
                 directory,
                 int(self._dir is not None and self._dir.itemsize == 8),
                 int(self._dir_shift),
                 steps,
-                _address(self._frozen_keys),
-                _address(self._frozen_values),
-                _address(self._frozen_live),
+                array_address(self._frozen_keys),
+                array_address(self._frozen_values),
+                array_address(self._frozen_live),
                 len(self._frozen_keys),
-                _address(self._over_keys),
-                _address(self._over_values),
-                _address(self._live),
+                array_address(self._over_keys),
+                array_address(self._over_values),
+                array_address(self._live),
                 len(self._over_keys),
-                _address(found),
-                _address(values),
-                _address(over_hit),
-                _address(over_at),
-                _address(base_hit),
-                _address(base_at),
+                array_address(found),
+                array_address(values),
+                array_address(over_hit),
+                array_address(over_at),
+                array_address(base_hit),
+                array_address(base_at),
             ),
         )
         NATIVE_LOCATE(args.buffer_info()[0])
@@ -489,18 +481,18 @@ class U64Map:
         args = array(
             "q",
             (
-                _address(held),
+                array_address(held),
                 len(keys),
-                _address(located.found),
-                _address(located.over_hit),
-                _address(located.over_at),
-                _address(located.base_hit),
-                _address(located.base_at),
-                _address(self._over_values),
-                _address(self._live),
-                _address(self._values),
+                array_address(located.found),
+                array_address(located.over_hit),
+                array_address(located.over_at),
+                array_address(located.base_hit),
+                array_address(located.base_at),
+                array_address(self._over_values),
+                array_address(self._live),
+                array_address(self._values),
                 int(bool(len(self._frozen_keys))),
-                _address(rest),
+                array_address(rest),
             ),
         )
         counts = NATIVE_ASSIGN(args.buffer_info()[0])

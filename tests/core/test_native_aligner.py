@@ -188,7 +188,7 @@ def test_a_table_keeps_its_view_while_changed_in_place_and_gets_a_new_one_when_a
     assert first_keys() is None  # a replaced array is freed at once: the view does not keep it
     grown = table.native_view()
     assert grown is not view
-    assert grown.keys == _native._address(table.id_table.keys) and grown.single_serial == _native._address(
+    assert grown.keys == _native.array_address(table.id_table.keys) and grown.single_serial == _native.array_address(
         table.single_serial
     )
     donor = rng.integers(0, 1000, size=512)
@@ -214,10 +214,10 @@ def test_admissions_and_releases_leave_the_views_current_so_a_search_reads_them_
         table = aligner._tables["ns"]
         for owner in (table, book):
             assert not owner._changed and owner._view is not None
-        assert table._view.keys == _native._address(table.id_table.keys)
-        assert table._view.single_offset == _native._address(table.single_offset)
-        assert book._view.token_addresses == _native._address(book.address)
-        assert book._view.ids == _native._address(book.slots.ids)
+        assert table._view.keys == _native.array_address(table.id_table.keys)
+        assert table._view.single_offset == _native.array_address(table.single_offset)
+        assert book._view.token_addresses == _native.array_address(book.address)
+        assert book._view.ids == _native.array_address(book.slots.ids)
 
 
 @pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
