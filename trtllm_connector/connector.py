@@ -74,6 +74,7 @@ _RECIPIENT = Role.RECIPIENT.value
 _DONOR_PREFILL = Role.DONOR_PREFILL.value
 _CHAIN_STEP = Role.CHAIN_STEP.value
 _LINEAGE_VALUES = {lineage: lineage.value for lineage in Lineage}
+_U32 = np.dtype(np.uint32)  # a dtype object: np.frombuffer resolves a scalar type on every call
 
 
 def read_prompt(request: Any) -> list[int]:
@@ -358,7 +359,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         # request key's input and the prompt every lookup (the span aligner's too) compares with the donors' u32 arrays.
         prompt_u32 = self._prompts[request_id] = u32_prompt(read_prompt(request))
         key = request_key(prompt_u32)
-        prompt = np.frombuffer(prompt_u32, dtype=np.uint32)
+        prompt = np.frombuffer(prompt_u32, _U32)
         hint = self.hints.take(key)
         tenancy = self._tenancy[request_id] = read_tenancy(request)
         device_lineage = self._lineage[request_id] = self.policy.device_prefix_lineage(tenancy, num_computed)
