@@ -151,22 +151,23 @@ order, cache hints, unmasked full tiles and fp16 rotation for fp8 here: docs/ben
 _BF16_ONE_TRIP = replace(_BF16_DEFAULT, one_trip_start=True)
 SESSION14_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
     ("bf16", "inplace"): [
-        # baselines: the default (``h1w16l1b1r40+L+S``) and its two-heads-a-program twin, session 13's best at Qwen 2K
+        # baselines: the default (``h1w16l1b1r40+L+S``, all heads a program) and its two-heads-a-program twin
         _BF16_ONE_TRIP,
         replace(_BF16_ONE_TRIP, heads_per_program=2),
-        # L2 bulk prefetch of the program's K first (+F)
+        # L2 bulk prefetch of the program's K first (+F): all heads, 2 heads (the first H200 call's best at Qwen 2K and
+        # 8K), 1 head (more programs; the prefetch then only starts the program's own tile early)
         replace(_BF16_ONE_TRIP, l2_prefetch=True),
         replace(_BF16_ONE_TRIP, heads_per_program=2, l2_prefetch=True),
-        # TMA boxes (+T): one head a program (box 32 x 128) at 16 warps / 40 registers and 8 warps uncapped, two
-        # heads a program (box 64 x 128) at 8 warps, and one head with the prefetch
-        replace(_BF16_ONE_TRIP, heads_per_program=1, tma_tiles=True),
-        replace(_BF16_ONE_TRIP, num_warps=8, max_registers=None, heads_per_program=1, tma_tiles=True),
-        replace(_BF16_ONE_TRIP, num_warps=8, max_registers=None, heads_per_program=2, tma_tiles=True),
-        replace(_BF16_ONE_TRIP, heads_per_program=1, tma_tiles=True, l2_prefetch=True),
+        replace(_BF16_ONE_TRIP, heads_per_program=1, l2_prefetch=True),
+        # 2 heads at 8 warps (40 registers, 6 programs a multiprocessor; a cap of 32 spills), and 2 layers a program
+        # (half the programs, two prefetches each) with 2 heads and with all heads
+        replace(_BF16_ONE_TRIP, num_warps=8, heads_per_program=2, l2_prefetch=True),
+        replace(_BF16_ONE_TRIP, layers_per_program=2, heads_per_program=2, l2_prefetch=True),
+        replace(_BF16_ONE_TRIP, layers_per_program=2, l2_prefetch=True),
     ],
 }
 """``--sweep session14`` (issue 16.4, session 14): bf16 in place, the default against `KernelTuning.l2_prefetch`
-(``+F``) and `KernelTuning.tma_tiles` (``+T``) settings (sm_90a counts with Triton 3.9: docs/benchmarks.md)."""
+(``+F``) settings (the second H200 call; the first also timed TMA tiles, since removed: docs/benchmarks.md)."""
 SWEEPS = {"session12": CASE_SWEEP, "session14": SESSION14_SWEEP}
 SHORT_CASES = [
     "bf16:Llama-3-8B:2048:inplace",
@@ -317,13 +318,13 @@ def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
 
 def short_name(t: KernelTuning) -> str:
     """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back; ``+L``: layers
-    fastest, ``+S``: one-trip start, ``+T``: TMA tiles, ``+F``: L2 prefetch)."""
+    fastest, ``+S``: one-trip start, ``+F``: L2 prefetch)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
     persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
     pipelined = "q" if t.pipeline_heads else ""
     all_tiles = "a" if t.load_all_tiles else ""
     variants = ("+L" if t.layers_fastest else "") + ("+S" if t.one_trip_start else "")
-    variants += ("+T" if t.tma_tiles else "") + ("+F" if t.l2_prefetch else "")
+    variants += "+F" if t.l2_prefetch else ""
     return (
         f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
         f"{heads}{persistent}{pipelined}{all_tiles}{variants}"
@@ -331,9 +332,9 @@ def short_name(t: KernelTuning) -> str:
 
 
 def _is_variant(t: KernelTuning, sweep: str) -> bool:
-    """A setting of the sweep's candidates (session 12: one-trip start; session 14: TMA tiles or L2 prefetch), against
-    the baselines without them."""
-    return t.one_trip_start if sweep == "session12" else t.tma_tiles or t.l2_prefetch
+    """A setting of the sweep's candidates (session 12: one-trip start; session 14: L2 prefetch), against the baselines
+    without them."""
+    return t.one_trip_start if sweep == "session12" else t.l2_prefetch
 
 
 def _checked_settings(
@@ -416,13 +417,18 @@ def run_cases(
             )
         new = {t: ms for t, ms in times.items() if _is_variant(t, sweep)}
         old = {t: ms for t, ms in times.items() if not _is_variant(t, sweep)}
+        best = min(times, key=lambda t: times[t])
+        summary = (
+            f"{sweep} {label}: best {short_name(best)}={times[best]:.4f} ({100 * copy_ms / times[best]:.1f}%); "
+            f"default {short_name(default)}={times[default]:.4f} ({100 * copy_ms / times[default]:.1f}%)"
+        )
         if new and old:
             a, b = min(new, key=lambda t: new[t]), min(old, key=lambda t: old[t])
-            print(
-                f"{sweep} {label}: {short_name(a)}={new[a]:.4f} ({100 * copy_ms / new[a]:.1f}%) vs {short_name(b)}="
-                f"{old[b]:.4f} ({100 * copy_ms / old[b]:.1f}%) ({100 * (new[a] / old[b] - 1):+.1f}%); default "
-                f"{times[default]:.4f} ({100 * copy_ms / times[default]:.1f}%)"
+            summary += (
+                f"; best candidate {short_name(a)} ({100 * copy_ms / new[a]:.1f}%) vs best baseline {short_name(b)} "
+                f"({100 * copy_ms / old[b]:.1f}%) ({100 * (new[a] / old[b] - 1):+.1f}%)"
             )
+        print(summary)
         rows.append(
             {
                 "case": item,

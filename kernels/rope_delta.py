@@ -38,7 +38,6 @@ from .layout import FP8_KV_DTYPE, PagedKVLayout
 try:
     import triton
     import triton.language as tl
-    from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # the torch reference still works
     triton = None  # type: ignore[assignment]
 
@@ -103,12 +102,10 @@ class KernelTuning:
     programs take one row group each and issue their first tile's loads before computing cos/sin; load-all-tiles
     programs (copy and in place) stop the compiler from reading a one-row group's slots only after its row count.
     Needs ``heads_per_iter`` 1, ``blocks_per_program`` 1, no ``programs_per_sm`` or ``pipeline_heads``; the copy
-    grid kernel ignores it (issue 16.4, session 12). ``tma_tiles`` and ``l2_prefetch`` (issue 16.4, session 14; in-place
-    ``one_trip_start`` grid programs only, ignored by the copy kernels and by layouts they do not fit, see
-    `_tma_rows` and `_prefetch_elem_bytes`): a row group that fills its whole block moves each layer's K, all the
-    program's heads at once, through a TMA tensor descriptor (one bulk async load and one store a layer instead of
-    per-thread accesses); ``l2_prefetch`` first asks L2 for every K byte the program will rotate, one bulk prefetch a
-    layer, so that its head tiles after the first find their lines in L2 (head-major pools).
+    grid kernel ignores it (issue 16.4, session 12). ``l2_prefetch`` (issue 16.4, session 14; in-place
+    ``one_trip_start`` grid programs only, ignored by the copy kernels and by layouts it does not fit, see
+    `_prefetch_step`): the program first asks L2 for every K byte it will rotate, one bulk prefetch a layer, so
+    that its head tiles after the first find their lines in L2 (head-major pools).
     """
 
     heads_per_iter: int = 1
@@ -122,7 +119,6 @@ class KernelTuning:
     load_all_tiles: bool = False
     layers_fastest: bool = False
     one_trip_start: bool = False
-    tma_tiles: bool = False
     l2_prefetch: bool = False
 
     def __post_init__(self) -> None:
@@ -139,8 +135,8 @@ class KernelTuning:
             raise ValueError(f"layers_fastest orders grid programs; persistent programs have their own order: {self}")
         if self.one_trip_start and loops != (1, 1, None, False):
             raise ValueError(f"one_trip_start programs take one row group and one head per step: {self}")
-        if (self.tma_tiles or self.l2_prefetch) and (not self.one_trip_start or self.load_all_tiles):
-            raise ValueError(f"tma_tiles and l2_prefetch are steps of the one-trip in-place grid program: {self}")
+        if self.l2_prefetch and (not self.one_trip_start or self.load_all_tiles):
+            raise ValueError(f"l2_prefetch is a step of the one-trip in-place grid program: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
@@ -708,49 +704,6 @@ if triton is not None:
         )
 
     @triton.jit
-    def _inplace_one_group_tma(
-        k_desc,
-        inv_freq,
-        block,
-        delta,
-        layer_first,
-        layer_stop,
-        head_first,
-        stride_b,
-        stride_l,
-        stride_h,
-        stride_t,
-        ROTARY_DIM: tl.constexpr,
-        ROWS: tl.constexpr,
-        BLOCK_HALF: tl.constexpr,
-        IS_NEOX: tl.constexpr,
-        INTERPRETED: tl.constexpr,
-    ):
-        """`_inplace_one_group`'s whole-block path through a tensor descriptor: per layer, one box of the program's
-        heads x tokens (``ROWS``) x rotary channels, loaded, rotated in fp32 and stored back. ``k_desc`` views the
-        pool as ``[elements / head_dim, head_dim]``, so a (block, layer, head) tile starts at row offset / head_dim
-        (head-major: every stride a multiple of head_dim, the token stride head_dim itself)."""
-        head_dim = stride_t  # head-major: a token's row is head_dim long
-        row = (
-            block * (stride_b // head_dim) + layer_first * (stride_l // head_dim) + head_first * (stride_h // head_dim)
-        )
-        x = k_desc.load([row.to(tl.int32), 0])
-        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-        c = cos[None, :]
-        s = sin[None, :]
-        for layer in range(layer_first, layer_stop):
-            if layer != layer_first:
-                row += stride_l // head_dim
-                x = k_desc.load([row.to(tl.int32), 0])
-            if IS_NEOX:
-                x1, x2 = tl.split(tl.permute(tl.reshape(x.to(tl.float32), (ROWS, 2, BLOCK_HALF)), (0, 2, 1)))
-                out = tl.reshape(tl.permute(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), (0, 2, 1)), (ROWS, ROTARY_DIM))
-            else:
-                x1, x2 = tl.split(tl.reshape(x.to(tl.float32), (ROWS, BLOCK_HALF, 2)))
-                out = tl.reshape(tl.join(x1 * c - x2 * s, x2 * c + x1 * s), (ROWS, ROTARY_DIM))
-            k_desc.store([row.to(tl.int32), 0], _to_storage(out, x.dtype, INTERPRETED))
-
-    @triton.jit
     def _inplace_one_group(
         pool,
         plan,
@@ -769,8 +722,6 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        k_desc=None,
-        TMA_ROWS: tl.constexpr = 0,
         PREFETCH_ELEM_BYTES: tl.constexpr = 0,
     ):
         """Rotate K of the one row group at ``desc`` in place (delta 0: nothing), layers ``[layer_first,
@@ -780,10 +731,8 @@ if triton is not None:
         are issued before cos/sin are computed (`KernelTuning.one_trip_start`): the grid kernel reads the delta,
         computes cos/sin, reads the row count and block, then the slots, before its first data load.
 
-        ``TMA_ROWS`` (`KernelTuning.tma_tiles`): a group that fills its whole block moves each layer's heads as one
-        box of ``TMA_ROWS`` rows (heads x tokens) x ``ROTARY_DIM`` channels through ``k_desc``, the pool as rows of
-        head_dim (head-major), by a bulk async copy each way. ``PREFETCH_ELEM_BYTES`` (`KernelTuning.l2_prefetch`):
-        first, one bulk L2 prefetch per layer of the program's heads (contiguous, head-major)."""
+        ``PREFETCH_ELEM_BYTES`` (`KernelTuning.l2_prefetch`): first, one bulk L2 prefetch per layer of the program's
+        heads (contiguous, head-major)."""
         block, delta, live, _, _ = _whole_group(plan, desc, 4, 0, BLOCK_T, True)
         if PREFETCH_ELEM_BYTES != 0:  # noqa: SIM102 (a compile-time branch: off, the kernel has no trace of it)
             if delta != 0:
@@ -791,28 +740,6 @@ if triton is not None:
                 nbytes = ((head_stop - head_first) * stride_h * PREFETCH_ELEM_BYTES).to(tl.int32)
                 for layer in range(layer_first, layer_stop):
                     _prefetch_l2(chunk + layer * stride_l, nbytes)
-        if TMA_ROWS != 0:
-            full = (tl.load(desc + 1) == 1) & (tl.load(desc + 4) == 0) & (tl.load(desc + 5) == BLOCK_T)
-            if (delta != 0) & full:
-                _inplace_one_group_tma(
-                    k_desc,
-                    inv_freq,
-                    block,
-                    delta,
-                    layer_first,
-                    layer_stop,
-                    head_first,
-                    stride_b,
-                    stride_l,
-                    stride_h,
-                    stride_t,
-                    ROTARY_DIM,
-                    TMA_ROWS,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    INTERPRETED,
-                )
-                delta = delta * 0  # done: the pointer path below skips the group
         if delta != 0:
             k3 = (pool + block * stride_b + tl.arange(0, BLOCK_T).to(tl.int64) * stride_t)[None, :, None]
             rows = live[None, :, None]
@@ -1010,13 +937,11 @@ if triton is not None:
         PIPELINE: tl.constexpr,
         GROUP_AXIS: tl.constexpr = 0,
         ONE_TRIP_START: tl.constexpr = False,
-        k_desc=None,
-        TMA_ROWS: tl.constexpr = 0,
         PREFETCH_ELEM_BYTES: tl.constexpr = 0,
     ):
         """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
-        does nothing. ``ONE_TRIP_START``: one group per program, `_inplace_one_group` (with its ``k_desc``,
-        ``TMA_ROWS`` and ``PREFETCH_ELEM_BYTES``)."""
+        does nothing. ``ONE_TRIP_START``: one group per program, `_inplace_one_group` (with its
+        ``PREFETCH_ELEM_BYTES``)."""
         group_first, group_stop = _program_range(num_groups, groups_per_prog, GROUP_AXIS)
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
         head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
@@ -1039,8 +964,6 @@ if triton is not None:
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
-                k_desc,
-                TMA_ROWS,
                 PREFETCH_ELEM_BYTES,
             )
         else:
@@ -1446,63 +1369,24 @@ def _launch_inplace(
         num_warps=tune.num_warps,
         **_meta(layout, rotary_dim, style, tune, group_axis=_group_axis(c, tune)),
         **({"ONE_TRIP_START": True} if tune.one_trip_start else {}),
-        **_one_trip_steps(pool, layout, rotary_dim, tune),
+        **_prefetch_step(pool, layout, tune),
     )
 
 
-def _one_trip_steps(pool: torch.Tensor, layout: PagedKVLayout, rotary_dim: int, tune: KernelTuning) -> dict[str, Any]:
-    """The in-place one-trip program's optional steps (`KernelTuning.tma_tiles`, `KernelTuning.l2_prefetch`) where the
-    pool allows them; none otherwise (the kernel then compiles as without them)."""
-    if tune.load_all_tiles or not tune.one_trip_start:
-        return {}
-    steps: dict[str, Any] = {}
-    rows = _tma_rows(pool, layout, rotary_dim, tune) if tune.tma_tiles else 0
-    if rows:
-        rows_2d = pool.view(-1, layout.head_dim)
-        steps |= {
-            "k_desc": TensorDescriptor(rows_2d, list(rows_2d.shape), [layout.head_dim, 1], [rows, rotary_dim]),
-            "TMA_ROWS": rows,
-        }
-    elem_bytes = _prefetch_elem_bytes(pool, layout) if tune.l2_prefetch else 0
-    if elem_bytes:
-        steps["PREFETCH_ELEM_BYTES"] = elem_bytes
-    return steps
-
-
-_TMA_MAX_BOX = 256
-"""The most elements a TMA box spans in one dimension."""
-
-
-def _tma_rows(pool: torch.Tensor, layout: PagedKVLayout, rotary_dim: int, tune: KernelTuning) -> int:
-    """Rows (heads per program x tokens per block) of `KernelTuning.tma_tiles`'s box, or 0 where it does not fit: a
-    contiguous head-major pool (a program's heads are consecutive rows of head_dim), 16-byte aligned rows and rotary
-    halves, power-of-two box sides of at most 256, and head runs that divide the heads (a box never reaches a head
-    another program rotates). Interpreted or compiled alike."""
-    heads = _heads_per_program(layout, tune)
-    rows = heads * layout.tokens_per_block
+def _prefetch_step(pool: torch.Tensor, layout: PagedKVLayout, tune: KernelTuning) -> dict[str, Any]:
+    """The in-place one-trip program's `KernelTuning.l2_prefetch` argument where the pool allows it; none otherwise
+    (the kernel then compiles as without it). Bytes per element: the bulk prefetch is sm_90 PTX (compiled kernels
+    only, not the interpreter), and it needs the program's heads contiguous and 16-byte aligned (head-major; a tile
+    of tokens x head_dim a multiple of 16 bytes)."""
     item = pool.element_size()
     fits = (
-        layout.order == "head_major"
-        and pool.is_contiguous()
+        tune.l2_prefetch
+        and not _INTERPRETED
+        and layout.order == "head_major"
         and pool.data_ptr() % 16 == 0
-        and layout.head_dim * item % 16 == 0
-        and rotary_dim // 2 * item % 16 == 0
-        and rotary_dim <= _TMA_MAX_BOX
-        and rotary_dim & (rotary_dim - 1) == 0
-        and rows <= _TMA_MAX_BOX
-        and rows & (rows - 1) == 0
-        and layout.num_kv_heads % heads == 0
+        and layout.tokens_per_block * layout.head_dim * item % 16 == 0
     )
-    return rows if fits else 0
-
-
-def _prefetch_elem_bytes(pool: torch.Tensor, layout: PagedKVLayout) -> int:
-    """Bytes per element for `KernelTuning.l2_prefetch`, or 0 where it does not apply: the bulk prefetch is sm_90 PTX
-    (compiled kernels only, not the interpreter), and it needs the program's heads contiguous and 16-byte aligned
-    (head-major; a tile of tokens x head_dim a multiple of 16 bytes)."""
-    tile_bytes = layout.tokens_per_block * layout.head_dim * pool.element_size()
-    fits = not _INTERPRETED and layout.order == "head_major" and pool.data_ptr() % 16 == 0 and tile_bytes % 16 == 0
-    return pool.element_size() if fits else 0
+    return {"PREFETCH_ELEM_BYTES": item} if fits else {}
 
 
 def _group_sizes(c: _Checked, tune: KernelTuning) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
     _DEFAULT_TUNINGS,
+    _INTERPRETED,
     COPY_PLAN_COLUMNS,
     GROUP_COLUMNS,
     INPLACE_PLAN_COLUMNS,
@@ -24,9 +25,8 @@ from semblend_kernels.rope_delta import (
     _grid,
     _meta,
     _multiprocessors,
-    _one_trip_steps,
+    _prefetch_step,
     _row_groups,
-    _tma_rows,
     default_tuning,
     rope_delta_copy,
     rope_delta_copy_reference,
@@ -184,8 +184,6 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 4, 2, 1, None, one_trip_start=True),
         KernelTuning(1, 8, 1, 1, 64, heads_per_program=2, layers_fastest=True, one_trip_start=True),
         KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, one_trip_start=True),
-        KernelTuning(1, 4, 2, 1, None, 1, one_trip_start=True, tma_tiles=True),
-        KernelTuning(1, 8, 1, 1, None, 1, layers_fastest=True, one_trip_start=True, tma_tiles=True, l2_prefetch=True),
         KernelTuning(1, 4, 2, 1, None, 2, one_trip_start=True, l2_prefetch=True),
     ],
 )
@@ -197,10 +195,8 @@ def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     loads read one head group ahead, masked off past the program's last head. Load-all-tiles programs hold 5, 4 or 9
     of their 8, 4 or 16 tiles (layers x heads; the last layer and head runs are partial). One-trip-start programs
     (in place) step from a layer's last head to the next layer's first, over full and partial head runs, and meet
-    two-row groups (odd offsets) and delta 0 after reading the whole descriptor at once. With TMA tiles (one head a
-    program: a box of 8 tokens) the whole-block group moves through the descriptor, 1 or 2 layers a program, and the
-    partial groups that share a block with another delta take the pointer path; the L2 prefetch (compiled only)
-    covers 2 of 5 heads, the last run 1."""
+    two-row groups (odd offsets) and delta 0 after reading the whole descriptor at once. The L2 prefetch (compiled
+    only) covers 2 of 5 heads, the last run 1."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -279,10 +275,8 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True),
         KernelTuning(1, 16, 2, 1, 40, 3, layers_fastest=True, one_trip_start=True),
         KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
-        KernelTuning(1, 16, 1, 1, 40, 1, layers_fastest=True, one_trip_start=True, tma_tiles=True),
-        KernelTuning(1, 8, 2, 1, None, 2, layers_fastest=True, one_trip_start=True, tma_tiles=True),
         KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
-        KernelTuning(1, 16, 2, 1, 40, 1, one_trip_start=True, tma_tiles=True, l2_prefetch=True),
+        KernelTuning(1, 16, 2, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
     ],
     ids=[
         "default",
@@ -295,10 +289,8 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         "one-trip-start",
         "one-trip-start-3-heads-2-layers",
         "one-trip-start-all-tiles",
-        "one-trip-tma-1-head",
-        "one-trip-tma-2-heads-2-layers",
         "one-trip-prefetch",
-        "one-trip-tma-prefetch",
+        "one-trip-prefetch-2-heads-2-layers",
     ],
 )
 def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
@@ -595,11 +587,10 @@ def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None
         ({"one_trip_start": True, "heads_per_iter": 2}, "one row group and one head per step"),
         ({"one_trip_start": True, "programs_per_sm": 1}, "one row group and one head per step"),
         ({"one_trip_start": True, "pipeline_heads": True}, "one row group and one head per step"),
-        ({"tma_tiles": True}, "steps of the one-trip in-place grid program"),
-        ({"l2_prefetch": True}, "steps of the one-trip in-place grid program"),
+        ({"l2_prefetch": True}, "a step of the one-trip in-place grid program"),
         (
-            {"tma_tiles": True, "one_trip_start": True, "load_all_tiles": True},
-            "steps of the one-trip in-place grid program",
+            {"l2_prefetch": True, "one_trip_start": True, "load_all_tiles": True},
+            "a step of the one-trip in-place grid program",
         ),
     ],
 )
@@ -608,25 +599,15 @@ def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, object
         KernelTuning(**kwargs)  # type: ignore[arg-type]
 
 
-def test_tma_box_fits_only_head_major_runs_that_divide_the_heads() -> None:
-    """`KernelTuning.tma_tiles`'s box: a program's heads x tokens rows, where the pool allows it; otherwise none, and
-    the kernel compiles as without it (so do the defaults, which leave both session-14 steps off)."""
-    one_trip = KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True)
-    tma = KernelTuning(1, 16, 1, 1, 40, 2, layers_fastest=True, one_trip_start=True, tma_tiles=True)
+def test_l2_prefetch_applies_only_to_compiled_head_major_pools() -> None:
+    """`KernelTuning.l2_prefetch`'s kernel argument: the element size where the pool allows the bulk prefetch (head-major,
+    compiled); otherwise none, and the kernel compiles as without it (so do the defaults, which leave it off)."""
+    prefetch = KernelTuning(1, 16, 1, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True)
     qwen = PagedKVLayout(2, 4, 128, 32)
     pool = torch.zeros(3, 2, 2, qwen.block_elems, dtype=torch.bfloat16)
-    assert _tma_rows(pool, qwen, 128, tma) == 64
-    assert _tma_rows(pool, qwen, 128, KernelTuning(1, 16, 1, 1, 40, one_trip_start=True, tma_tiles=True)) == 128
-    assert _tma_rows(pool, qwen, 96, tma) == 0  # rotary_dim not a power of two
-    assert _tma_rows(pool, PagedKVLayout(2, 4, 128, 32, "token_major"), 128, tma) == 0
-    assert _tma_rows(pool, PagedKVLayout(2, 6, 128, 32), 128, replace(tma, heads_per_program=4)) == 0  # 6 % 4
-    llama = PagedKVLayout(2, 16, 128, 32)
-    big = torch.zeros(3, 2, 2, llama.block_elems, dtype=torch.bfloat16)
-    assert _tma_rows(big, llama, 128, KernelTuning(1, 16, 1, 1, 40, one_trip_start=True, tma_tiles=True)) == 0  # 512
-    assert _tma_rows(pool[:, :, :, 1:], qwen, 128, tma) == 0  # not contiguous
-    steps = _one_trip_steps(pool, qwen, 128, tma)
-    assert steps["TMA_ROWS"] == 64 and list(steps["k_desc"].block_shape) == [64, 128]
-    assert _one_trip_steps(pool, qwen, 128, one_trip) == {}
-    assert _one_trip_steps(pool, PagedKVLayout(2, 4, 128, 32, "token_major"), 128, tma) == {}
+    compiled = {} if _INTERPRETED else {"PREFETCH_ELEM_BYTES": 2}
+    assert _prefetch_step(pool, qwen, prefetch) == compiled
+    assert _prefetch_step(pool, qwen, replace(prefetch, l2_prefetch=False)) == {}
+    assert _prefetch_step(pool, PagedKVLayout(2, 4, 128, 32, "token_major"), prefetch) == {}
     for _fp8, _op, _most, tuning in _DEFAULT_TUNINGS:
-        assert not (tuning.tma_tiles or tuning.l2_prefetch)
+        assert not tuning.l2_prefetch

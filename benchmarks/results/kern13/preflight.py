@@ -1,6 +1,5 @@
 """Check one session-14 setting (issue 16.4) on the GPU before it is timed: bf16 in place at Qwen2.5-7B and
-Llama-3-8B 2K tokens (aligned spans: every group a whole block, so `KernelTuning.tma_tiles` takes its TMA path), one
-call each against the torch reference, next to the library default's error on the same case.
+Llama-3-8B 2K tokens, one call each against the torch reference, next to the library default's error on the same case.
 
     python3 benchmarks/results/kern13/preflight.py NAME   # NAME as bench_rope_delta.py prints it, e.g. h1w16l1b1r40+L+S+F
 
