@@ -146,6 +146,28 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "copy", 173391, KernelTuning(layers_per_program=8)),
     (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
+    (
+        False,
+        "inplace",
+        10836,
+        KernelTuning(
+            layers_per_program=1, heads_per_program=2, layers_fastest=True, one_trip_start=True, l2_prefetch=True
+        ),
+    ),
+    (False, "inplace", 21673, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
+    (
+        False,
+        "inplace",
+        43347,
+        KernelTuning(
+            num_warps=8,
+            layers_per_program=1,
+            heads_per_program=2,
+            layers_fastest=True,
+            one_trip_start=True,
+            l2_prefetch=True,
+        ),
+    ),
     (False, "inplace", 86695, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
     (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
     (False, "inplace", 1 << 62, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
@@ -196,7 +218,10 @@ entry up to 43347, the fp8 in-place entry up to 21673 and a new fp8 copy entry u
 program): the session-12 H200 short sweep's best at every one of those cases (benchmarks/results/kern10/h200/). bf16
 in place above 173391 head-blocks and from 43348 to 86695 (Llama-3-8B 32K and 8K) the same layers-fastest one-trip
 setting, 2-3 points ahead of the per-size sweep's at both in two session-13 H200 calls (benchmarks/results/kern12/h200/,
-benchmarks/results/session13/kernel_8k_32k/); at Qwen2.5-7B 32K the two tie, and `layers_per_program=8` stays. The
+benchmarks/results/session13/kernel_8k_32k/); at Qwen2.5-7B 32K the two tie, and `layers_per_program=8` stays. bf16
+in place up to 10836 head-blocks (Qwen2.5-7B 2K) and from 21674 to 43347 (Qwen2.5-7B 8K): two heads a program with
+the L2 prefetch (``l2_prefetch``; 8 warps at 8K), ahead of the one-trip setting by 1.4-2.3 points in two session-14
+H200 calls (benchmarks/results/kern13/); at Llama-3-8B 2K and 8K it is behind, and the one-trip setting stays. The
 sizes: 2K / 8K / 32K tokens of Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
