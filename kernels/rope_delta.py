@@ -1401,12 +1401,13 @@ def _launch_inplace(
 def _prefetch_step(pool: torch.Tensor, layout: PagedKVLayout, tune: KernelTuning) -> dict[str, Any]:
     """The in-place one-trip program's `KernelTuning.l2_prefetch` argument where the pool allows it; none otherwise
     (the kernel then compiles as without it). Bytes per element: the bulk prefetch is sm_90 PTX (compiled kernels
-    only, not the interpreter), and it needs the program's heads contiguous and 16-byte aligned (head-major; a tile
-    of tokens x head_dim a multiple of 16 bytes)."""
+    on a GPU of compute capability 9.0 or later, not the interpreter), and it needs the program's heads contiguous and
+    16-byte aligned (head-major; a tile of tokens x head_dim a multiple of 16 bytes)."""
     item = pool.element_size()
     fits = (
         tune.l2_prefetch
         and not _INTERPRETED
+        and _has_bulk_prefetch(pool.device)
         and layout.order == "head_major"
         and pool.data_ptr() % 16 == 0
         and layout.tokens_per_block * layout.head_dim * item % 16 == 0
@@ -1458,6 +1459,12 @@ def _group_axis(c: _Checked, tune: KernelTuning) -> int:
 
 _INTERPRETER_MULTIPROCESSORS = 2
 """What the persistent kernels size their grid by off CUDA (Triton's interpreter): few, so that programs loop."""
+
+
+@functools.cache
+def _has_bulk_prefetch(device: torch.device) -> bool:
+    """Whether ``cp.async.bulk.prefetch.L2`` exists on ``device`` (sm_90 and later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 @functools.cache

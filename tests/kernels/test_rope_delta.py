@@ -603,11 +603,14 @@ def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, object
 
 def test_l2_prefetch_applies_only_to_compiled_head_major_pools() -> None:
     """`KernelTuning.l2_prefetch`'s kernel argument: the element size where the pool allows the bulk prefetch (head-major,
-    compiled); otherwise none, and the kernel compiles as without it."""
+    compiled, on sm_90 or later); otherwise none, and the kernel compiles as without it."""
     prefetch = KernelTuning(1, 16, 1, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True)
     qwen = PagedKVLayout(2, 4, 128, 32)
-    pool = torch.zeros(3, 2, 2, qwen.block_elems, dtype=torch.bfloat16)
-    compiled = {} if _INTERPRETED else {"PREFETCH_ELEM_BYTES": 2}
+    device = "cpu" if _INTERPRETED else "cuda"
+    pool = torch.zeros(3, 2, 2, qwen.block_elems, dtype=torch.bfloat16, device=device)
+    sm90 = not _INTERPRETED and torch.cuda.get_device_capability() >= (9, 0)
+    compiled = {"PREFETCH_ELEM_BYTES": 2} if sm90 else {}
     assert _prefetch_step(pool, qwen, prefetch) == compiled
     assert _prefetch_step(pool, qwen, replace(prefetch, l2_prefetch=False)) == {}
     assert _prefetch_step(pool, PagedKVLayout(2, 4, 128, 32, "token_major"), prefetch) == {}
+    assert _prefetch_step(pool.cpu(), qwen, prefetch) == {}
