@@ -5,6 +5,7 @@
     python benchmarks/bench_rope_delta.py --sweep-every-size --out bench.json  # + every case's own sweep (SIZE_SWEEP)
     python benchmarks/pick_rope_defaults.py bench.json   # then: the library's default table from that sweep
     python benchmarks/bench_rope_delta.py --short --rounds 3 --out short.json  # the short cases x CASE_SWEEP only
+    python benchmarks/bench_rope_delta.py --cases bf16:Qwen2.5-7B:2048:inplace --sweep session14  # SESSION14_SWEEP
 
 Prints the measured device copy bandwidth (torch copy of a 4 GiB buffer, read + write bytes), a small tuning sweep,
 then for Llama-3-8B and Qwen2.5-7B KV shapes (bf16 and fp8 e4m3 with per-layer scales, 32-token blocks) at 2K / 8K /
@@ -147,6 +148,27 @@ CASE_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
 """``--cases`` / ``--short`` (issue 16.4, session 12): per (dtype, op), the session-10 H200 defaults and runners-up at
 the short sizes, then the same settings with `KernelTuning.one_trip_start` (``+S``). (Session 10 timed layers-fastest
 order, cache hints, unmasked full tiles and fp16 rotation for fp8 here: docs/benchmarks.md.)"""
+_BF16_ONE_TRIP = replace(_BF16_DEFAULT, one_trip_start=True)
+SESSION14_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
+    ("bf16", "inplace"): [
+        # baselines: the default (``h1w16l1b1r40+L+S``, all heads a program) and its two-heads-a-program twin
+        _BF16_ONE_TRIP,
+        replace(_BF16_ONE_TRIP, heads_per_program=2),
+        # L2 bulk prefetch of the program's K first (+F): all heads, 2 heads (the first H200 call's best at Qwen 2K and
+        # 8K), 1 head (more programs; the prefetch then only starts the program's own tile early)
+        replace(_BF16_ONE_TRIP, l2_prefetch=True),
+        replace(_BF16_ONE_TRIP, heads_per_program=2, l2_prefetch=True),
+        replace(_BF16_ONE_TRIP, heads_per_program=1, l2_prefetch=True),
+        # 2 heads at 8 warps (40 registers, 6 programs a multiprocessor; a cap of 32 spills), and 2 layers a program
+        # (half the programs, two prefetches each) with 2 heads and with all heads
+        replace(_BF16_ONE_TRIP, num_warps=8, heads_per_program=2, l2_prefetch=True),
+        replace(_BF16_ONE_TRIP, layers_per_program=2, heads_per_program=2, l2_prefetch=True),
+        replace(_BF16_ONE_TRIP, layers_per_program=2, l2_prefetch=True),
+    ],
+}
+"""``--sweep session14`` (issue 16.4, session 14): bf16 in place, the default against `KernelTuning.l2_prefetch`
+(``+F``) settings (the second H200 call; the first also timed TMA tiles, since removed: docs/benchmarks.md)."""
+SWEEPS = {"session12": CASE_SWEEP, "session14": SESSION14_SWEEP}
 SHORT_CASES = [
     "bf16:Llama-3-8B:2048:inplace",
     "bf16:Qwen2.5-7B:2048:inplace",
@@ -296,21 +318,42 @@ def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
 
 def short_name(t: KernelTuning) -> str:
     """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back; ``+L``: layers
-    fastest, ``+S``: one-trip start)."""
+    fastest, ``+S``: one-trip start, ``+F``: L2 prefetch)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
     persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
     pipelined = "q" if t.pipeline_heads else ""
     all_tiles = "a" if t.load_all_tiles else ""
     variants = ("+L" if t.layers_fastest else "") + ("+S" if t.one_trip_start else "")
+    variants += "+F" if t.l2_prefetch else ""
     return (
         f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
         f"{heads}{persistent}{pipelined}{all_tiles}{variants}"
     )
 
 
-def _is_variant(t: KernelTuning) -> bool:
-    """A setting of the session-12 candidate (one-trip start), against the baselines without it."""
-    return t.one_trip_start
+def _is_variant(t: KernelTuning, sweep: str) -> bool:
+    """A setting of the sweep's candidates (session 12: one-trip start; session 14: L2 prefetch), against the baselines
+    without them."""
+    return t.one_trip_start if sweep == "session12" else t.l2_prefetch
+
+
+def _checked_settings(
+    case: Case, op: str, settings: list[KernelTuning], default: KernelTuning
+) -> dict[KernelTuning, float]:
+    """Each setting's max |kernel - reference| after one call; a setting whose compile or call fails, or whose error
+    is more than 4x the default's (at least 4 x 2**-8), is reported and left out (it is never timed)."""
+    errors: dict[KernelTuning, float] = {}
+    for t in settings:
+        try:
+            errors[t] = check_matches_reference(case, op, t)
+        except Exception as e:  # a variant that does not compile or launch here: report it, time the rest
+            print(f"# {short_name(t)}: failed ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})")
+    bound = 4 * max(errors.get(default, 0.0), 2**-8)
+    for t, err in list(errors.items()):
+        if t != default and err > bound:
+            print(f"# {short_name(t)}: wrong (max |kernel - reference| {err:g} > {bound:g}), not timed")
+            del errors[t]
+    return errors
 
 
 def _registers(case: Case, op: str, tuning: KernelTuning) -> str:
@@ -321,11 +364,19 @@ def _registers(case: Case, op: str, tuning: KernelTuning) -> str:
     return "-" if regs is None else f"{regs}/{spills}"
 
 
-def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool) -> list[dict[str, object]]:
-    """Each ``dtype:model:tokens:op`` case: the library default and its `CASE_SWEEP` settings, timed ``rounds``
-    times each in interleaved order (median kept), every setting checked against the reference once; then % of a
-    same-size copy per setting with its compiled register count, and the best one-trip-start setting against the
-    best baseline of the same run."""
+def run_cases(
+    spec: list[str],
+    rounds: int,
+    cuda: bool,
+    device: str,
+    smoke: bool,
+    sweep: str = "session12",
+    only: set[str] | None = None,
+) -> list[dict[str, object]]:
+    """Each ``dtype:model:tokens:op`` case: the library default and its ``SWEEPS[sweep]`` settings (``only``: those
+    of these names), timed ``rounds`` times each in interleaved order (median kept), every setting checked against
+    the reference first (`_checked_settings`); then % of a same-size copy per setting with its compiled register
+    count, and the best candidate setting against the best baseline of the same run."""
     models = SMOKE_MODELS if smoke else MODELS
     rows = []
     for item in spec:
@@ -334,8 +385,12 @@ def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool
             name, tokens_text = "tiny", "64"
         case = make_case(models[name], int(tokens_text), device, DTYPES[dname])
         default = case_default(case, op)
-        settings = [default, *(t for t in CASE_SWEEP[dname, op] if t != default)]
-        errors = {t: check_matches_reference(case, op, t) for t in settings}
+        candidates = [t for t in SWEEPS[sweep][dname, op] if only is None or short_name(t) in only]
+        errors = _checked_settings(case, op, [default, *(t for t in candidates if t != default)], default)
+        settings = list(errors)
+        if default not in errors:
+            print(f"\n## {dname} {name} {tokens_text} {op}: the default failed its check; case skipped")
+            continue
         registers = {t: _registers(case, op, t) for t in settings}
         fns = {t: kernel_fn(case, op, t) for t in settings}
         samples: dict[KernelTuning, list[float]] = {t: [] for t in settings}
@@ -360,14 +415,20 @@ def run_cases(spec: list[str], rounds: int, cuda: bool, device: str, smoke: bool
                 f"| {short_name(t)}{' (default)' if t == default else ''} | {times[t]:.4f} | {min(v):.4f} / "
                 f"{max(v):.4f} | {100 * copy_ms / times[t]:.1f}% | {errors[t]:g} | {registers[t]} |"
             )
-        new = {t: ms for t, ms in times.items() if _is_variant(t)}
-        old = {t: ms for t, ms in times.items() if not _is_variant(t)}
-        a, b = min(new, key=lambda t: new[t]), min(old, key=lambda t: old[t])
-        print(
-            f"session12 {label}: {short_name(a)}={new[a]:.4f} ({100 * copy_ms / new[a]:.1f}%) vs {short_name(b)}="
-            f"{old[b]:.4f} ({100 * copy_ms / old[b]:.1f}%) ({100 * (new[a] / old[b] - 1):+.1f}%); default "
-            f"{times[default]:.4f} ({100 * copy_ms / times[default]:.1f}%)"
+        new = {t: ms for t, ms in times.items() if _is_variant(t, sweep)}
+        old = {t: ms for t, ms in times.items() if not _is_variant(t, sweep)}
+        best = min(times, key=lambda t: times[t])
+        summary = (
+            f"{sweep} {label}: best {short_name(best)}={times[best]:.4f} ({100 * copy_ms / times[best]:.1f}%); "
+            f"default {short_name(default)}={times[default]:.4f} ({100 * copy_ms / times[default]:.1f}%)"
         )
+        if new and old:
+            a, b = min(new, key=lambda t: new[t]), min(old, key=lambda t: old[t])
+            summary += (
+                f"; best candidate {short_name(a)} ({100 * copy_ms / new[a]:.1f}%) vs best baseline {short_name(b)} "
+                f"({100 * copy_ms / old[b]:.1f}%) ({100 * (new[a] / old[b] - 1):+.1f}%)"
+            )
+        print(summary)
         rows.append(
             {
                 "case": item,
@@ -405,6 +466,10 @@ def main() -> int:
     )
     parser.add_argument("--short", action="store_true", help="--cases with SHORT_CASES (the session-9 misses)")
     parser.add_argument("--rounds", type=int, default=3, help="--cases: interleaved timings per setting (median)")
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), default="session12", help="--cases: which settings")
+    parser.add_argument(
+        "--settings", help="--cases: only these settings of the sweep (comma-separated names as printed; default kept)"
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.smoke
     device = "cuda" if cuda else "cpu"
@@ -412,7 +477,8 @@ def main() -> int:
         spec = args.cases.split(",") if args.cases else SHORT_CASES
         hardware = torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()
         print(f"# hardware: {hardware}; torch {torch.__version__}; cases {spec}; rounds {args.rounds}")
-        rows = run_cases(spec, args.rounds, cuda, device, args.smoke)
+        only = set(args.settings.split(",")) if args.settings else None
+        rows = run_cases(spec, args.rounds, cuda, device, args.smoke, args.sweep, only)
         if args.out:
             with open(args.out, "w") as f:
                 json.dump({"hardware": hardware, "torch": torch.__version__, "cases": rows}, f, indent=2)

@@ -102,7 +102,10 @@ class KernelTuning:
     programs take one row group each and issue their first tile's loads before computing cos/sin; load-all-tiles
     programs (copy and in place) stop the compiler from reading a one-row group's slots only after its row count.
     Needs ``heads_per_iter`` 1, ``blocks_per_program`` 1, no ``programs_per_sm`` or ``pipeline_heads``; the copy
-    grid kernel ignores it (issue 16.4, session 12).
+    grid kernel ignores it (issue 16.4, session 12). ``l2_prefetch`` (issue 16.4, session 14; in-place
+    ``one_trip_start`` grid programs only, ignored by the copy kernels and by layouts it does not fit, see
+    `_prefetch_step`): the program first asks L2 for every K byte it will rotate, one bulk prefetch a layer, so
+    that its head tiles after the first find their lines in L2 (head-major pools).
     """
 
     heads_per_iter: int = 1
@@ -116,6 +119,7 @@ class KernelTuning:
     load_all_tiles: bool = False
     layers_fastest: bool = False
     one_trip_start: bool = False
+    l2_prefetch: bool = False
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
@@ -131,6 +135,8 @@ class KernelTuning:
             raise ValueError(f"layers_fastest orders grid programs; persistent programs have their own order: {self}")
         if self.one_trip_start and loops != (1, 1, None, False):
             raise ValueError(f"one_trip_start programs take one row group and one head per step: {self}")
+        if self.l2_prefetch and (not self.one_trip_start or self.load_all_tiles):
+            raise ValueError(f"l2_prefetch is a step of the one-trip in-place grid program: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
@@ -140,6 +146,28 @@ _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "copy", 173391, KernelTuning(layers_per_program=8)),
     (False, "copy", 1 << 62, KernelTuning(layers_per_program=4)),
+    (
+        False,
+        "inplace",
+        10836,
+        KernelTuning(
+            layers_per_program=1, heads_per_program=2, layers_fastest=True, one_trip_start=True, l2_prefetch=True
+        ),
+    ),
+    (False, "inplace", 21673, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
+    (
+        False,
+        "inplace",
+        43347,
+        KernelTuning(
+            num_warps=8,
+            layers_per_program=1,
+            heads_per_program=2,
+            layers_fastest=True,
+            one_trip_start=True,
+            l2_prefetch=True,
+        ),
+    ),
     (False, "inplace", 86695, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
     (False, "inplace", 173391, KernelTuning(layers_per_program=8)),
     (False, "inplace", 1 << 62, KernelTuning(layers_per_program=1, layers_fastest=True, one_trip_start=True)),
@@ -190,7 +218,10 @@ entry up to 43347, the fp8 in-place entry up to 21673 and a new fp8 copy entry u
 program): the session-12 H200 short sweep's best at every one of those cases (benchmarks/results/kern10/h200/). bf16
 in place above 173391 head-blocks and from 43348 to 86695 (Llama-3-8B 32K and 8K) the same layers-fastest one-trip
 setting, 2-3 points ahead of the per-size sweep's at both in two session-13 H200 calls (benchmarks/results/kern12/h200/,
-benchmarks/results/session13/kernel_8k_32k/); at Qwen2.5-7B 32K the two tie, and `layers_per_program=8` stays. The
+benchmarks/results/session13/kernel_8k_32k/); at Qwen2.5-7B 32K the two tie, and `layers_per_program=8` stays. bf16
+in place up to 10836 head-blocks (Qwen2.5-7B 2K) and from 21674 to 43347 (Qwen2.5-7B 8K): two heads a program with
+the L2 prefetch (``l2_prefetch``; 8 warps at 8K), ahead of the one-trip setting by 1.4-2.3 points in two session-14
+H200 calls (benchmarks/results/kern13/); at Llama-3-8B 2K and 8K it is behind, and the one-trip setting stays. The
 sizes: 2K / 8K / 32K tokens of Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
@@ -683,6 +714,21 @@ if triton is not None:
                 )
 
     @triton.jit
+    def _prefetch_l2(ptr, nbytes):
+        """One bulk prefetch of ``nbytes`` (a multiple of 16) from ``ptr`` (16-byte aligned) into L2, issued by the
+        program's thread 0 (sm_90's ``cp.async.bulk.prefetch.L2``; no registers held, nothing to wait for)."""
+        addr = (ptr + tl.zeros([1], dtype=tl.int32)).to(tl.int64)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r",
+            [addr, nbytes + tl.zeros([1], dtype=tl.int32)],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @triton.jit
     def _inplace_one_group(
         pool,
         plan,
@@ -701,14 +747,24 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
+        PREFETCH_ELEM_BYTES: tl.constexpr = 0,
     ):
         """Rotate K of the one row group at ``desc`` in place (delta 0: nothing), layers ``[layer_first,
         layer_stop)`` x heads ``[head_first, head_stop)``, one head tile at a time (heads counted fastest).
 
         The descriptor is read in one round trip (a one-row group's slots come with it), and the first tile's loads
         are issued before cos/sin are computed (`KernelTuning.one_trip_start`): the grid kernel reads the delta,
-        computes cos/sin, reads the row count and block, then the slots, before its first data load."""
+        computes cos/sin, reads the row count and block, then the slots, before its first data load.
+
+        ``PREFETCH_ELEM_BYTES`` (`KernelTuning.l2_prefetch`): first, one bulk L2 prefetch per layer of the program's
+        heads (contiguous, head-major)."""
         block, delta, live, _, _ = _whole_group(plan, desc, 4, 0, BLOCK_T, True)
+        if PREFETCH_ELEM_BYTES != 0:  # noqa: SIM102 (a compile-time branch: off, the kernel has no trace of it)
+            if delta != 0:
+                chunk = pool + block * stride_b + head_first * stride_h
+                nbytes = ((head_stop - head_first) * stride_h * PREFETCH_ELEM_BYTES).to(tl.int32)
+                for layer in range(layer_first, layer_stop):
+                    _prefetch_l2(chunk + layer * stride_l, nbytes)
         if delta != 0:
             k3 = (pool + block * stride_b + tl.arange(0, BLOCK_T).to(tl.int64) * stride_t)[None, :, None]
             rows = live[None, :, None]
@@ -906,9 +962,11 @@ if triton is not None:
         PIPELINE: tl.constexpr,
         GROUP_AXIS: tl.constexpr = 0,
         ONE_TRIP_START: tl.constexpr = False,
+        PREFETCH_ELEM_BYTES: tl.constexpr = 0,
     ):
         """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
-        does nothing. ``ONE_TRIP_START``: one group per program, `_inplace_one_group`."""
+        does nothing. ``ONE_TRIP_START``: one group per program, `_inplace_one_group` (with its
+        ``PREFETCH_ELEM_BYTES``)."""
         group_first, group_stop = _program_range(num_groups, groups_per_prog, GROUP_AXIS)
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
         head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
@@ -931,6 +989,7 @@ if triton is not None:
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
+                PREFETCH_ELEM_BYTES,
             )
         else:
             current = tl.load(groups + group_first * _GROUP_COLS + 3)
@@ -1335,7 +1394,25 @@ def _launch_inplace(
         num_warps=tune.num_warps,
         **_meta(layout, rotary_dim, style, tune, group_axis=_group_axis(c, tune)),
         **({"ONE_TRIP_START": True} if tune.one_trip_start else {}),
+        **_prefetch_step(pool, layout, tune),
     )
+
+
+def _prefetch_step(pool: torch.Tensor, layout: PagedKVLayout, tune: KernelTuning) -> dict[str, Any]:
+    """The in-place one-trip program's `KernelTuning.l2_prefetch` argument where the pool allows it; none otherwise
+    (the kernel then compiles as without it). Bytes per element: the bulk prefetch is sm_90 PTX (compiled kernels
+    on a GPU of compute capability 9.0 or later, not the interpreter), and it needs the program's heads contiguous and
+    16-byte aligned (head-major; a tile of tokens x head_dim a multiple of 16 bytes)."""
+    item = pool.element_size()
+    fits = (
+        tune.l2_prefetch
+        and not _INTERPRETED
+        and _has_bulk_prefetch(pool.device)
+        and layout.order == "head_major"
+        and pool.data_ptr() % 16 == 0
+        and layout.tokens_per_block * layout.head_dim * item % 16 == 0
+    )
+    return {"PREFETCH_ELEM_BYTES": item} if fits else {}
 
 
 def _group_sizes(c: _Checked, tune: KernelTuning) -> tuple[int, ...]:
@@ -1382,6 +1459,12 @@ def _group_axis(c: _Checked, tune: KernelTuning) -> int:
 
 _INTERPRETER_MULTIPROCESSORS = 2
 """What the persistent kernels size their grid by off CUDA (Triton's interpreter): few, so that programs loop."""
+
+
+@functools.cache
+def _has_bulk_prefetch(device: torch.device) -> bool:
+    """Whether ``cp.async.bulk.prefetch.L2`` exists on ``device`` (sm_90 and later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 @functools.cache

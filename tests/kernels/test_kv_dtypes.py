@@ -49,6 +49,8 @@ ONE_TRIP = KernelTuning(1, 4, 2, 1, None, one_trip_start=True)
 """In place: one row group per program, its descriptor read at once, its first tile loaded before cos/sin."""
 ONE_TRIP_TILES = KernelTuning(1, 4, 2, 1, None, load_all_tiles=True, one_trip_start=True)
 """Load-all-tiles programs whose one-row groups' slots are read with the rest of the descriptor (copy and in place)."""
+ONE_TRIP_PREFETCH = KernelTuning(1, 4, 2, 1, None, one_trip_start=True, l2_prefetch=True)
+"""In place: the one-trip program after an L2 bulk prefetch of its heads (compiled only; the interpreter ignores it)."""
 
 
 def make_pool(layout: PagedKVLayout, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -109,8 +111,16 @@ def fp32_oracle(
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
 @pytest.mark.parametrize(
     "tuning",
-    [None, LOOPED, ALL_TILES, LAYERS_FASTEST, ONE_TRIP, ONE_TRIP_TILES],
-    ids=["default", "persistent-pipelined", "all-tiles", "layers-fastest", "one-trip", "one-trip-all-tiles"],
+    [None, LOOPED, ALL_TILES, LAYERS_FASTEST, ONE_TRIP, ONE_TRIP_TILES, ONE_TRIP_PREFETCH],
+    ids=[
+        "default",
+        "persistent-pipelined",
+        "all-tiles",
+        "layers-fastest",
+        "one-trip",
+        "one-trip-all-tiles",
+        "one-trip-prefetch",
+    ],
 )
 def test_every_dtype_within_one_step_of_fp32(
     device: str, dtype: torch.dtype, head_dim: int, style: str, partial: bool, tuning: KernelTuning | None

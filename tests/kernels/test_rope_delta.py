@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
     _DEFAULT_TUNINGS,
+    _INTERPRETED,
     COPY_PLAN_COLUMNS,
     GROUP_COLUMNS,
     INPLACE_PLAN_COLUMNS,
@@ -23,6 +25,7 @@ from semblend_kernels.rope_delta import (
     _grid,
     _meta,
     _multiprocessors,
+    _prefetch_step,
     _row_groups,
     default_tuning,
     rope_delta_copy,
@@ -181,6 +184,7 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 4, 2, 1, None, one_trip_start=True),
         KernelTuning(1, 8, 1, 1, 64, heads_per_program=2, layers_fastest=True, one_trip_start=True),
         KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, one_trip_start=True),
+        KernelTuning(1, 4, 2, 1, None, 2, one_trip_start=True, l2_prefetch=True),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
@@ -191,7 +195,8 @@ def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     loads read one head group ahead, masked off past the program's last head. Load-all-tiles programs hold 5, 4 or 9
     of their 8, 4 or 16 tiles (layers x heads; the last layer and head runs are partial). One-trip-start programs
     (in place) step from a layer's last head to the next layer's first, over full and partial head runs, and meet
-    two-row groups (odd offsets) and delta 0 after reading the whole descriptor at once."""
+    two-row groups (odd offsets) and delta 0 after reading the whole descriptor at once. The L2 prefetch (compiled
+    only) covers 2 of 5 heads, the last run 1."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -270,6 +275,8 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True),
         KernelTuning(1, 16, 2, 1, 40, 3, layers_fastest=True, one_trip_start=True),
         KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
+        KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
+        KernelTuning(1, 16, 2, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
     ],
     ids=[
         "default",
@@ -282,6 +289,8 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         "one-trip-start",
         "one-trip-start-3-heads-2-layers",
         "one-trip-start-all-tiles",
+        "one-trip-prefetch",
+        "one-trip-prefetch-2-heads-2-layers",
     ],
 )
 def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
@@ -494,9 +503,11 @@ session-12 H200 short sweep's best at both models."""
 BF16_INPLACE_ONE_TRIP = KernelTuning(
     num_warps=16, layers_per_program=1, max_registers=40, layers_fastest=True, one_trip_start=True
 )
-"""bf16 in place at every benchmarked size but Qwen2.5-7B 32K: layers-fastest order with the one-trip start, the
-session-12 H200 short sweep's best at Llama-3-8B 2K and Qwen2.5-7B 2K / 8K (Qwen 2K: tied with two heads a program),
-and session 13's at Llama-3-8B 8K and 32K."""
+"""bf16 in place at Llama-3-8B 2K / 8K / 32K: layers-fastest order with the one-trip start, the session-12 H200 short
+sweep's best at Llama-3-8B 2K, and session 13's at Llama-3-8B 8K and 32K."""
+BF16_INPLACE_TWO_HEADS_PREFETCH = replace(BF16_INPLACE_ONE_TRIP, heads_per_program=2, l2_prefetch=True)
+"""bf16 in place at Qwen2.5-7B 2K (and, at 8 warps, 8K): two heads a program with the L2 prefetch, session 14's H200
+best at both (1.4-2.3 points ahead of the one-trip setting)."""
 
 
 @pytest.mark.parametrize(
@@ -512,10 +523,10 @@ and session 13's at Llama-3-8B 8K and 32K."""
         (torch.float8_e4m3fn, "inplace", 16_384, FP8_INPLACE_2K),
         (torch.float8_e4m3fn, "inplace", 16_640, FP8_INPLACE_2K),
         (torch.float8_e4m3fn, "copy", 7_168, FP8_INPLACE_2K),
-        (torch.bfloat16, "inplace", 7_168, BF16_INPLACE_ONE_TRIP),
+        (torch.bfloat16, "inplace", 7_168, BF16_INPLACE_TWO_HEADS_PREFETCH),
         (torch.bfloat16, "inplace", 16_384, BF16_INPLACE_ONE_TRIP),
         (torch.bfloat16, "inplace", 16_640, BF16_INPLACE_ONE_TRIP),
-        (torch.bfloat16, "inplace", 28_672, BF16_INPLACE_ONE_TRIP),
+        (torch.bfloat16, "inplace", 28_672, replace(BF16_INPLACE_TWO_HEADS_PREFETCH, num_warps=8)),
         (torch.bfloat16, "inplace", 65_536, BF16_INPLACE_ONE_TRIP),
         (torch.bfloat16, "copy", 16_384, KernelTuning(1, 8, 4, 1, 64)),
     ],
@@ -578,8 +589,28 @@ def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None
         ({"one_trip_start": True, "heads_per_iter": 2}, "one row group and one head per step"),
         ({"one_trip_start": True, "programs_per_sm": 1}, "one row group and one head per step"),
         ({"one_trip_start": True, "pipeline_heads": True}, "one row group and one head per step"),
+        ({"l2_prefetch": True}, "a step of the one-trip in-place grid program"),
+        (
+            {"l2_prefetch": True, "one_trip_start": True, "load_all_tiles": True},
+            "a step of the one-trip in-place grid program",
+        ),
     ],
 )
 def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         KernelTuning(**kwargs)  # type: ignore[arg-type]
+
+
+def test_l2_prefetch_applies_only_to_compiled_head_major_pools() -> None:
+    """`KernelTuning.l2_prefetch`'s kernel argument: the element size where the pool allows the bulk prefetch (head-major,
+    compiled, on sm_90 or later); otherwise none, and the kernel compiles as without it."""
+    prefetch = KernelTuning(1, 16, 1, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True)
+    qwen = PagedKVLayout(2, 4, 128, 32)
+    device = "cpu" if _INTERPRETED else "cuda"
+    pool = torch.zeros(3, 2, 2, qwen.block_elems, dtype=torch.bfloat16, device=device)
+    sm90 = not _INTERPRETED and torch.cuda.get_device_capability() >= (9, 0)
+    compiled = {"PREFETCH_ELEM_BYTES": 2} if sm90 else {}
+    assert _prefetch_step(pool, qwen, prefetch) == compiled
+    assert _prefetch_step(pool, qwen, replace(prefetch, l2_prefetch=False)) == {}
+    assert _prefetch_step(pool, PagedKVLayout(2, 4, 128, 32, "token_major"), prefetch) == {}
+    assert _prefetch_step(pool.cpu(), qwen, prefetch) == {}
