@@ -85,7 +85,7 @@ def queries(r: SemanticRouter, donors: int, count: int) -> dict[str, Any]:
         spans.update(repr([(s.donor_id, s.target_start, s.donor_start, s.length) for s in found or []]).encode())
     index = discovery.index
     ids = list(index._lru)
-    matrix = np.stack([index.vector(i) for i in ids])
+    matrix = np.stack([v for v in map(index.vector, ids) if v is not None])
     decisions, hits = hashlib.sha256(), hashlib.sha256()
     recall: list[float] = []
     top_k = r.cfg.top_k
@@ -94,10 +94,10 @@ def queries(r: SemanticRouter, donors: int, count: int) -> dict[str, Any]:
         vector = discovery.embed_prompt(prompt)
         result = discovery.discover(f"q{i}", namespace, prompt, prompt_vector=vector)
         decisions.update(repr((result.decision.reason, result.primary_donor, result.spans)).encode())
-        found = [h.donor_id for h in index.search(digest, vector, top_k)]
-        hits.update(repr(found).encode())
+        searched = [h.donor_id for h in index.search(digest, vector, top_k)]
+        hits.update(repr(searched).encode())
         exact = {ids[j] for j in np.argsort(-(matrix @ vector), kind="stable")[:top_k]}
-        recall.append(len(exact & set(found)) / top_k)
+        recall.append(len(exact & set(searched)) / top_k)
     return {
         "spans": spans.hexdigest()[:16],
         "decisions": decisions.hexdigest()[:16],

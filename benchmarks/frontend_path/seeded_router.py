@@ -30,7 +30,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,7 @@ prompts: ``PENDING_LOCAL_DONORS``, ``MAX_LOCAL``)."""
 EMBEDDING_SEED = 1
 """The seed of the donors' random unit embeddings (drawn in donor order)."""
 
-Seeder = Callable[[SemanticRouter, list[int]], Awaitable[None]]
+Seeder = Callable[[SemanticRouter, list[int]], Coroutine[Any, Any, None]]
 
 
 class _Donors:
@@ -208,9 +208,7 @@ def seed_in_bulk(n: int, chunk: int = SEED_CHUNK, times: dict[str, float] | None
                 if catalog.add_many(registrations) != len(registrations):
                     raise SystemExit("seeded router: the catalog did not take a turn's donors")
                 catalog.apply_kv_events(events)  # each donor becomes resident with its event, in order
-                while catalog.kv_queued:  # the indexer thread held the catalog's lock: the events wait for it
-                    await asyncio.sleep(0.001)
-                    catalog.flush_kv_events()
+                await _flush_kv_events(router)
                 if pending:
                     raise SystemExit("seeded router: a turn's donors did not all become resident")
                 spent["add"] = spent.get("add", 0.0) + time.perf_counter() - t0
@@ -225,6 +223,14 @@ def seed_in_bulk(n: int, chunk: int = SEED_CHUNK, times: dict[str, float] | None
     return seed
 
 
+async def _flush_kv_events(router: SemanticRouter) -> None:
+    """Apply the kv-event batches queued because another thread held the catalog's lock (the router's loop flushes
+    them soon after; a seeding's last batch has no later one to apply it)."""
+    while router.catalog.kv_queued:
+        router.catalog.flush_kv_events()
+        await asyncio.sleep(0.001)
+
+
 def seed_one_by_one(n: int, chunk: int = 1024) -> Seeder:
     """The reference seeding: per donor ``DonorCatalog.add`` with its prompt and its kv-event alone, as the router
     does for a served prompt (the indexer waited for every ``chunk`` donors: it queues a bounded number of prompts)."""
@@ -235,6 +241,7 @@ def seed_one_by_one(n: int, chunk: int = 1024) -> Seeder:
             for registration, event, row in donors.chunk(start, min(n, start + chunk)):
                 router.catalog.add(registration, local=(donors.namespace, row))
                 router.catalog.apply_kv_events([event])
+            await _flush_kv_events(router)
             await router.drain_registrations(timeout=600)
 
     return seed
@@ -252,7 +259,11 @@ def seeder(n: int, seed: Seeder | None = None) -> Seeder:
         indexed = len(router.discovery) if router.discovery is not None else 0
         if indexed != n:
             counters = {} if router.catalog.indexer is None else dict(router.catalog.indexer.counters)
-            raise SystemExit(f"seeded router: {indexed} of {n} donors indexed (indexer: {counters})")
+            pipeline = {} if router.discovery is None else dict(router.discovery.counters)
+            raise SystemExit(
+                f"seeded router: {indexed} of {n} donors indexed (indexer {counters}, pipeline {pipeline}, "
+                f"{len(router.catalog)} in the catalog)"
+            )
         gc.collect()
         gc.freeze()  # long-lived: keep them out of later collections, as a long-running router's old objects are
         log.info(
