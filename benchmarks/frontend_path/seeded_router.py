@@ -6,16 +6,17 @@ them resident by storing their blocks with kv-events. Dynamo's own KV index does
 that reuse them have no exact overlap and take the semantic stage.
 
 Seeding goes through the router's own objects, ``SEED_CHUNK`` donors a turn, with their bulk calls
-(:func:`seed_in_bulk`): the turn's kv-events in one ``DonorCatalog.merge_dump`` (the blocks are stored before the
-donors are known, which ends as the other order does), the registrations in one ``DonorCatalog.add_many`` with their
-prompts' tokens (so every donor becomes resident at once, in order, and the catalog's indexer thread registers each in
-the discovery pipeline: spans from its tokens, its embedding), and the turn's embeddings inserted in the search index
-with one ``DonorIndex.insert_batch`` (HNSW adds in parallel, the peers' path) after the indexer has taken them: while
-seeding, the pipeline holds a stand-in for its index (:class:`DeferredInserts`) that keeps the inserts for that batch
-and passes everything else through. The state this leaves is the one :func:`seed_one_by_one` leaves (a donor at a
-time through ``DonorCatalog.add`` and ``apply_kv_events``, one HNSW insert each: the router's path for a served
-prompt, and this benchmark's seeding up to session 14) but for the HNSW graph's links, which a parallel insert
-builds otherwise: :func:`seeded_state` digests it (``tests/benchmarks/test_frontend_seeding.py`` compares the two).
+(:func:`seed_in_bulk`): the turn's registrations in one ``DonorCatalog.add_many`` (their prompts' tokens written to
+the catalog's map of prompts waiting for residency first: ``add_many`` takes none), then the turn's kv-events, one a
+donor, in one ``apply_kv_events`` call (each donor becomes resident with its event, in order, and the catalog's
+indexer thread registers each in the discovery pipeline: spans from its tokens, its embedding), and the turn's
+embeddings inserted in the search index with one ``DonorIndex.insert_batch`` (HNSW adds in parallel, the peers' path)
+once the indexer has taken them: while seeding, the pipeline holds a stand-in for its index (:class:`DeferredInserts`)
+that keeps the inserts for that batch and passes everything else through. The state this leaves is the one
+:func:`seed_one_by_one` leaves (a donor at a time through ``DonorCatalog.add`` and ``apply_kv_events``, one HNSW
+insert each: the router's path for a served prompt, and this benchmark's seeding up to session 14) but for the HNSW
+graph's links, which a parallel insert builds otherwise: :func:`seeded_state` digests it
+(``tests/router/test_frontend_seeding.py`` compares the two; :mod:`.seed_check` times them).
 
 Usage (environment as for the router): ``python -m benchmarks.frontend_path.seeded_router --donors 100000``
 """
