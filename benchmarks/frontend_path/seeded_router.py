@@ -35,6 +35,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import numpy as np
+import uvloop
 from dynamo.llm import compute_block_hash_for_seq
 
 from semblend_dynamo.config import config_from_args
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
     configure_logging(args.log_level, cfg.log_format)
-    return asyncio.run(serve(cfg, ready=seeder(args.donors)))
+    return uvloop.run(serve(cfg, ready=seeder(args.donors)))  # as the router's run()
 
 
 if __name__ == "__main__":

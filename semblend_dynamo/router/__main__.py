@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import uvloop
+
 from ..config import ConfigError, SemblendConfig, add_config_arguments, config_from_args
 from ..embedder import build_embedder
 from ..events.link import NatsLink
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, cfg.log_format)
     configured_event_plane(os.environ)
     check_discovery(os.environ)
-    return asyncio.run(serve(cfg))
+    return uvloop.run(serve(cfg))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
