@@ -13,6 +13,7 @@ for :meth:`Residency.read_stored_together`, which reads without it.
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from array import array
@@ -24,6 +25,7 @@ from typing import TypeVar, cast
 
 import numpy as np
 
+from .. import native_entries
 from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, RowPicker, SyncRows
 from ..vector_codes import as_vector, stored_forms, to_f16
 from .u64map import U64Map
@@ -356,10 +358,11 @@ def _joined_rows(parts: list[np.ndarray]) -> np.ndarray:
 
 def _fixed_blobs(
     rows: SyncRows, picked: Sequence[int], heads: np.ndarray, hash_count: int, embedding_bytes: int
-) -> tuple[list[bytes], np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray]:
     """The blobs (:class:`DonorEntry`) of rows ``picked`` of a page whose rows all have ``hash_count`` hashes and
-    ``embedding_bytes`` embedding bytes (:attr:`SyncRows.row_sizes`): one array of all the blobs, cut into one ``bytes``
-    a donor (instead of three slices and a join a donor); with the rows' hashes, one row a donor. ``heads``: theirs."""
+    ``embedding_bytes`` embedding bytes (:attr:`SyncRows.row_sizes`) as one array, one blob a row (cut into one ``bytes``
+    a donor by :func:`_cut` or the compiled entries, instead of three slices and a join a donor); with the rows'
+    hashes, one row a donor. ``heads``: theirs."""
     at = _ints(picked, np.int64)
     block_hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, hash_count)[at]
     embeddings = np.frombuffer(rows.embeddings, dtype=np.uint8).reshape(-1, embedding_bytes)[at]
@@ -368,7 +371,22 @@ def _fixed_blobs(
     blobs[:, :BLOB_HEAD] = heads.view(np.uint8).reshape(len(at), BLOB_HEAD)
     blobs[:, BLOB_HEAD:hashes_end] = block_hashes.view(np.uint8)
     blobs[:, hashes_end:] = embeddings
-    return cast(list[bytes], blobs.view(np.dtype((np.void, blobs.shape[1]))).ravel().tolist()), block_hashes
+    return blobs, block_hashes
+
+
+def _cut(blobs: np.ndarray) -> list[bytes]:
+    """One ``bytes`` a row of a 2-D uint8 array."""
+    return cast(list[bytes], blobs.view(np.dtype((np.void, blobs.shape[1]))).ravel().tolist())
+
+
+def _load_native() -> tuple[native_entries.Build | None, str]:
+    if native_entries.disabled():
+        return None, f"{native_entries.ENV}={os.environ.get(native_entries.ENV)}"
+    return native_entries.load(native_entries.module_path(), (DonorEntry,))
+
+
+NATIVE_ENTRIES, NATIVE_ENTRIES_REASON = _load_native()
+"""The compiled entries (:mod:`semblend_dynamo.native_entries`) and why they are (not) used."""
 
 
 class Residency:
@@ -663,10 +681,32 @@ class Residency:
         blobs: Iterable[bytes]
         if sizes is not None and sizes[0] and sizes[1] and picked and not convert:  # the usual page
             heads["hashes_end"] = 8 * sizes[0]
-            blobs, block_hashes = _fixed_blobs(rows, picked, heads, *sizes)
+            array, block_hashes = _fixed_blobs(rows, picked, heads, *sizes)
             if hashes is not None and lengths is not None:
                 hashes.append(block_hashes)
                 lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
+            if NATIVE_ENTRIES is not None and not any(take(rows.dp_ranks)):  # the entries in C
+                keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(take(rows.worker_ids))}
+                return cast(
+                    list[DonorEntry],
+                    NATIVE_ENTRIES(
+                        list(picked),
+                        None if ids is None else list(ids),
+                        rows.donor_ids,
+                        rows.donor_keys,
+                        rows.router_ids,
+                        rows.worker_ids,
+                        keys,
+                        sys.intern(rows.deployment),
+                        rows.namespaces,
+                        rows.num_tokens,
+                        rows.block_sizes,
+                        array,
+                        sys.intern,
+                        _shared_int,
+                    ),
+                )
+            blobs = _cut(array)
         else:
             blobs = self._joined_blobs(rows, take, heads, dims, forms, convert, hashes, lengths)
         worker_ids, dp_ranks = take(rows.worker_ids), take(rows.dp_ranks)

@@ -1,0 +1,200 @@
+/* A sync page's donor entries built in C: Residency._entries' DonorEntry objects for rows of one size.
+ *
+ * A CPython extension module (built per Python version by semblend_dynamo.native_entries). build() makes, for each row
+ * picked, the DonorEntry that DonorEntry(...) makes from the same columns in semblend_dynamo/router/residency.py
+ * (_entries): the same slot values, the strings and small ints shared through the same callables (sys.intern,
+ * _shared_int, called once per distinct value of a column as _shared does), the worker key from the same dict, and the
+ * blob a bytes copy of the row of the page's blob array (_fixed_blobs). The object is allocated by the class's own
+ * allocator and its slots written through their member descriptors' offsets, so no __init__ frame runs (the Python
+ * path's ~0.3 µs a donor) and no intermediate list of bytes is made. Anything it does not take as it is (a column that
+ * is not a list, a blob array that is not 2-D bytes, a row out of range) raises, and the caller keeps the Python path
+ * (tests/router/test_native_entries.py builds both and compares every slot). Runs with the GIL held. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#ifndef MODULE_SOURCE_DIGEST
+#define MODULE_SOURCE_DIGEST "unknown"
+#endif
+
+/* The DonorEntry slots build() writes, in this order (setup() checks the class has each as a member). */
+enum { S_DONOR_ID, S_DONOR_KEY, S_ROUTER_ID, S_WORKER, S_DEPLOYMENT, S_NAMESPACE, S_NUM_TOKENS, S_BLOCK_SIZE, S_BLOB,
+       S_MISSING, S_COUNT };
+static const char *const slot_names[S_COUNT] = {
+    "donor_id", "donor_key", "router_id", "worker", "deployment", "namespace", "num_tokens", "block_size", "blob",
+    "missing",
+};
+static PyTypeObject *entry_class;
+static Py_ssize_t offsets[S_COUNT];
+
+/* setup(DonorEntry): note the class and its slots' offsets; raises if a slot is not a plain object member. */
+static PyObject *setup(PyObject *self, PyObject *cls) {
+    (void)self;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "setup() takes the DonorEntry class");
+        return NULL;
+    }
+    for (int i = 0; i < S_COUNT; i++) {
+        PyObject *descr = PyObject_GetAttrString(cls, slot_names[i]);
+        if (descr == NULL) return NULL;
+        if (!Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            Py_DECREF(descr);
+            PyErr_Format(PyExc_TypeError, "%s is not a slot", slot_names[i]);
+            return NULL;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(entry_class, (PyTypeObject *)cls);
+    Py_RETURN_NONE;
+}
+
+/* column[row] of a list (borrowed), or NULL with IndexError. */
+static PyObject *at(PyObject *column, Py_ssize_t row) {
+    if (row < 0 || row >= PyList_GET_SIZE(column)) {
+        PyErr_SetString(PyExc_IndexError, "row out of range");
+        return NULL;
+    }
+    return PyList_GET_ITEM(column, row);
+}
+
+/* share(value), once per distinct value (memo: value -> shared); a new reference, or NULL. */
+static PyObject *shared(PyObject *memo, PyObject *share, PyObject *value) {
+    PyObject *held = PyDict_GetItemWithError(memo, value);
+    if (held != NULL) {
+        Py_INCREF(held);
+        return held;
+    }
+    if (PyErr_Occurred()) return NULL;
+    held = PyObject_CallOneArg(share, value);
+    if (held == NULL || PyDict_SetItem(memo, value, held) < 0) {
+        Py_XDECREF(held);
+        return NULL;
+    }
+    return held;
+}
+
+static inline void put(PyObject *obj, int slot, PyObject *value) {
+    *(PyObject **)((char *)obj + offsets[slot]) = value; /* steals value; the slot was NULL (fresh object) */
+}
+
+/* build(rows, ids, donor_ids, donor_keys, router_ids, worker_ids, keys, deployment, namespaces, num_tokens,
+ *       block_sizes, blobs, intern, share_int) -> list of entries.
+ * rows: a list of row numbers; ids: None or the entries' donor ids (a list, one per row picked); the columns: the
+ * page's lists; keys: worker id -> worker key; blobs: a C-contiguous 2-D uint8 array, one blob a row picked. */
+static PyObject *build(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "build() takes 14 arguments");
+        return NULL;
+    }
+    if (entry_class == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() was not called");
+        return NULL;
+    }
+    PyObject *rows = args[0], *ids = args[1], *keys = args[6], *deployment = args[7], *intern = args[12],
+             *share_int = args[13];
+    enum { C_DONOR_ID, C_DONOR_KEY, C_ROUTER_ID, C_WORKER_ID, C_NAMESPACE, C_NUM_TOKENS, C_BLOCK_SIZE, C_COUNT };
+    PyObject *columns[C_COUNT] = {args[2], args[3], args[4], args[5], args[8], args[9], args[10]};
+    if (!PyList_CheckExact(rows) || (ids != Py_None && !PyList_CheckExact(ids)) || !PyDict_CheckExact(keys)) {
+        PyErr_SetString(PyExc_TypeError, "rows and ids must be lists, keys a dict");
+        return NULL;
+    }
+    for (int c = 0; c < C_COUNT; c++) {
+        if (!PyList_CheckExact(columns[c])) {
+            PyErr_SetString(PyExc_TypeError, "the columns must be lists");
+            return NULL;
+        }
+    }
+    Py_ssize_t count = PyList_GET_SIZE(rows);
+    if (ids != Py_None && PyList_GET_SIZE(ids) != count) {
+        PyErr_SetString(PyExc_ValueError, "ids and rows differ in number");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[11], &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0) return NULL;
+    PyObject *out = NULL, *memos[4] = {NULL, NULL, NULL, NULL};
+    if (view.ndim != 2 || view.itemsize != 1 || (view.format != NULL && strcmp(view.format, "B") != 0) ||
+        view.shape[0] != count) {
+        PyErr_SetString(PyExc_ValueError, "blobs must be a 2-D uint8 array, one row an entry");
+        goto done;
+    }
+    Py_ssize_t size = view.shape[1];
+    for (int m = 0; m < 4; m++) {
+        if ((memos[m] = PyDict_New()) == NULL) goto done;
+    }
+    if ((out = PyList_New(count)) == NULL) goto done;
+    PyObject *missing = PyLong_FromLong(-1);
+    if (missing == NULL) goto fail;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        Py_ssize_t row = PyLong_AsSsize_t(PyList_GET_ITEM(rows, j));
+        if (row == -1 && PyErr_Occurred()) goto fail_missing;
+        PyObject *values[C_COUNT];
+        for (int c = 0; c < C_COUNT; c++) {
+            if ((values[c] = at(columns[c], row)) == NULL) goto fail_missing;
+        }
+        PyObject *key = PyDict_GetItemWithError(keys, values[C_WORKER_ID]);
+        if (key == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, values[C_WORKER_ID]);
+            goto fail_missing;
+        }
+        PyObject *router_id = shared(memos[0], intern, values[C_ROUTER_ID]);
+        PyObject *namespace = router_id == NULL ? NULL : shared(memos[1], intern, values[C_NAMESPACE]);
+        PyObject *tokens = namespace == NULL ? NULL : shared(memos[2], share_int, values[C_NUM_TOKENS]);
+        PyObject *block = tokens == NULL ? NULL : shared(memos[3], share_int, values[C_BLOCK_SIZE]);
+        PyObject *blob =
+            block == NULL ? NULL : PyBytes_FromStringAndSize((const char *)view.buf + j * size, size);
+        PyObject *obj = blob == NULL ? NULL : entry_class->tp_alloc(entry_class, 0);
+        if (obj == NULL) {
+            Py_XDECREF(router_id);
+            Py_XDECREF(namespace);
+            Py_XDECREF(tokens);
+            Py_XDECREF(block);
+            Py_XDECREF(blob);
+            goto fail_missing;
+        }
+        PyObject *donor_id = ids == Py_None ? values[C_DONOR_ID] : PyList_GET_ITEM(ids, j);
+        put(obj, S_DONOR_ID, Py_NewRef(donor_id));
+        put(obj, S_DONOR_KEY, Py_NewRef(values[C_DONOR_KEY]));
+        put(obj, S_ROUTER_ID, router_id);
+        put(obj, S_WORKER, Py_NewRef(key));
+        put(obj, S_DEPLOYMENT, Py_NewRef(deployment));
+        put(obj, S_NAMESPACE, namespace);
+        put(obj, S_NUM_TOKENS, tokens);
+        put(obj, S_BLOCK_SIZE, block);
+        put(obj, S_BLOB, blob);
+        put(obj, S_MISSING, Py_NewRef(missing));
+        PyList_SET_ITEM(out, j, obj);
+    }
+    Py_DECREF(missing);
+    goto done;
+fail_missing:
+    Py_DECREF(missing);
+fail:
+    Py_CLEAR(out); /* the items not set yet are NULL: the list's dealloc skips them */
+done:
+    for (int m = 0; m < 4; m++) Py_XDECREF(memos[m]);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_O, "setup(DonorEntry): the class build() makes"},
+    {"build", (PyCFunction)(void (*)(void))build, METH_FASTCALL,
+     "build(rows, ids, donor_ids, donor_keys, router_ids, worker_ids, keys, deployment, namespaces, num_tokens, "
+     "block_sizes, blobs, intern, share_int): the entries of a page's rows"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_entries", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__entries(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", MODULE_SOURCE_DIGEST) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
