@@ -56,7 +56,12 @@ def _rows(count: int, *, codes: bool, dp_rank: int = 0) -> SyncRows:
 
 
 def _both(
-    monkeypatch: pytest.MonkeyPatch, rows: SyncRows, picked: list[int] | range, codes: bool, ids: list[str] | None
+    monkeypatch: pytest.MonkeyPatch,
+    rows: SyncRows,
+    picked: list[int] | range,
+    codes: bool,
+    ids: list[str] | None,
+    slotted: bool = True,
 ) -> tuple[list[DonorEntry], list[DonorEntry], Residency, Residency]:
     built = []
     for native in (residency.NATIVE_ENTRIES, None):
@@ -64,7 +69,7 @@ def _both(
         r = Residency(capacity=10_000, codes=codes)
         hashes: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
-        slots = range(3, 3 + len(picked))
+        slots = range(3, 3 + len(picked)) if slotted else None
         entries = r._entries(rows, picked, slots, hashes, lengths, ids)
         built.append((entries, r, np.concatenate(hashes), np.concatenate(lengths)))
     (mine, r_mine, h_mine, l_mine), (theirs, r_theirs, h_theirs, l_theirs) = built
@@ -74,14 +79,15 @@ def _both(
 
 @pytest.mark.parametrize("codes", [False, True])
 @pytest.mark.parametrize("with_ids", [False, True])
+@pytest.mark.parametrize("slotted", [False, True])
 def test_the_compiled_entries_are_the_python_ones_slot_for_slot(
-    monkeypatch: pytest.MonkeyPatch, codes: bool, with_ids: bool
+    monkeypatch: pytest.MonkeyPatch, codes: bool, with_ids: bool, slotted: bool
 ) -> None:
     rows = _rows(300, codes=codes)
     assert rows.row_sizes is not None
     picked = [5, 0, 7, 2, 299, 8, 9, 4, 1, *range(100, 200)]  # not a range: a chunk's rows of a page
     ids = [rows.donor_ids[i] for i in picked] if with_ids else None
-    mine, theirs, r_mine, _ = _both(monkeypatch, rows, picked, codes, ids)
+    mine, theirs, r_mine, _ = _both(monkeypatch, rows, picked, codes, ids, slotted)
     assert len(mine) == len(theirs) == len(picked)
     for a, b in zip(mine, theirs, strict=True):
         assert type(a) is DonorEntry
@@ -92,7 +98,7 @@ def test_the_compiled_entries_are_the_python_ones_slot_for_slot(
         assert a.num_tokens is b.num_tokens or a.num_tokens > 4096  # small ints shared, others equal
         assert a.worker is r_mine._blocks(a.worker).key  # the residency's own worker key
         assert a.registration == b.registration and a.slot == b.slot
-    assert [e.slot for e in mine] == list(range(3, 3 + len(picked)))
+    assert [e.slot for e in mine] == (list(range(3, 3 + len(picked))) if slotted else [residency.NO_SLOT] * len(picked))
     assert [e.donor_id for e in mine] == [rows.donor_ids[i] for i in picked]
 
 
@@ -100,7 +106,9 @@ def test_the_entries_outlive_their_page_and_columns(monkeypatch: pytest.MonkeyPa
     rows = _rows(50, codes=True)
     expected = [e.registration for e in _both(monkeypatch, rows, range(50), True, None)[1]]
     monkeypatch.setattr(
-        residency, "NATIVE_ENTRIES", native_entries.load(native_entries.module_path(), (DonorEntry,))[0]
+        residency,
+        "NATIVE_ENTRIES",
+        native_entries.load(native_entries.module_path(), (DonorEntry, residency.BLOB_HEAD))[0],
     )
     entries = Residency(capacity=100, codes=True)._entries(rows, range(50), range(50), [], [], None)
     del rows
@@ -133,22 +141,29 @@ def test_inputs_it_does_not_take_raise_instead_of_building() -> None:
     native = residency.NATIVE_ENTRIES
     assert native is not None
     rows = _rows(4, codes=True)
-    blobs = np.zeros((2, 10), dtype=np.uint8)
+    assert rows.row_sizes == (4, 8)
     keys = {11: (11, 0), 22: (22, 0), 33: (33, 0)}
     columns = (rows.donor_ids, rows.donor_keys, rows.router_ids, rows.worker_ids, keys, "dep", rows.namespaces)
-    args = (*columns, rows.num_tokens, rows.block_sizes)
-    share = (sys.intern, residency._shared_int)
-    assert len(native([0, 1], None, *args, blobs, *share)) == 2
+    head = (*columns, rows.num_tokens, rows.block_sizes, sys.intern, residency._shared_int)
+    parts = (rows.block_hashes, 4, rows.embeddings, 8, rows.registered_at, rows.embedding_dims, rows.embedding_codes)
+    slots = np.arange(2, dtype=np.uint32)
+    assert [e.donor_id for e in native([0, 3], None, *head, *parts, slots)] == ["donor-0000", "donor-0003"]
     with pytest.raises(IndexError):
-        native([0, 9], None, *args, blobs, *share)
+        native([0, 4], None, *head, *parts, slots)  # past the page's rows
     with pytest.raises(ValueError):
-        native([0, 1, 2], None, *args, blobs, *share)  # a blob row each
+        native([0, 1, 2], None, *head, *parts, slots)  # a slot each
     with pytest.raises(ValueError):
-        native([0, 1], None, *args, np.zeros((2, 5), dtype=np.uint16), *share)
+        native([0, 1], None, *head, *parts, slots.astype(np.uint64))
+    with pytest.raises(ValueError):
+        native([0, 1], None, *head, rows.block_hashes, 0, *parts[2:], slots)
+    with pytest.raises(ValueError):
+        native([0, 1], None, *head, rows.block_hashes, 4, rows.embeddings, 800, *parts[4:], slots)  # too few bytes
     with pytest.raises(KeyError):
-        native([0, 1], None, *args[:4], {}, *args[5:], blobs, *share)
+        native([0, 1], None, *columns[:4], {}, *head[5:], *parts, slots)
     with pytest.raises(TypeError):
-        native(range(2), None, *args, blobs, *share)
+        native(range(2), None, *head, *parts, slots)
+    with pytest.raises(TypeError):
+        native([0, 1], None, *head, *parts[:4], ["x"] * 4, *parts[5:], slots)  # a stamp that is not a number
 
 
 def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
