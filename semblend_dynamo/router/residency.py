@@ -669,13 +669,14 @@ class Residency:
         convert = bool(forms.count(not self.codes))  # a peer that keeps the other form (or sent an empty embedding so)
         sizes = rows.row_sizes
         fixed = sizes is not None and sizes[0] and sizes[1] and picked and not convert  # the usual page
-        if fixed and NATIVE_ENTRIES is not None and not any(take(rows.dp_ranks)):  # the entries and blobs in C
+        dp_ranks = take(rows.dp_ranks)
+        if fixed and NATIVE_ENTRIES is not None and not any(dp_ranks):  # the entries and blobs in C
             assert sizes is not None
             at = _ints(picked, np.int64)
             if hashes is not None and lengths is not None:
                 hashes.append(np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, sizes[0])[at])
                 lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
-            keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(take(rows.worker_ids))}
+            worker_keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(take(rows.worker_ids))}
             return cast(
                 list[DonorEntry],
                 NATIVE_ENTRIES(
@@ -685,7 +686,7 @@ class Residency:
                     rows.donor_keys,
                     rows.router_ids,
                     rows.worker_ids,
-                    keys,
+                    worker_keys,
                     sys.intern(rows.deployment),
                     rows.namespaces,
                     rows.num_tokens,
@@ -717,7 +718,7 @@ class Residency:
                 lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
         else:
             blobs = self._joined_blobs(rows, take, heads, dims, forms, convert, hashes, lengths)
-        worker_ids, dp_ranks = take(rows.worker_ids), take(rows.dp_ranks)
+        worker_ids = take(rows.worker_ids)
         workers: Sequence[Hashable] = worker_ids  # each donor's worker key, or (every rank 0, the usual) its worker id
         keys: dict[Hashable, WorkerKey]
         if any(dp_ranks):
