@@ -20,6 +20,11 @@
 #error "the blob's head is little-endian: this file writes it in the host's order"
 #endif
 #define BLOB_HEAD 19 /* residency.BLOB_HEAD: setup() checks it */
+#ifdef Py_T_OBJECT_EX /* 3.12's name; structmember.h's T_OBJECT_EX before */
+#define SLOT_MEMBER Py_T_OBJECT_EX
+#else
+#define SLOT_MEMBER T_OBJECT_EX
+#endif
 
 #ifndef MODULE_SOURCE_DIGEST
 #define MODULE_SOURCE_DIGEST "unknown"
@@ -50,7 +55,7 @@ static PyObject *setup(PyObject *self, PyObject *args) {
         PyObject *descr = PyObject_GetAttrString(cls, slot_names[i]);
         if (descr == NULL) return NULL;
         if (!Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
-            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            ((PyMemberDescrObject *)descr)->d_member->type != SLOT_MEMBER) {
             Py_DECREF(descr);
             PyErr_Format(PyExc_TypeError, "%s is not a slot", slot_names[i]);
             return NULL;
