@@ -1,10 +1,11 @@
 """The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension; the
-connector's prompt unboxing (trtllm_connector/unbox.c), the planner's accepting path (semblend_dynamo/_native/planner.c)
-and validate_load's passing path (trtllm_connector/validation.c), built for the installing Python (they use its C API).
+connector's prompt unboxing (trtllm_connector/unbox.c), the planner's accepting path (semblend_dynamo/_native/planner.c),
+the sync's donor entries (semblend_dynamo/_native/entries.c) and validate_load's passing path
+(trtllm_connector/validation.c), built for the installing Python (they use its C API).
 
 Everything else is in pyproject.toml. All are optional: without a working C compiler (or, for the last three, the
 Python headers) the install still succeeds (setuptools prints why), the aligner uses its numpy path, the connector
-``array.fromlist`` and the planner and validation their Python code.
+``array.fromlist`` and the planner, the entries and validation their Python code.
 """
 
 from __future__ import annotations
@@ -31,8 +32,13 @@ unbox_build = importlib.util.module_from_spec(_unbox_spec)
 _unbox_spec.loader.exec_module(unbox_build)
 UNBOX = "trtllm_connector.unbox"
 PLANNER = "semblend_dynamo._native._planner"
+ENTRIES = "semblend_dynamo._native._entries"
 VALIDATION = "trtllm_connector._validation"
-MODULES = {PLANNER: native_build.PLANNER_SOURCE, VALIDATION: Path(__file__).parent / "trtllm_connector/validation.c"}
+MODULES = {
+    PLANNER: native_build.PLANNER_SOURCE,
+    ENTRIES: native_build.ENTRIES_SOURCE,
+    VALIDATION: Path(__file__).parent / "trtllm_connector/validation.c",
+}
 
 
 class BuildNativeLibrary(build_ext):
@@ -81,6 +87,7 @@ setup(
         Extension("semblend_dynamo._native.span_aligner", ["semblend_dynamo/_native/span_aligner.c"], optional=True),
         Extension(UNBOX, ["trtllm_connector/unbox.c"], optional=True),
         Extension(PLANNER, ["semblend_dynamo/_native/planner.c"], optional=True),
+        Extension(ENTRIES, ["semblend_dynamo/_native/entries.c"], optional=True),
         Extension(VALIDATION, ["trtllm_connector/validation.c"], optional=True),
     ],
     cmdclass={"build_ext": BuildNativeLibrary, "bdist_wheel": PlatformWheel},

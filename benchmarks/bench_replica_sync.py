@@ -191,7 +191,7 @@ async def late(args: argparse.Namespace) -> None:
 
         profiler = cProfile.Profile(time.process_time)
         profiler.enable()
-    connect, cpu = time.perf_counter(), time.process_time()
+    connect, cpu, times = time.perf_counter(), time.process_time(), os.times()
     await replica.start()  # connects; the router asks its peers for their donors on connect
     deadline = connect + args.timeout
     while not (len(catalog) == want["donors"] and resident_count(catalog) == want["resident"]):
@@ -202,6 +202,7 @@ async def late(args: argparse.Namespace) -> None:
             return
         await asyncio.sleep(0.02)
     converged_s, cpu_s = time.perf_counter() - connect, time.process_time() - cpu
+    user_s, sys_s = (after - before for after, before in zip(os.times()[:2], times[:2], strict=True))
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)
@@ -212,6 +213,8 @@ async def late(args: argparse.Namespace) -> None:
         "blocks_s": blocks_s,
         "converged_s": converged_s,
         "cpu_s": cpu_s,
+        "user_s": user_s,
+        "sys_s": sys_s,
         "equal": state == {k: want[k] for k in state},
         "pages": replica.subscriber.received["sync_pages"],
         "requests": metrics.events_out.labels("sync")._value.get(),

@@ -45,6 +45,8 @@ NON_SETTING_VARIABLES = {
     "(trtllm_connector/native_validation.py)",
     "SEMBLEND_NATIVE_MAP": "0 turns the router's compiled bulk lookups and writes of its block maps off, read once per "
     "process (semblend_dynamo/router/u64map.py)",
+    "SEMBLEND_NATIVE_ENTRIES": "0 turns the router's compiled donor entries of sync pages off, read once per process "
+    "(semblend_dynamo/native_entries.py)",
 }
 """``SEMBLEND_*`` variables that are not settings; any other unknown ``SEMBLEND_*`` variable is an error."""
 _TRUE = {"1", "true", "yes", "on"}

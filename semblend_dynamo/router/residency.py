@@ -13,6 +13,7 @@ for :meth:`Residency.read_stored_together`, which reads without it.
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from array import array
@@ -24,6 +25,7 @@ from typing import TypeVar, cast
 
 import numpy as np
 
+from .. import native_entries
 from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, RowPicker, SyncRows
 from ..vector_codes import as_vector, stored_forms, to_f16
 from .u64map import U64Map
@@ -359,7 +361,8 @@ def _fixed_blobs(
 ) -> tuple[list[bytes], np.ndarray]:
     """The blobs (:class:`DonorEntry`) of rows ``picked`` of a page whose rows all have ``hash_count`` hashes and
     ``embedding_bytes`` embedding bytes (:attr:`SyncRows.row_sizes`): one array of all the blobs, cut into one ``bytes``
-    a donor (instead of three slices and a join a donor); with the rows' hashes, one row a donor. ``heads``: theirs."""
+    a donor (instead of three slices and a join a donor); with the rows' hashes, one row a donor. ``heads``: theirs.
+    (The compiled entries write the same blobs straight from the page: ``_native/entries.c``.)"""
     at = _ints(picked, np.int64)
     block_hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, hash_count)[at]
     embeddings = np.frombuffer(rows.embeddings, dtype=np.uint8).reshape(-1, embedding_bytes)[at]
@@ -369,6 +372,16 @@ def _fixed_blobs(
     blobs[:, BLOB_HEAD:hashes_end] = block_hashes.view(np.uint8)
     blobs[:, hashes_end:] = embeddings
     return cast(list[bytes], blobs.view(np.dtype((np.void, blobs.shape[1]))).ravel().tolist()), block_hashes
+
+
+def _load_native() -> tuple[native_entries.Build | None, str]:
+    if native_entries.disabled():
+        return None, f"{native_entries.ENV}={os.environ.get(native_entries.ENV)}"
+    return native_entries.load(native_entries.module_path(), (DonorEntry, BLOB_HEAD))
+
+
+NATIVE_ENTRIES, NATIVE_ENTRIES_REASON = _load_native()
+"""The compiled entries (:mod:`semblend_dynamo.native_entries`) and why they are (not) used."""
 
 
 class Residency:
@@ -654,14 +667,50 @@ class Residency:
         take = SyncRows.picker(picked)
         dims, forms = take(rows.embedding_dims), take(rows.embedding_codes)
         convert = bool(forms.count(not self.codes))  # a peer that keeps the other form (or sent an empty embedding so)
+        sizes = rows.row_sizes
+        fixed = sizes is not None and sizes[0] and sizes[1] and picked and not convert  # the usual page
+        dp_ranks = take(rows.dp_ranks)
+        if fixed and NATIVE_ENTRIES is not None and not any(dp_ranks):  # the entries and blobs in C
+            assert sizes is not None
+            at = _ints(picked, np.int64)
+            if hashes is not None and lengths is not None:
+                hashes.append(np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, sizes[0])[at])
+                lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
+            worker_keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(take(rows.worker_ids))}
+            return cast(
+                list[DonorEntry],
+                NATIVE_ENTRIES(
+                    at.tolist(),
+                    None if ids is None else list(ids),
+                    rows.donor_ids,
+                    rows.donor_keys,
+                    rows.router_ids,
+                    rows.worker_ids,
+                    worker_keys,
+                    sys.intern(rows.deployment),
+                    rows.namespaces,
+                    rows.num_tokens,
+                    rows.block_sizes,
+                    sys.intern,
+                    _shared_int,
+                    rows.block_hashes,
+                    sizes[0],
+                    rows.embeddings,
+                    sizes[1],
+                    rows.registered_at,
+                    rows.embedding_dims,
+                    rows.embedding_codes,
+                    np.full(len(picked), NO_SLOT, dtype=np.uint32) if slots is None else _ints(slots, np.uint32),
+                ),
+            )
         heads = np.empty(len(picked), dtype=_HEAD)
         heads["slot"] = NO_SLOT if slots is None else _ints(slots)
         heads["registered_at"] = take(rows.registered_at)
         heads["embedding_dim"] = dims
         heads["codes"] = forms
-        sizes = rows.row_sizes
         blobs: Iterable[bytes]
-        if sizes is not None and sizes[0] and sizes[1] and picked and not convert:  # the usual page
+        if fixed:
+            assert sizes is not None
             heads["hashes_end"] = 8 * sizes[0]
             blobs, block_hashes = _fixed_blobs(rows, picked, heads, *sizes)
             if hashes is not None and lengths is not None:
@@ -669,7 +718,7 @@ class Residency:
                 lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
         else:
             blobs = self._joined_blobs(rows, take, heads, dims, forms, convert, hashes, lengths)
-        worker_ids, dp_ranks = take(rows.worker_ids), take(rows.dp_ranks)
+        worker_ids = take(rows.worker_ids)
         workers: Sequence[Hashable] = worker_ids  # each donor's worker key, or (every rank 0, the usual) its worker id
         keys: dict[Hashable, WorkerKey]
         if any(dp_ranks):
