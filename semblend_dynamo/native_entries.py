@@ -15,23 +15,21 @@ built from another ``entries.c`` is not used.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from semblend_dynamo._native.build import ENTRIES_SOURCE, BuildError
 from semblend_dynamo._native.modules import ExtensionModule
 
-__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path"]
+__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path", "use"]
 
 MODULE = ExtensionModule(ENTRIES_SOURCE, "SEMBLEND_NATIVE_ENTRIES", "python -m semblend_dynamo.native_entries", "build")
 ENV = MODULE.env
 SOURCE = MODULE.source
-Build = Callable[..., Any]
 
 module_path = MODULE.module_path
 disabled = MODULE.disabled
 build = MODULE.build
 load = MODULE.load
+use = MODULE.use
 
 
 def _status() -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from semblend_dynamo._native.build import PLANNER_SOURCE, BuildError
 from semblend_dynamo._native.modules import ExtensionModule
 
-__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path"]
+__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path", "use"]
 
 MODULE = ExtensionModule(
     PLANNER_SOURCE, "SEMBLEND_NATIVE_PLANNER", "python -m semblend_dynamo.native_planner", "accept"
@@ -34,6 +34,7 @@ module_path = MODULE.module_path
 disabled = MODULE.disabled
 build = MODULE.build
 load = MODULE.load
+use = MODULE.use
 
 
 def _status() -> str:

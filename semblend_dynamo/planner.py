@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import operator
-import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -329,14 +328,8 @@ def _clip(span: Span, start: int, end: int) -> Span:
     )
 
 
-def _load_native() -> tuple[native_planner.Accept | None, str]:
-    if native_planner.disabled():
-        return None, f"{native_planner.ENV}={os.environ.get(native_planner.ENV)}"
-    constants = (BOUNDARY_DECAY_TOKENS, CONTEXT_FLOOR, ROPE_NUMERIC, DISPLACEMENT_WEIGHT, DISPLACEMENT_TOKENS)
-    return native_planner.load(native_planner.module_path(), (Span, MaterializationPlan, PlanDecision, sum, constants))
-
-
-NATIVE_ACCEPT, NATIVE_REASON = _load_native()
+_CONSTANTS = (BOUNDARY_DECAY_TOKENS, CONTEXT_FLOOR, ROPE_NUMERIC, DISPLACEMENT_WEIGHT, DISPLACEMENT_TOKENS)
+NATIVE_ACCEPT, NATIVE_REASON = native_planner.use((Span, MaterializationPlan, PlanDecision, sum, _CONSTANTS))
 """The compiled accepting path (:mod:`semblend_dynamo.native_planner`) and why it is (not) used."""
 if NATIVE_ACCEPT is None:
     logging.getLogger(__name__).log(

@@ -22,7 +22,7 @@ from typing import Any
 from semblend_dynamo._native.build import BuildError
 from semblend_dynamo._native.modules import ExtensionModule
 
-__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path"]
+__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path", "use"]
 
 MODULE = ExtensionModule(
     Path(__file__).with_name("validation.c"),
@@ -38,6 +38,7 @@ module_path = MODULE.module_path
 disabled = MODULE.disabled
 build = MODULE.build
 load = MODULE.load
+use = MODULE.use
 
 
 def _status() -> str:

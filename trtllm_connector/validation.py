@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import operator
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -209,13 +208,7 @@ def trim_load(load: ValidatedLoad, start: int, end: int) -> ValidatedLoad:
     return ValidatedLoad(start, end - start, tuple(segments))
 
 
-def _load_native() -> tuple[native_validation.Load | None, str]:
-    if native_validation.disabled():
-        return None, f"{native_validation.ENV}={os.environ.get(native_validation.ENV)}"
-    return native_validation.load(native_validation.module_path(), (Segment, ValidatedLoad, Lineage.EXACT))
-
-
-NATIVE_LOAD, NATIVE_REASON = _load_native()
+NATIVE_LOAD, NATIVE_REASON = native_validation.use((Segment, ValidatedLoad, Lineage.EXACT))
 """validate_load's compiled passing path (:mod:`trtllm_connector.native_validation`) and why it is (not) used."""
 if NATIVE_LOAD is None:
     logging.getLogger(__name__).log(

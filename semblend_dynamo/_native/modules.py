@@ -81,6 +81,12 @@ class ExtensionModule:
         module.setup(*setup_args)
         return getattr(module, self.entry), reason
 
+    def use(self, setup_args: tuple[Any, ...]) -> tuple[Callable[..., Any] | None, str]:
+        """:meth:`load` of this interpreter's module unless :attr:`env` turns it off; the entry (or None) and why."""
+        if self.disabled():
+            return None, f"{self.env}={os.environ.get(self.env)}"
+        return self.load(self.module_path(), setup_args)
+
     def main(self, argv: list[str] | None, description: str, status: Callable[[], str]) -> int:
         """``build [--output PATH] [--cc CMD]`` or ``status`` (``status()``: whether this process uses it, and why)."""
         parser = argparse.ArgumentParser(prog=self.command, description=description)

@@ -13,7 +13,6 @@ for :meth:`Residency.read_stored_together`, which reads without it.
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from array import array
@@ -357,30 +356,22 @@ def _joined_rows(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _fixed_blobs(
-    rows: SyncRows, picked: Sequence[int], heads: np.ndarray, hash_count: int, embedding_bytes: int
-) -> tuple[list[bytes], np.ndarray]:
-    """The blobs (:class:`DonorEntry`) of rows ``picked`` of a page whose rows all have ``hash_count`` hashes and
-    ``embedding_bytes`` embedding bytes (:attr:`SyncRows.row_sizes`): one array of all the blobs, cut into one ``bytes``
-    a donor (instead of three slices and a join a donor); with the rows' hashes, one row a donor. ``heads``: theirs.
-    (The compiled entries write the same blobs straight from the page: ``_native/entries.c``.)"""
-    at = _ints(picked, np.int64)
-    block_hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, hash_count)[at]
+    rows: SyncRows, at: np.ndarray, block_hashes: np.ndarray, heads: np.ndarray, embedding_bytes: int
+) -> list[bytes]:
+    """The blobs (:class:`DonorEntry`) of rows ``at`` of a page whose rows all have as many hashes (``block_hashes``:
+    theirs, one row a donor) and ``embedding_bytes`` embedding bytes (:attr:`SyncRows.row_sizes`): one array of all the
+    blobs, cut into one ``bytes`` a donor (instead of three slices and a join a donor). ``heads``: theirs. (The
+    compiled entries write the same blobs straight from the page: ``_native/entries.c``.)"""
     embeddings = np.frombuffer(rows.embeddings, dtype=np.uint8).reshape(-1, embedding_bytes)[at]
-    hashes_end = BLOB_HEAD + 8 * hash_count
+    hashes_end = BLOB_HEAD + block_hashes.shape[1] * 8
     blobs = np.empty((len(at), hashes_end + embedding_bytes), dtype=np.uint8)
     blobs[:, :BLOB_HEAD] = heads.view(np.uint8).reshape(len(at), BLOB_HEAD)
     blobs[:, BLOB_HEAD:hashes_end] = block_hashes.view(np.uint8)
     blobs[:, hashes_end:] = embeddings
-    return cast(list[bytes], blobs.view(np.dtype((np.void, blobs.shape[1]))).ravel().tolist()), block_hashes
+    return cast(list[bytes], blobs.view(np.dtype((np.void, blobs.shape[1]))).ravel().tolist())
 
 
-def _load_native() -> tuple[native_entries.Build | None, str]:
-    if native_entries.disabled():
-        return None, f"{native_entries.ENV}={os.environ.get(native_entries.ENV)}"
-    return native_entries.load(native_entries.module_path(), (DonorEntry, BLOB_HEAD))
-
-
-NATIVE_ENTRIES, NATIVE_ENTRIES_REASON = _load_native()
+NATIVE_ENTRIES, NATIVE_ENTRIES_REASON = native_entries.use((DonorEntry, BLOB_HEAD))
 """The compiled entries (:mod:`semblend_dynamo.native_entries`) and why they are (not) used."""
 
 
@@ -669,40 +660,49 @@ class Residency:
         convert = bool(forms.count(not self.codes))  # a peer that keeps the other form (or sent an empty embedding so)
         sizes = rows.row_sizes
         fixed = sizes is not None and sizes[0] and sizes[1] and picked and not convert  # the usual page
-        dp_ranks = take(rows.dp_ranks)
-        if fixed and NATIVE_ENTRIES is not None and not any(dp_ranks):  # the entries and blobs in C
+        worker_ids, dp_ranks = take(rows.worker_ids), take(rows.dp_ranks)
+        workers: Sequence[Hashable] = worker_ids  # each donor's worker key, or (every rank 0, the usual) its worker id
+        keys: dict[Hashable, WorkerKey]
+        if any(dp_ranks):
+            pairs = list(zip(worker_ids, dp_ranks, strict=True))
+            keys = {key: self._blocks(key).key for key in dict.fromkeys(pairs)}
+            workers = pairs
+        else:
+            keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(worker_ids)}
+        if fixed:
             assert sizes is not None
             at = _ints(picked, np.int64)
+            block_hashes = np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, sizes[0])[at]
             if hashes is not None and lengths is not None:
-                hashes.append(np.frombuffer(rows.block_hashes, dtype=np.uint64).reshape(-1, sizes[0])[at])
+                hashes.append(block_hashes)
                 lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
-            worker_keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(take(rows.worker_ids))}
-            return cast(
-                list[DonorEntry],
-                NATIVE_ENTRIES(
-                    at.tolist(),
-                    None if ids is None else list(ids),
-                    rows.donor_ids,
-                    rows.donor_keys,
-                    rows.router_ids,
-                    rows.worker_ids,
-                    worker_keys,
-                    sys.intern(rows.deployment),
-                    rows.namespaces,
-                    rows.num_tokens,
-                    rows.block_sizes,
-                    sys.intern,
-                    _shared_int,
-                    rows.block_hashes,
-                    sizes[0],
-                    rows.embeddings,
-                    sizes[1],
-                    rows.registered_at,
-                    rows.embedding_dims,
-                    rows.embedding_codes,
-                    np.full(len(picked), NO_SLOT, dtype=np.uint32) if slots is None else _ints(slots, np.uint32),
-                ),
-            )
+            if NATIVE_ENTRIES is not None and workers is worker_ids:  # the entries and blobs in C
+                return cast(
+                    list[DonorEntry],
+                    NATIVE_ENTRIES(
+                        at.tolist(),
+                        None if ids is None else list(ids),
+                        rows.donor_ids,
+                        rows.donor_keys,
+                        rows.router_ids,
+                        rows.worker_ids,
+                        keys,
+                        sys.intern(rows.deployment),
+                        rows.namespaces,
+                        rows.num_tokens,
+                        rows.block_sizes,
+                        sys.intern,
+                        _shared_int,
+                        rows.block_hashes,
+                        sizes[0],
+                        rows.embeddings,
+                        sizes[1],
+                        rows.registered_at,
+                        rows.embedding_dims,
+                        rows.embedding_codes,
+                        np.full(len(picked), NO_SLOT, dtype=np.uint32) if slots is None else _ints(slots, np.uint32),
+                    ),
+                )
         heads = np.empty(len(picked), dtype=_HEAD)
         heads["slot"] = NO_SLOT if slots is None else _ints(slots)
         heads["registered_at"] = take(rows.registered_at)
@@ -712,21 +712,9 @@ class Residency:
         if fixed:
             assert sizes is not None
             heads["hashes_end"] = 8 * sizes[0]
-            blobs, block_hashes = _fixed_blobs(rows, picked, heads, *sizes)
-            if hashes is not None and lengths is not None:
-                hashes.append(block_hashes)
-                lengths.append(np.full(len(picked), sizes[0], dtype=np.int64))
+            blobs = _fixed_blobs(rows, at, block_hashes, heads, sizes[1])
         else:
             blobs = self._joined_blobs(rows, take, heads, dims, forms, convert, hashes, lengths)
-        worker_ids = take(rows.worker_ids)
-        workers: Sequence[Hashable] = worker_ids  # each donor's worker key, or (every rank 0, the usual) its worker id
-        keys: dict[Hashable, WorkerKey]
-        if any(dp_ranks):
-            pairs = list(zip(worker_ids, dp_ranks, strict=True))
-            keys = {key: self._blocks(key).key for key in dict.fromkeys(pairs)}
-            workers = pairs
-        else:
-            keys = {worker: self._blocks((worker, 0)).key for worker in dict.fromkeys(worker_ids)}
         return list(
             map(
                 DonorEntry,

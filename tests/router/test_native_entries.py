@@ -168,4 +168,4 @@ def test_inputs_it_does_not_take_raise_instead_of_building() -> None:
 
 def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(native_entries.ENV, "0")
-    assert residency._load_native() == (None, f"{native_entries.ENV}=0")
+    assert native_entries.use((residency.DonorEntry, residency.BLOB_HEAD)) == (None, f"{native_entries.ENV}=0")
