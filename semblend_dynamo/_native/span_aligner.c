@@ -122,6 +122,12 @@ ALWAYS_INLINE uint64_t filter_passes(const sa_table *tb, uint64_t h) {
     } while (0)
 
 #define SCREEN_LANES 4
+#define SCREEN_AHEAD 16 /* windows a lane hashes (and asks the memory for) ahead of the one it tests; a power of 2 */
+
+/* The filter's byte for a window hash, asked of the memory ahead of its test. */
+ALWAYS_INLINE void filter_prefetch(const sa_table *tb, uint64_t h) {
+    __builtin_prefetch(tb->bits + (((h * MIX) >> tb->filter_shift) >> 3));
+}
 
 /* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter, as rows (position, hash) of the
  * windows that pass, in position order, to `passed` (2 words per window). The hash rolls along four stretches of the
@@ -140,18 +146,38 @@ ALWAYS_INLINE int64_t screen_of(const sa_table *tb, const void *t, int width, in
     if (q > 0) {
         uint64_t *out0 = passed, *out1 = passed + 2 * q, *out2 = passed + 4 * q, *out3 = passed + 6 * q;
         int64_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-        uint64_t h0 = window_hash(t, width, 0, anchor), h1 = window_hash(t, width, q, anchor);
-        uint64_t h2 = window_hash(t, width, 2 * q, anchor), h3 = window_hash(t, width, 3 * q, anchor);
-        for (int64_t i = 0;; i++) {
-            SCREEN(out0, c0, i, h0);
-            SCREEN(out1, c1, q + i, h1);
-            SCREEN(out2, c2, 2 * q + i, h2);
-            SCREEN(out3, c3, 3 * q + i, h3);
-            if (i + 1 == q) break;
-            h0 = (h0 - token(t, i, width)) * base_inv + token(t, i + anchor, width) * top;
-            h1 = (h1 - token(t, q + i, width)) * base_inv + token(t, q + i + anchor, width) * top;
-            h2 = (h2 - token(t, 2 * q + i, width)) * base_inv + token(t, 2 * q + i + anchor, width) * top;
-            h3 = (h3 - token(t, 3 * q + i, width)) * base_inv + token(t, 3 * q + i + anchor, width) * top;
+        /* Lane k's hash of window k * q + i waits in ring[i % SCREEN_AHEAD][k], hashed and its filter byte asked
+         * for SCREEN_AHEAD windows before its test: the filter is larger than what the caches keep between
+         * requests, and a test's branch on memory would otherwise hold back the next windows' misses. */
+        uint64_t ring[SCREEN_AHEAD][SCREEN_LANES];
+        uint64_t a0 = window_hash(t, width, 0, anchor), a1 = window_hash(t, width, q, anchor);
+        uint64_t a2 = window_hash(t, width, 2 * q, anchor), a3 = window_hash(t, width, 3 * q, anchor);
+        int64_t ahead = q < SCREEN_AHEAD ? q : SCREEN_AHEAD;
+        for (int64_t i = 0;; i++) { /* a_k: lane k's hash of window k * q + i */
+            ring[i][0] = a0, ring[i][1] = a1, ring[i][2] = a2, ring[i][3] = a3;
+            filter_prefetch(tb, a0), filter_prefetch(tb, a1), filter_prefetch(tb, a2), filter_prefetch(tb, a3);
+            if (i + 1 == ahead) break;
+            a0 = (a0 - token(t, i, width)) * base_inv + token(t, i + anchor, width) * top;
+            a1 = (a1 - token(t, q + i, width)) * base_inv + token(t, q + i + anchor, width) * top;
+            a2 = (a2 - token(t, 2 * q + i, width)) * base_inv + token(t, 2 * q + i + anchor, width) * top;
+            a3 = (a3 - token(t, 3 * q + i, width)) * base_inv + token(t, 3 * q + i + anchor, width) * top;
+        }
+        for (int64_t i = 0; i < q; i++) {
+            int64_t next = i + ahead; /* the window hashed now, rolled from window next - 1 */
+            if (next < q) {
+                int64_t at = next - 1;
+                a0 = (a0 - token(t, at, width)) * base_inv + token(t, at + anchor, width) * top;
+                a1 = (a1 - token(t, q + at, width)) * base_inv + token(t, q + at + anchor, width) * top;
+                a2 = (a2 - token(t, 2 * q + at, width)) * base_inv + token(t, 2 * q + at + anchor, width) * top;
+                a3 = (a3 - token(t, 3 * q + at, width)) * base_inv + token(t, 3 * q + at + anchor, width) * top;
+                filter_prefetch(tb, a0), filter_prefetch(tb, a1), filter_prefetch(tb, a2), filter_prefetch(tb, a3);
+            }
+            uint64_t *due = ring[i & (SCREEN_AHEAD - 1)];
+            SCREEN(out0, c0, i, due[0]);
+            SCREEN(out1, c1, q + i, due[1]);
+            SCREEN(out2, c2, 2 * q + i, due[2]);
+            SCREEN(out3, c3, 3 * q + i, due[3]);
+            if (next < q) due[0] = a0, due[1] = a1, due[2] = a2, due[3] = a3;
         }
         n_passed = c0;
         int64_t counts[3] = {c1, c2, c3};

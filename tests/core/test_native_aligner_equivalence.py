@@ -188,8 +188,8 @@ def test_the_one_key_id_table_operations_agree_with_a_dict() -> None:
 
 @pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
 def test_every_target_length_and_match_position_across_the_screens_stretches(u32: bool) -> None:
-    """The compiled screen rolls four hashes over four stretches of the target and screens the last few windows on
-    their own: targets of every length from one window to a few hundred, with a donor's text at every stretch's
+    """The compiled screen rolls four hashes over four stretches of the target, each hashed 16 windows ahead of its
+    test (stretches shorter and longer than that), and screens the last few windows on their own: targets of every length from one window to a few hundred, with a donor's text at every stretch's
     start, middle and end, and alone in the windows past the stretches, find what the numpy path finds."""
     text = np.random.default_rng(2).integers(0, 30_000, 64)
     numpy_path, native_path = _pair(u32, block_size=4, min_span_tokens=8, anchor_tokens=6)
