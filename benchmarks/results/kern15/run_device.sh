@@ -10,7 +10,7 @@
 #        (the order reversed every other round), at bf16 Qwen2.5-7B and Llama-3-8B 2K and 8K in place; every setting
 #        checked against the reference again before it is timed; per case the line `session15 <case>: best ...;
 #        default ...; best candidate ... vs best baseline ...`, also collected in $OUT/summary.txt;
-#     3. the +F / +A GPU tests (Llama-3-8B-shaped pool, both layouts; bf16 and fp8, head_dim 128), cut off after 40 s.
+#     3. the +F / +A GPU tests (Llama-3-8B-shaped pool, both layouts; bf16 and fp8, head_dim 128), cut off after 30 s.
 # Writes $OUT/{versions,preflight,gpu_tests,summary}.txt and $OUT/session15.{txt,json}.
 set -uo pipefail
 rounds=${1:-5}
@@ -35,7 +35,7 @@ baselines=$(names 0 ,)
 i=0
 for v in $variants; do
   i=$((i + 1))
-  (timeout 100 python3 benchmarks/results/kern15/preflight.py "$v" > "$out/pre_$i.txt" 2>&1
+  (timeout 60 python3 benchmarks/results/kern15/preflight.py "$v" > "$out/pre_$i.txt" 2>&1
    echo "rc=$? $v" >> "$out/pre_$i.txt") &
 done
 wait
@@ -44,13 +44,13 @@ passed=$(grep -E '^ok ' "$out/preflight.txt" | sed -E 's/^ok ([^:]+):.*/\1/' | p
 echo "preflight ($((SECONDS - start)) s): passed ${passed:-none}" | tee -a "$out/preflight.txt"
 grep -E '^(FAILED|WRONG)' "$out/preflight.txt"
 
-timeout 170 python3 -u benchmarks/bench_rope_delta.py --rounds "$rounds" --sweep session15 \
+timeout 150 python3 -u benchmarks/bench_rope_delta.py --rounds "$rounds" --sweep session15 \
   --cases bf16:Qwen2.5-7B:2048:inplace,bf16:Qwen2.5-7B:8192:inplace,bf16:Llama-3-8B:2048:inplace,bf16:Llama-3-8B:8192:inplace \
   --settings "$baselines${passed:+,$passed}" --out "$out/session15.json" 2>&1 | tee "$out/session15.txt"
 echo "bench rc=${PIPESTATUS[0]} ($((SECONDS - start)) s)" | tee -a "$out/session15.txt"
 grep -E '^session15 ' "$out/session15.txt" | tee "$out/summary.txt"
 
-timeout 40 python3 -m pytest -q -m gpu tests/kernels/test_rope_delta.py tests/kernels/test_kv_dtypes.py \
+timeout 30 python3 -m pytest -q -m gpu tests/kernels/test_rope_delta.py tests/kernels/test_kv_dtypes.py \
   -p no:cacheprovider -k "(llama_shape and prefetch) or (one-trip-prefetch and 128 and (bfloat16 or float8))" 2>&1 \
   | tail -15 > "$out/gpu_tests.txt"
-echo "gpu tests rc=${PIPESTATUS[0]} (limit 40 s; total $((SECONDS - start)) s)" | tee -a "$out/gpu_tests.txt"
+echo "gpu tests rc=${PIPESTATUS[0]} (limit 30 s; total $((SECONDS - start)) s)" | tee -a "$out/gpu_tests.txt"
