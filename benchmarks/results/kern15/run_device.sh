@@ -4,8 +4,8 @@
 # 2.5-3 minutes:
 #   bash benchmarks/results/kern15/run_device.sh [ROUNDS]   (default 5; from the repository root; no carry)
 #     1. preflight.py: every candidate (a setting not in SESSION15_BASELINES) checked against the torch reference at
-#        Qwen2.5-7B and Llama-3-8B 2K, each in its own process (in parallel, 60 s at most); a setting that fails to compile, faults
-#        or is wrong is left out of step 2;
+#        Qwen2.5-7B and Llama-3-8B 2K, each in its own process (in parallel, 60 s at most); a setting that fails to
+#        compile, faults or is wrong is left out of step 2;
 #     2. bench_rope_delta.py --sweep session15: the baselines and the candidates that passed, ROUNDS interleaved rounds
 #        (the order reversed every other round), at bf16 Qwen2.5-7B and Llama-3-8B 2K and 8K in place; every setting
 #        checked against the reference again before it is timed; per case the line `session15 <case>: best ...;
