@@ -388,10 +388,15 @@ class AuditWriter:
     def _send(self) -> None:
         """Write the pending lines (under the lock): whole lines, in order, however many calls the OS needs."""
         assert self._fd is not None
-        data = memoryview("".join(self._pending).encode())
+        data = "".join(self._pending).encode()
         self._pending.clear()
-        while data:
-            data = data[os.write(self._fd, data) :]
+        # Usually one call takes it all; a view of the rest only after a short write (a memoryview on every send cost
+        # ~0.3-1 µs of the connector's decision).
+        sent = os.write(self._fd, data)
+        if sent < len(data):
+            rest = memoryview(data)[sent:]
+            while rest:
+                rest = rest[os.write(self._fd, rest) :]
         if self._fsync:
             os.fsync(self._fd)
 

@@ -380,6 +380,8 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         if isinstance(candidates, DeclineReason):
             self._lookup(
                 request_id,
+                role,
+                trace_id,
                 found=False,
                 namespace=namespace,
                 donor_id=hint.donor_id if hint else None,
@@ -407,7 +409,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
             if retry.accepted:
                 spans, checked, decision = local, local_checked, retry
         donor_id = spans[0].donor_id if spans else None
-        self._lookup(request_id, found=bool(spans), namespace=namespace, donor_id=donor_id, similarity=similarity)
+        self._lookup(
+            request_id, role, trace_id, found=bool(spans), namespace=namespace, donor_id=donor_id, similarity=similarity
+        )
         if decision.plan is None or decision.reason is not None:
             reason = decision.reason or DeclineReason.INTERNAL_ERROR
             return self._decline(request_id, reason, started, namespace=namespace, key=key, detail=decision.detail)
@@ -704,10 +708,18 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         return (tags["role"], tags["trace_id"]) if tags else (None, None)
 
     def _lookup(
-        self, request_id: int, *, found: bool, namespace: str, donor_id: str | None, similarity: float | None
+        self,
+        request_id: int,
+        role: str,
+        trace_id: str,
+        *,
+        found: bool,
+        namespace: str,
+        donor_id: str | None,
+        similarity: float | None,
     ) -> None:
-        """Audit the lookup; its line goes to disk with the verdict's record, which always follows (one write)."""
-        role, trace_id = self._tag(request_id)
+        """Audit the lookup (``role`` and ``trace_id``: the decision's own, not looked up again in its tags); its line
+        goes to disk with the verdict's record, which always follows (one write)."""
         record = AuditRecord(
             event=AuditEvent.LOOKUP,
             role=role,

@@ -22,6 +22,29 @@ from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.outcomes import DeclineReason
 
 
+def test_a_short_write_sends_the_rest_in_order(tmp_path, monkeypatch) -> None:
+    """The OS may take part of a line per call: the writer sends the rest, whole lines in order, nothing twice."""
+    import semblend_dynamo.audit as audit_module
+
+    real_write = os.write
+    calls: list[int] = []
+
+    def short_write(fd: int, data: bytes) -> int:  # at most 7 bytes a call
+        calls.append(len(data))
+        return real_write(fd, bytes(data[:7]))
+
+    path = tmp_path / "audit.jsonl"
+    writer = AuditWriter(path)
+    monkeypatch.setattr(audit_module.os, "write", short_write)
+    writer.write(event=AuditEvent.LOOKUP, request_id="r1", found=True, flush=False)
+    writer.write(event=AuditEvent.DECLINED, request_id="r1", rejection_reason=DeclineReason.DONOR_EVICTED)
+    monkeypatch.setattr(audit_module.os, "write", real_write)
+    writer.close()
+    assert len(calls) > 2
+    assert [(r["event"], r["request_id"]) for r in read_audit(path)] == [("lookup", "r1"), ("declined", "r1")]
+    assert path.read_bytes().count(b"\n") == 2
+
+
 def test_audit_lines_flushed_per_record_and_counted(tmp_path) -> None:
     path = tmp_path / "audit.jsonl"
     writer = AuditWriter(path)

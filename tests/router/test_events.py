@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from semblend_dynamo.config import SemblendConfig
-from semblend_dynamo.events.codec import REJECT_REASONS, RejectedMessage, decode, decode_kv_events, encode
+from semblend_dynamo.events.codec import REJECT_REASONS, RejectedMessage, decode, decode_kv_events, encode, topic_of
 from semblend_dynamo.events.schemas import (
     DonorHint,
     DonorLifecycle,
@@ -110,6 +110,66 @@ def test_every_model_round_trips_through_the_envelope(model) -> None:
     assert (env["publisher_id"], env["sequence"]) == (9, 4)
     assert msgpack.unpackb(env["payload"])["schema"] == f"semblend.{model.KIND}/v{model.VERSION}"
     assert decode(data, type(model), max_bytes=MAX) == model
+
+
+def _reference_encoding(model, publisher_id: int, sequence: int, published_at_ms: int) -> bytes:
+    """The envelope as ``encode`` built it for every model: ``model_dump`` by alias, each map packed by ``packb``."""
+    payload = msgpack.packb(model.model_dump(mode="python", by_alias=True), use_bin_type=True)
+    envelope = {
+        "publisher_id": publisher_id,
+        "sequence": sequence,
+        "published_at": published_at_ms,
+        "topic": topic_of(model),
+        "payload": payload,
+    }
+    return msgpack.packb(envelope, use_bin_type=True)
+
+
+@pytest.mark.parametrize("model", _all_models(), ids=lambda m: type(m).__name__)
+def test_every_model_encodes_to_the_bytes_of_its_model_dump(model) -> None:
+    assert encode(model, publisher_id=9, sequence=4, published_at_ms=77) == _reference_encoding(model, 9, 4, 77)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    donor_key=st.none() | st.text(min_size=1, max_size=64),
+    request_id=st.none() | st.text(max_size=40),
+    worker_id=st.integers(0, (1 << 64) - 1),
+    dp_rank=st.integers(0, (1 << 32) - 1),
+    similarity=st.none() | st.floats(-1.0, 1.0),
+    spans=st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.integers(1, 1 << 20)), max_size=40),
+    decision=st.sampled_from(list(Outcome)),
+    trace_id=st.none() | st.text(min_size=1, max_size=64),
+    role=st.sampled_from(["recipient", "chain_step", "donor_prefill", None]),
+    chain_head_tokens=st.none() | st.integers(0, 1 << 20),
+    decoded=st.booleans(),
+)
+def test_a_hint_encodes_to_the_bytes_of_its_model_dump(
+    donor_key, request_id, worker_id, dp_rank, similarity, spans, decision, trace_id, role, chain_head_tokens, decoded
+) -> None:
+    """The hint's payload is packed from its fields' values (the request path's encoding): the same bytes as the
+    ``model_dump`` path, for any hint, built or decoded, its defaults (``role``) included."""
+    extra = {} if role is None else {"role": role}
+    hint = DonorHint(
+        request_key=request_key([1, 2, 3]),
+        request_id=request_id,
+        donor_id="d1",
+        donor_key=donor_key,
+        worker_id=worker_id,
+        dp_rank=dp_rank,
+        namespace=KEY.digest(),
+        similarity=similarity,
+        spans=spans,
+        decision=decision,
+        trace_id=trace_id,
+        chain_head_tokens=chain_head_tokens,
+        **extra,
+    )
+    if decoded:
+        hint = decode(encode(hint), DonorHint, max_bytes=MAX)
+    assert encode(hint, publisher_id=worker_id, sequence=dp_rank, published_at_ms=5) == _reference_encoding(
+        hint, worker_id, dp_rank, 5
+    )
 
 
 def test_embedding_travels_as_float16_bytes() -> None:
