@@ -188,8 +188,8 @@ def test_the_one_key_id_table_operations_agree_with_a_dict() -> None:
 
 @pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
 def test_every_target_length_and_match_position_across_the_screens_stretches(u32: bool) -> None:
-    """The compiled screen rolls four hashes over four stretches of the target, each hashed 16 windows ahead of its
-    test (stretches shorter and longer than that), and screens the last few windows on their own: targets of every length from one window to a few hundred, with a donor's text at every stretch's
+    """The compiled screen rolls four hashes over four stretches of the target and screens the last few windows on
+    their own: targets of every length from one window to a few hundred, with a donor's text at every stretch's
     start, middle and end, and alone in the windows past the stretches, find what the numpy path finds."""
     text = np.random.default_rng(2).integers(0, 30_000, 64)
     numpy_path, native_path = _pair(u32, block_size=4, min_span_tokens=8, anchor_tokens=6)
@@ -228,3 +228,29 @@ def test_a_run_ending_at_every_offset_of_the_word_compare(u32: bool) -> None:
             [span] = numpy_path.align("ns", target)
             assert (span.donor_start, span.target_start, span.length) == (shift, 0, end - shift)
             assert native_path.align("ns", target) == [span]
+
+
+def test_a_filter_larger_than_the_caches_is_screened_with_its_bytes_prefetched() -> None:
+    """A filter of more than 1 MiB (the compiled screen's SCREEN_PREFETCH_BYTES) is screened by the loop that prefetches
+    each window's filter byte ahead of its test: targets of every stretch length around the 16 windows it hashes ahead,
+    with donor text at the stretches' edges, find what the numpy path finds."""
+    numpy_path, native_path = _pair(True, block_size=4, min_span_tokens=8, anchor_tokens=6)
+    big = np.random.default_rng(5).integers(0, 1 << 30, 1_200_000)
+    for aligner in (numpy_path, native_path):
+        aligner.add_donor("big", "ns", _donor_array(big, True))
+    assert native_path._tables["ns"]._bits.nbytes > 1 << 20
+    filler = np.random.default_rng(6).integers(1 << 30, 1 << 31, 400)
+    found = 0
+    for n in (*range(6, 90, 5), 150, 260, 400):
+        windows = n - 6 + 1
+        stretch = windows // 4
+        for at in {0, stretch - 1, 2 * stretch + 5, 3 * stretch, windows - 1, n - 17}:
+            if at < 0 or at + 17 > n:
+                continue
+            target = filler[:n].copy()
+            target[at : at + 17] = big[1000 + 7 * at : 1000 + 7 * at + 17]
+            target = target.astype(np.uint32)
+            expected = numpy_path.align("ns", target)
+            assert native_path.align("ns", target) == expected, (n, at)
+            found += bool(expected)
+    assert found > 30
