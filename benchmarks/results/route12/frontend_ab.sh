@@ -8,6 +8,7 @@
 # the span-path probe (benchmarks/results/route12/probe, this checkout's) and its report is printed after the run.
 # A name ending in +side (e.g. this+side) runs that tree with route12's side-loop experiment
 # (benchmarks/results/route12/sideloop, ROUTE12_SIDELOOP=1; no probe in that run: both are a sitecustomize).
+# FRONTEND_ARGS: more arguments for every run (e.g. --span-search-thread off).
 # .stage/fp/env.sh: session 12's device staging (a copy of benchmarks/results/session12/env.sh).
 set -uo pipefail
 source .stage/fp/env.sh
@@ -41,7 +42,7 @@ for label in "$@"; do
     path=$path:$here/benchmarks/results/route12/probe
   fi
   (cd "$root" && PYTHONPATH=$path timeout 280 "${probe[@]}" python3 -m benchmarks.frontend_path.run \
-    --donors "$donors" --requests "$reqs") > "$OUT/frontend_${i}_${label/+/-}.txt" 2>&1
+    --donors "$donors" --requests "$reqs" ${FRONTEND_ARGS:-}) > "$OUT/frontend_${i}_${label/+/-}.txt" 2>&1
   echo "== $label rc=$? $(uptime)"; grep -E "total_added|decide|spans\`|exact\`|semantic\`|hint\`|over 5 ms" "$OUT/frontend_${i}_${label/+/-}.txt"
   if [ "${PROBE:-0}" = 1 ] && [ "$side" = 0 ]; then
     for f in "$OUT/probe_${i}_$t"/probe_*.jsonl; do
