@@ -811,7 +811,7 @@ class SpanAligner:
 
     def _finish_search(self) -> list[Span]:
         assert self._call is not None
-        found = self._call.finish()
+        found = self._call.finish(hold_gil=self.hold_gil is not None and self.hold_gil())
         return self._spans_of(self._work[: 4 * found].tolist()) if found else []
 
     def _spans_of(self, rows: list[int]) -> list[Span]:

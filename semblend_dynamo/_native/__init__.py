@@ -207,17 +207,21 @@ def _held(lib: ctypes.CDLL | None) -> Any:
     return function
 
 
-def _job_functions(lib: ctypes.CDLL | None) -> tuple[Any, Any, Any] | None:
-    """``sa_job_start``, ``sa_job_finish`` and ``sa_job_wake``, called with the GIL held: each is short but for the
-    finish, which waits for a search started to end about then (no other thread should take the GIL meanwhile)."""
+def _job_functions(lib: ctypes.CDLL | None) -> tuple[Any, Any, Any, Any] | None:
+    """``sa_job_start``, ``sa_job_wake`` (short: called with the GIL held) and ``sa_job_finish``, which waits for the
+    search: through ``lib`` (without the GIL where :func:`release_gil`, so that Dynamo's runtime can deliver the exact
+    query's answer meanwhile), and with the GIL held."""
     if lib is None:
         return None
     held = ctypes.PyDLL(lib._name)
-    start, finish, wake = held.sa_job_start, held.sa_job_finish, held.sa_job_wake
+    start, wake = held.sa_job_start, held.sa_job_wake
     start.argtypes, start.restype = (_P,), _I
-    finish.argtypes, finish.restype = (), _I
     wake.argtypes, wake.restype = (), None
-    return start, finish, wake
+    finishes = []
+    for finish in (lib.sa_job_finish, held.sa_job_finish):
+        finish.argtypes, finish.restype = (), _I
+        finishes.append(finish)
+    return start, wake, finishes[0], finishes[1]
 
 
 LIBRARY, REASON = _load()
@@ -233,7 +237,7 @@ def wake_search_thread() -> None:
     """A request arrived: the search thread (if started) gets ready for a job, so that the one begun shortly after
     runs without waiting for the thread to wake up (it spins for at most 1 ms, then sleeps again)."""
     if _JOBS is not None:
-        _JOBS[2]()
+        _JOBS[1]()
 
 
 def work_size(n: int, anchor: int, min_span: int, max_diagonals: int, max_postings: int, max_spans: int) -> int:
@@ -313,10 +317,11 @@ class AlignCall:
         self._fill(table, donors, t, max_spans, None)
         return bool(_JOBS[0](self.address))
 
-    def finish(self) -> int:
-        """The started search's result, as :meth:`run` returns it (waits for it with the GIL held)."""
+    def finish(self, *, hold_gil: bool = False) -> int:
+        """The started search's result, as :meth:`run` returns it, waiting for it as :meth:`run` searches: without the
+        GIL where the library lets it go, unless ``hold_gil``."""
         assert _JOBS is not None
-        return _checked(_JOBS[1]())
+        return _checked(_JOBS[3 if hold_gil else 2]())
 
     def _fill(
         self, table: TableView, donors: DonorsView, t: np.ndarray, max_spans: int, allowed: np.ndarray | None
