@@ -239,12 +239,6 @@ class SemblendConfig(BaseModel):
         description="router: search a request's spans while Dynamo's exact query is in flight when no worker holds "
         "what an exact win needs (off: after the exact answer, as before); the decision is the same either way",
     )
-    span_search_thread: bool = Field(
-        True,
-        description="router: with spans_during_exact, run the span search on the aligner's own thread while the event "
-        "loop asks Dynamo's exact query (the query's call holds the loop while it reads the prompt); that thread spins "
-        "up to 1 ms after each request's arrival and each search, ready for the next (off: on the loop, after the call)",
-    )
     log_format: Literal["text", "json"] = Field("text", description="router log lines: text, or one JSON object each")
 
     @field_validator("rope_config")
@@ -556,7 +550,6 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "metrics_host",
         "kv_index_poll_s",
         "spans_during_exact",
-        "span_search_thread",
         "log_format",
         "sync_page_donors",
         "sync_rate_per_s",

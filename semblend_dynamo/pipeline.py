@@ -35,7 +35,7 @@ from .outcomes import DeclineReason
 from .planner import PlanDecision, Planner
 from .policy import DonorPolicy, Tenancy
 from .segmenter import Window, WindowSegmenter
-from .span_aligner import Span, SpanAligner, SpanSearch
+from .span_aligner import Span, SpanAligner
 from .tokenizer import TokenizerAdapter, TokenizerError
 
 __all__ = ["CandidateDonor", "DiscoveryResult", "DonorDiscovery", "StageTimings"]
@@ -501,35 +501,6 @@ class DonorDiscovery:
         except (ValueError, TypeError, OverflowError):
             return None
         return self._align(namespace.digest(), target, resident) if target.size else None
-
-    def wake_search_thread(self) -> None:
-        """A request arrived that may search spans soon: the aligner's search thread gets ready (:meth:`begin_spans`)."""
-        self.aligner.wake_search_thread()
-
-    def begin_spans(self, namespace: NamespaceKey, tokens: Sequence[int] | np.ndarray) -> SpanSearch | None:
-        """:meth:`find_spans` (every donor), begun on the aligner's search thread where it can run there: the caller's
-        thread does other work meanwhile (the router asks Dynamo's exact query) and then must call
-        :meth:`end_spans` with it, before anything else of discovery's. The discovery lock is held from here to there,
-        on the caller's thread (nothing may wait for another coroutine meanwhile). None as :meth:`find_spans`."""
-        try:
-            target = _target(tokens)
-        except (ValueError, TypeError, OverflowError):
-            return None
-        if not target.size:
-            return None
-        self._lock.acquire()
-        try:
-            return self.aligner.begin_align(namespace.digest(), target, max_spans=min(2 * self.cfg.max_spans, 64))
-        except BaseException:
-            self._lock.release()
-            raise
-
-    def end_spans(self, search: SpanSearch) -> list[Span]:
-        """The spans of a search :meth:`begin_spans` returned; lets the discovery lock go."""
-        try:
-            return search.result()
-        finally:
-            self._lock.release()
 
     def _align(self, digest: str, target: np.ndarray, resident: Collection[str] | None) -> list[Span]:
         with self._lock:

@@ -33,7 +33,7 @@ import numpy as np
 
 from semblend_dynamo import _native
 
-__all__ = ["PreparedDonor", "Span", "SpanAligner", "SpanSearch"]
+__all__ = ["PreparedDonor", "Span", "SpanAligner"]
 
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so invertible modulo 2**64
 _BASE_INV = pow(_BASE, -1, 1 << 64)
@@ -730,26 +730,6 @@ class SpanAligner:
             for c in self._choose(self._candidates(table, t, allowed), max_spans)
         ]
 
-    def wake_search_thread(self) -> None:
-        """A search may be begun soon (:meth:`begin_align`): the compiled core's search thread gets ready for it."""
-        if self.native:
-            _native.wake_search_thread()
-
-    def begin_align(self, namespace: str, target: Sequence[int] | np.ndarray, *, max_spans: int = 8) -> SpanSearch:
-        """:meth:`align` for every donor of ``namespace``, begun on the compiled core's search thread when it can run
-        there (else done now): its caller's thread does other work meanwhile and then takes the spans with
-        :meth:`SpanSearch.result`, before anything else uses the aligner (the owner's lock held from begin to result,
-        as around :meth:`align`)."""
-        table = self._tables.get(namespace)
-        if self.native and table is not None and max_spans >= 1:
-            assert self._book is not None and self._call is not None
-            t = np.ascontiguousarray(target, dtype=self.dtype)
-            if t.ndim == 1 and t.size >= max(self.anchor_tokens, self.min_span_tokens):
-                self._size_work(t.size, max_spans)
-                if self._call.start(table.native_view(), self._book.native_view(), t, max_spans):
-                    return SpanSearch(self, t)
-        return SpanSearch(None, self.align(namespace, target, max_spans=max_spans))
-
     def _allowed_serials(self, namespace: str, candidates: Collection[str] | None) -> set[int] | None:
         if candidates is None:
             return None
@@ -786,7 +766,12 @@ class SpanAligner:
         """:meth:`align` in the compiled core, one call from the window scan to the greedy cover (the numpy path's steps,
         the postings of shared chunks included)."""
         assert self._book is not None and self._call is not None
-        self._size_work(t.size, max_spans)
+        if self._work_for != (t.size, max_spans):
+            size = _native.work_size(t.size, self.anchor_tokens, self.min_span_tokens, *self._params[3:], max_spans)
+            if self._work.size < size:
+                self._work = np.empty(size, dtype=np.int64)
+                self._call.set_work(self._work)
+            self._work_for = (t.size, max_spans)
         found = self._call.run(
             table.native_view(),
             self._book.native_view(),
@@ -798,21 +783,6 @@ class SpanAligner:
         if not found:
             return []
         return self._spans_of(self._work[: 4 * found].tolist())
-
-    def _size_work(self, n: int, max_spans: int) -> None:
-        """The compiled core's work buffer, grown for a target of ``n`` tokens and ``max_spans`` if it is too small."""
-        assert self._call is not None
-        if self._work_for != (n, max_spans):
-            size = _native.work_size(n, self.anchor_tokens, self.min_span_tokens, *self._params[3:], max_spans)
-            if self._work.size < size:
-                self._work = np.empty(size, dtype=np.int64)
-                self._call.set_work(self._work)
-            self._work_for = (n, max_spans)
-
-    def _finish_search(self) -> list[Span]:
-        assert self._call is not None
-        found = self._call.finish(hold_gil=self.hold_gil is not None and self.hold_gil())
-        return self._spans_of(self._work[: 4 * found].tolist()) if found else []
 
     def _spans_of(self, rows: list[int]) -> list[Span]:
         """Spans of the compiled core's rows, flat (donor slot, donor start, target start, length, ...)."""
@@ -1027,30 +997,3 @@ class SpanAligner:
         powers = _Powers.of_size(max(n, 2 * powers.pow.size))
         self._powers = powers
         return powers
-
-
-class SpanSearch:
-    """An alignment begun by :meth:`SpanAligner.begin_align`: :meth:`result` gives its spans (once)."""
-
-    __slots__ = ("_aligner", "_held")
-
-    def __init__(self, aligner: SpanAligner | None, held: object) -> None:
-        self._aligner = aligner  # None: the spans were found when it began
-        self._held = held  # the spans, or the target array the search thread reads until the result is taken
-
-    def result(self) -> list[Span]:
-        """The spans, as :meth:`SpanAligner.align` returns them (waiting for the search thread if it still runs)."""
-        aligner, self._aligner = self._aligner, None
-        if aligner is None:
-            spans = self._held
-            assert isinstance(spans, list), "SpanSearch.result() is called once"
-            self._held = None
-            return spans
-        try:
-            return aligner._finish_search()
-        finally:
-            self._held = None
-
-    def __del__(self) -> None:
-        if self._aligner is not None:  # dropped with its search running: the thread is free only once it is taken
-            self._aligner._finish_search()

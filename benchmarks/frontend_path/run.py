@@ -22,7 +22,7 @@ first streamed chunk at the client. Cases:
 read before and after to count placements.
 
 Usage: ``.venv/bin/python -m benchmarks.frontend_path.run [--donors 100000] [--requests 300] [--workers 2]
-[--spans-during-exact on|off] [--span-search-thread on|off] [--aligner-release-gil on|off]
+[--spans-during-exact on|off] [--aligner-release-gil on|off]
 [--gil-switch-interval-ms MS]``
 """
 
@@ -62,14 +62,12 @@ class BenchGraph(LocalGraph):
         cfg: UpConfig,
         donors: int,
         spans_during_exact: bool = True,
-        span_search_thread: bool = True,
         aligner_release_gil: bool = True,
         gil_switch_interval_ms: float | None = None,
     ) -> None:
         super().__init__(cfg)
         self.donors = donors
         self.spans_during_exact = spans_during_exact
-        self.span_search_thread = span_search_thread
         self.aligner_release_gil = aligner_release_gil
         self.gil_switch_interval_ms = gil_switch_interval_ms
         self.urls: dict[str, str] = {}
@@ -93,8 +91,6 @@ class BenchGraph(LocalGraph):
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 }
             )
-            if not self.span_search_thread:  # only when off: a baseline tree may not know the setting
-                env["SEMBLEND_SPAN_SEARCH_THREAD"] = "0"
             if self.gil_switch_interval_ms is not None:
                 env["SEMBLEND_GIL_SWITCH_INTERVAL_MS"] = str(self.gil_switch_interval_ms)
             module = "benchmarks.frontend_path.seeded_router" if enabled else "semblend_dynamo.router"
@@ -289,13 +285,6 @@ def main(argv: list[str] | None = None) -> int:
         help="the semantic router's SEMBLEND_SPANS_DURING_EXACT (off: spans searched after the exact answer)",
     )
     parser.add_argument(
-        "--span-search-thread",
-        choices=("on", "off"),
-        default="on",
-        help="the semantic router's SEMBLEND_SPAN_SEARCH_THREAD (off: the span search runs on the loop, after the "
-        "exact query's call)",
-    )
-    parser.add_argument(
         "--aligner-release-gil",
         choices=("on", "off"),
         default="on",
@@ -321,7 +310,6 @@ def main(argv: list[str] | None = None) -> int:
         cfg,
         args.donors,
         spans_during_exact=args.spans_during_exact == "on",
-        span_search_thread=args.span_search_thread == "on",
         aligner_release_gil=args.aligner_release_gil == "on",
         gil_switch_interval_ms=args.gil_switch_interval_ms,
     )

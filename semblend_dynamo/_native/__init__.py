@@ -9,9 +9,7 @@ One call, ``sa_align``, runs the whole alignment (tens of microseconds to a few 
 by default without the GIL (``ctypes.CDLL``): another thread, such as Dynamo's runtime delivering the exact query's
 answer, runs meanwhile instead of waiting for the search to end. ``SEMBLEND_ALIGNER_RELEASE_GIL=0`` keeps the GIL held
 (``PyDLL``). Arrays are passed by address; the caller keeps them alive and unchanged for the call (the aligner's owner
-serializes alignments with every table change). The same call can run on the library's search thread instead
-(:meth:`AlignCall.start`, :meth:`AlignCall.finish`, :func:`wake_search_thread`), while the caller's thread does
-something else.
+serializes alignments with every table change).
 
 The same library holds the router's block maps' bulk lookup and write (``um_locate``, ``um_assign``), which
 :mod:`semblend_dynamo.router.u64map` calls through :func:`held_library` (with the GIL held, whatever
@@ -45,7 +43,6 @@ __all__ = [
     "disabled",
     "library_path",
     "release_gil",
-    "wake_search_thread",
     "work_size",
 ]
 
@@ -207,37 +204,12 @@ def _held(lib: ctypes.CDLL | None) -> Any:
     return function
 
 
-def _job_functions(lib: ctypes.CDLL | None) -> tuple[Any, Any, Any, Any] | None:
-    """``sa_job_start``, ``sa_job_wake`` (short: called with the GIL held) and ``sa_job_finish``, which waits for the
-    search: through ``lib`` (without the GIL where :func:`release_gil`, so that Dynamo's runtime can deliver the exact
-    query's answer meanwhile), and with the GIL held."""
-    if lib is None:
-        return None
-    held = ctypes.PyDLL(lib._name)
-    start, wake = held.sa_job_start, held.sa_job_wake
-    start.argtypes, start.restype = (_P,), _I
-    wake.argtypes, wake.restype = (), None
-    finishes = []
-    for finish in (lib.sa_job_finish, held.sa_job_finish):
-        finish.argtypes, finish.restype = (), _I
-        finishes.append(finish)
-    return start, wake, finishes[0], finishes[1]
-
-
 LIBRARY, REASON = _load()
 _SA_ALIGN_HELD = _held(LIBRARY)
-_JOBS = _job_functions(LIBRARY)
 if LIBRARY is None:
     log.log(
         logging.INFO if disabled() else logging.WARNING, "span aligner: numpy path (native core not used: %s)", REASON
     )
-
-
-def wake_search_thread() -> None:
-    """A request arrived: the search thread (if started) gets ready for a job, so that the one begun shortly after
-    runs without waiting for the thread to wake up (it spins for at most 1 ms, then sleeps again)."""
-    if _JOBS is not None:
-        _JOBS[1]()
 
 
 def work_size(n: int, anchor: int, min_span: int, max_diagonals: int, max_postings: int, max_spans: int) -> int:
@@ -303,29 +275,6 @@ class AlignCall:
         the work buffer, stays alive and unchanged for the call (it may run without the GIL). ``hold_gil``: keep the
         GIL for this call even where the library lets it go (:func:`release_gil`)."""
         assert LIBRARY is not None and _SA_ALIGN_HELD is not None
-        self._fill(table, donors, t, max_spans, allowed)
-        found: int = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(self.address)
-        self._done(allowed is not None)
-        return _checked(found)
-
-    def start(self, table: TableView, donors: DonorsView, t: np.ndarray, max_spans: int) -> bool:
-        """:meth:`run` (for every donor) begun on the library's search thread: True if it runs there, to be taken with
-        :meth:`finish` before anything else uses this call, the table or the work buffer; False if it cannot (the
-        thread could not be started, or runs another call's search): nothing was done, use :meth:`run`. Everything
-        passed stays alive and unchanged until :meth:`finish`."""
-        assert _JOBS is not None
-        self._fill(table, donors, t, max_spans, None)
-        return bool(_JOBS[0](self.address))
-
-    def finish(self, *, hold_gil: bool = False) -> int:
-        """The started search's result, as :meth:`run` returns it, waiting for it as :meth:`run` searches: without the
-        GIL where the library lets it go, unless ``hold_gil``."""
-        assert _JOBS is not None
-        return _checked(_JOBS[3 if hold_gil else 2]())
-
-    def _fill(
-        self, table: TableView, donors: DonorsView, t: np.ndarray, max_spans: int, allowed: np.ndarray | None
-    ) -> None:
         args = self.args
         args[_TABLE] = table.address
         args[_DONORS] = donors.address
@@ -336,16 +285,12 @@ class AlignCall:
         if allowed is not None:
             args[_ALLOWED] = array_address(allowed)
             args[_N_ALLOWED] = allowed.size
-
-    def _done(self, restricted: bool) -> None:
-        if restricted:  # back to every donor; no address of a freed array left behind
-            self.args[_ALLOWED] = 0
-            self.args[_N_ALLOWED] = -1
-
-
-def _checked(found: int) -> int:
-    if found < 0:
-        if found == -1:
-            raise MemoryError("span aligner: out of memory")
-        raise RuntimeError("span aligner: a diagonal's donor is missing from the donor table")
-    return found
+        found: int = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(self.address)
+        if allowed is not None:  # back to every donor; no address of a freed array left behind
+            args[_ALLOWED] = 0
+            args[_N_ALLOWED] = -1
+        if found < 0:
+            if found == -1:
+                raise MemoryError("span aligner: out of memory")
+            raise RuntimeError("span aligner: a diagonal's donor is missing from the donor table")
+        return found

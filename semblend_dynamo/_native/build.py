@@ -23,7 +23,7 @@ PLANNER_SOURCE = Path(__file__).with_name("planner.c")
 ENTRIES_SOURCE = Path(__file__).with_name("entries.c")
 LIBRARY_NAME = "libspan_aligner.so"
 # Portable x86_64/aarch64 code (no -march=native): the library may be copied to another Linux host.
-CFLAGS = ("-std=c11", "-O2", "-pthread", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
+CFLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror")
 
 
 class BuildError(RuntimeError):

@@ -7,16 +7,10 @@
  * it) are of one width per call, `width` bytes a token: 8 (int64, the router's) or 4 (uint32, the connector's); the
  * function that reads tokens has one body, compiled once per width.
  *
- * sa_align can also run on the library's own search thread (sa_job_*, after it), beside the caller's other work.
- *
  * The library also holds the router's block maps' bulk lookup and write (um_locate, um_assign, at the end). */
-#define _POSIX_C_SOURCE 200809L
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -610,134 +604,6 @@ EXPORT int64_t sa_align(const int64_t *args) {
                                            max_spans, allowed, n_allowed, work)
                                 : align_of(tb, dn, t, 8, n, anchor, block_size, min_span, max_diagonals, max_postings,
                                            max_spans, allowed, n_allowed, work);
-}
-
-/* The search thread: one sa_align at a time beside the caller, who starts it (sa_job_start), does other work (the
- * router: Dynamo's exact query, whose call holds its thread while it reads the prompt) and takes the result
- * (sa_job_finish). The thread never touches Python. It sleeps on a condition variable; sa_job_wake, called when a
- * request arrives, has it spin (checking for a job) for SPIN_NS, so the job it is given a little later starts without
- * the wait of a wake-up; after each job it spins as long again for the next. Started by the first sa_job_start of a
- * process (again in a forked child, which has no thread). One job at a time: a second start while one is in flight
- * is refused and the caller runs sa_align itself. */
-#define SPIN_NS 1000000 /* 1 ms */
-
-enum { JOB_IDLE, JOB_CLAIMED, JOB_READY, JOB_DONE };
-
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    _Atomic int state; /* JOB_*: a starter claims IDLE, sets its args, then READY; the thread DONE; the finisher IDLE */
-    _Atomic int sleeping;    /* the thread is (about to be) waiting on cv */
-    _Atomic int64_t spin_until; /* CLOCK_MONOTONIC ns until which the thread spins instead of sleeping */
-    const int64_t *args;     /* the job's sa_align arguments: set before READY, read after it */
-    int64_t result;          /* sa_align's result: set before DONE, read after it */
-    _Atomic int running;     /* this process's thread is started (set under `started`) */
-} job = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, JOB_IDLE, 0, 0, NULL, 0, 0};
-static pthread_mutex_t started = PTHREAD_MUTEX_INITIALIZER;
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-ALWAYS_INLINE void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Signal the thread if it sleeps (or is about to): with `sleeping` stored before it checks for work, one of the two
- * sides sees the other's write (both sequentially consistent), and the signal under the mutex cannot fall between
- * its check and its wait. */
-static void job_signal(void) {
-    if (atomic_load(&job.sleeping)) {
-        pthread_mutex_lock(&job.mu);
-        pthread_cond_signal(&job.cv);
-        pthread_mutex_unlock(&job.mu);
-    }
-}
-
-static void *job_thread(void *unused) {
-    (void)unused;
-    for (;;) {
-        while (atomic_load_explicit(&job.state, memory_order_acquire) != JOB_READY &&
-               now_ns() < atomic_load_explicit(&job.spin_until, memory_order_relaxed))
-            cpu_relax();
-        if (atomic_load_explicit(&job.state, memory_order_acquire) != JOB_READY) {
-            pthread_mutex_lock(&job.mu);
-            atomic_store(&job.sleeping, 1);
-            while (atomic_load(&job.state) != JOB_READY && now_ns() >= atomic_load(&job.spin_until))
-                pthread_cond_wait(&job.cv, &job.mu);
-            atomic_store(&job.sleeping, 0);
-            pthread_mutex_unlock(&job.mu);
-            continue; /* a job, or a wake: spin for it */
-        }
-        job.result = sa_align(job.args);
-        atomic_store_explicit(&job.spin_until, now_ns() + SPIN_NS, memory_order_relaxed);
-        atomic_store_explicit(&job.state, JOB_DONE, memory_order_release);
-    }
-    return NULL;
-}
-
-/* A forked child has no search thread (and may hold copies of locks another thread held): it starts its own. */
-static void job_forked(void) {
-    pthread_mutex_init(&started, NULL);
-    pthread_mutex_init(&job.mu, NULL);
-    pthread_cond_init(&job.cv, NULL);
-    atomic_store(&job.state, JOB_IDLE);
-    atomic_store(&job.sleeping, 0);
-    atomic_store(&job.running, 0);
-}
-
-/* The thread of this process, started if it has none; 0 when it cannot be. */
-static int job_thread_running(void) {
-    if (atomic_load_explicit(&job.running, memory_order_acquire)) return 1;
-    pthread_mutex_lock(&started);
-    if (!atomic_load(&job.running)) {
-        static int forks_watched;
-        if (!forks_watched) forks_watched = !pthread_atfork(NULL, NULL, job_forked);
-        pthread_attr_t attr;
-        pthread_t thread;
-        if (forks_watched && !pthread_attr_init(&attr)) {
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            if (!pthread_create(&thread, &attr, job_thread, NULL)) atomic_store(&job.running, 1);
-            pthread_attr_destroy(&attr);
-        }
-    }
-    pthread_mutex_unlock(&started);
-    return atomic_load(&job.running);
-}
-
-/* A request arrived: the search thread spins for SPIN_NS, ready for the job that may follow. */
-EXPORT void sa_job_wake(void) {
-    if (!atomic_load_explicit(&job.running, memory_order_acquire)) return; /* started by the first job */
-    atomic_store(&job.spin_until, now_ns() + SPIN_NS);
-    job_signal();
-}
-
-/* sa_align(args) started on the search thread: 1, or 0 when it cannot run there (no thread, or a job in flight; the
- * caller then runs sa_align itself). `args` and everything it points to stay alive and unchanged until
- * sa_job_finish. Callers serialize sa_job_start / sa_job_finish pairs on one table as they do sa_align calls. */
-EXPORT int64_t sa_job_start(const int64_t *args) {
-    if (!job_thread_running()) return 0;
-    int idle = JOB_IDLE;
-    if (!atomic_compare_exchange_strong(&job.state, &idle, JOB_CLAIMED)) return 0;
-    job.args = args;
-    atomic_store(&job.state, JOB_READY);
-    job_signal();
-    return 1;
-}
-
-/* The started job's sa_align result, once the search thread has it (the caller spins meanwhile: the job was started
- * to end about now). Call once per started job. */
-EXPORT int64_t sa_job_finish(void) {
-    while (atomic_load_explicit(&job.state, memory_order_acquire) != JOB_DONE) cpu_relax();
-    int64_t result = job.result;
-    atomic_store_explicit(&job.state, JOB_IDLE, memory_order_release);
-    return result;
 }
 
 /* ---- the router's U64Map (semblend_dynamo/router/u64map.py): a bulk lookup and a bulk write of its sorted levels ----

@@ -73,7 +73,7 @@ from ..namespace import NamespaceKey, isolating_salt
 from ..outcomes import DeclineReason, Outcome
 from ..pipeline import DiscoveryResult, DonorDiscovery
 from ..policy import DonorPolicy, Tenancy
-from ..span_aligner import Span, SpanSearch
+from ..span_aligner import Span
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .gc_freeze import SyncGcFreeze
@@ -258,8 +258,6 @@ class SemanticRouter:
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
         """Dynamo endpoint handler: decide, forward through Dynamo's KvRouter, stream back, then publish."""
         t0 = time.perf_counter()
-        if self.discovery is not None and self.cfg.spans_during_exact and self.cfg.span_search_thread:
-            self.discovery.wake_search_thread()  # ready by the time the span search begins
         # Donors are indexed between requests: background steps wait while the request is decided and, unless a
         # prefill chain runs first, while its hint is written (both wait for the GIL whenever the loop lets it go).
         with self.gate.deciding():
@@ -335,18 +333,9 @@ class SemanticRouter:
         decision = Decision(Outcome.COLD_FALLBACK)
         spans: list[Span] | None = None
         t_exact = time.perf_counter()
-        if loads is not None and self.cfg.spans_during_exact and self.cfg.span_search_thread:
-            # begun on the aligner's thread, beside the exact query's call (which holds the loop reading the prompt)
-            search = self._begin_spans(routed, decision)
-            try:
-                asked = self._ask_exact(routed)
-            finally:
-                if search is not None:
-                    spans = self._end_spans(search, decision)
-        else:
-            asked = self._ask_exact(routed)
-            if loads is not None and self.cfg.spans_during_exact:  # the loop's time while Dynamo answers
-                spans = self._spans_during_exact(routed, decision)
+        asked = self._ask_exact(routed)
+        if loads is not None and self.cfg.spans_during_exact:  # the loop's time while Dynamo answers
+            spans = self._spans_during_exact(routed, decision)
         try:
             scores = await asked
             decision.exact_blocks = max((int(w.get("device_blocks", 0)) for w in scores.get("workers", [])), default=0)
@@ -431,34 +420,6 @@ class SemanticRouter:
             self.metrics.spans_during_exact.labels("failed").inc()
             spans = None
         decision.latency_us["spans"] = (time.perf_counter() - t0) * 1e6
-        return spans
-
-    def _begin_spans(self, routed: RoutedRequest, decision: Decision) -> SpanSearch | None:
-        """:meth:`_spans_during_exact` begun before the exact query is asked, on the aligner's search thread where it
-        can run there; :meth:`_end_spans` takes its spans (``spans`` times both, not the work between them)."""
-        assert self.discovery is not None
-        t0 = time.perf_counter()
-        try:
-            if self._exact_may_win(routed):
-                return None
-            search = self.discovery.begin_spans(routed.namespace, routed.token_array)
-        except Exception:
-            log.exception("span search during the exact query failed for %s", routed.request_id)
-            self.metrics.spans_during_exact.labels("failed").inc()
-            search = None
-        decision.latency_us["spans"] = (time.perf_counter() - t0) * 1e6
-        return search
-
-    def _end_spans(self, search: SpanSearch, decision: Decision) -> list[Span] | None:
-        assert self.discovery is not None
-        t0 = time.perf_counter()
-        try:
-            spans: list[Span] | None = self.discovery.end_spans(search)
-        except Exception:
-            log.exception("span search during the exact query failed")
-            self.metrics.spans_during_exact.labels("failed").inc()
-            spans = None
-        decision.latency_us["spans"] += (time.perf_counter() - t0) * 1e6
         return spans
 
     def _ask_loads(self, routed: RoutedRequest) -> asyncio.Future[list[dict[str, int]]]:

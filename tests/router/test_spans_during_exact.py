@@ -114,7 +114,6 @@ def _search_ahead_fails(router: SemanticRouter, kv: KvRouterTestDouble) -> dict[
         raise RuntimeError("aligner broke")
 
     router.discovery.find_spans = broken  # type: ignore[method-assign]
-    router.discovery.begin_spans = broken  # type: ignore[method-assign]
     return _placement(router, kv)
 
 
@@ -155,11 +154,10 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[SemanticRouter, KvRouterTestDou
 }
 
 
-@pytest.mark.parametrize("thread", [True, False], ids=["search-thread", "on-the-loop"])
 @pytest.mark.parametrize("case", CASES)
-async def test_every_decision_is_the_exact_first_orders(case: str, thread: bool) -> None:
+async def test_every_decision_is_the_exact_first_orders(case: str) -> None:
     settings, arrange, counted = CASES[case]
-    router, kv = _router(**settings, span_search_thread=thread)
+    router, kv = _router(**settings)
     routed = router.parse(arrange(router, kv))
     ahead, first = await _both_orders(router, routed)
     assert _summary(ahead) == _summary(first)
@@ -183,7 +181,7 @@ async def test_a_chain_is_planned_from_the_spans_found_ahead() -> None:
 
 
 async def test_the_spans_are_searched_while_the_exact_query_is_in_flight() -> None:
-    router, kv = _router(span_search_thread=False)
+    router, kv = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
     assert router.discovery is not None
     loop = asyncio.get_running_loop()
@@ -212,45 +210,6 @@ async def test_the_spans_are_searched_while_the_exact_query_is_in_flight() -> No
     assert {"ask_loads", "exact", "spans", "semantic", "load", "decide"} <= stages.keys()
     assert stages["spans"] <= stages["exact"]  # the search is inside the exact query's time
     assert stages["ask_loads"] + stages["exact"] + stages["semantic"] + stages["load"] <= stages["decide"]
-
-
-async def test_on_the_search_thread_the_spans_are_begun_before_the_exact_query_and_taken_before_its_answer() -> None:
-    """The search thread's order: the search begun, the exact query asked (its call reads the prompt on the loop's
-    thread meanwhile), the spans taken, then the answer awaited; the decision is the loop order's."""
-    router, kv = _router(span_search_thread=True)
-    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
-    discovery = router.discovery
-    assert discovery is not None
-    loop = asyncio.get_running_loop()
-    order: list[str] = []
-    overlap: asyncio.Future[dict[str, Any]] = loop.create_future()
-    begin, end = discovery.begin_spans, discovery.end_spans
-
-    def exact(token_ids: list[int], **_: Any) -> asyncio.Future[dict[str, Any]]:
-        order.append("exact asked")
-        return overlap
-
-    def begin_spans(*args: Any) -> Any:
-        order.append("spans begun")
-        search = begin(*args)
-        assert search is not None and search._aligner is discovery.aligner  # on the thread, not found at once
-        return search
-
-    def end_spans(search: Any) -> Any:
-        order.append("spans taken, answer pending" if not overlap.done() else "spans taken, answered")
-        return end(search)
-
-    kv.get_overlap_scores = exact  # type: ignore[method-assign]
-    discovery.begin_spans = begin_spans  # type: ignore[method-assign]
-    discovery.end_spans = end_spans  # type: ignore[method-assign]
-    deciding = asyncio.ensure_future(router.decide(router.parse({"token_ids": _prompt((2, 1, 0))})))
-    await asyncio.sleep(0)
-    assert order == ["spans begun", "exact asked", "spans taken, answer pending"] and not deciding.done()
-    overlap.set_result({"workers": [{"worker_id": W2, "dp_rank": 0, "device_blocks": 0}]})
-    decision = await deciding
-    assert decision.outcome is Outcome.SEMANTIC_PLACEMENT and decision.allowed_worker == W1
-    assert decision.latency_us["spans"] <= decision.latency_us["exact"]
-    assert not discovery._lock._is_owned()  # type: ignore[attr-defined]  # let go with the spans
 
 
 def _store(router: SemanticRouter, tokens: list[int], worker: int, **salting: Any) -> None:
