@@ -6,7 +6,6 @@
     python benchmarks/pick_rope_defaults.py bench.json   # then: the library's default table from that sweep
     python benchmarks/bench_rope_delta.py --short --rounds 3 --out short.json  # the short cases x CASE_SWEEP only
     python benchmarks/bench_rope_delta.py --cases bf16:Qwen2.5-7B:2048:inplace --sweep session14  # SESSION14_SWEEP
-    python benchmarks/bench_rope_delta.py --cases bf16:Qwen2.5-7B:2048:inplace --sweep session15  # SESSION15_SWEEP
 
 Prints the measured device copy bandwidth (torch copy of a 4 GiB buffer, read + write bytes), a small tuning sweep,
 then for Llama-3-8B and Qwen2.5-7B KV shapes (bf16 and fp8 e4m3 with per-layer scales, 32-token blocks) at 2K / 8K /
@@ -169,31 +168,7 @@ SESSION14_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
 }
 """``--sweep session14`` (issue 16.4, session 14): bf16 in place, the default against `KernelTuning.l2_prefetch`
 (``+F``) settings (the second H200 call; the first also timed TMA tiles, since removed: docs/benchmarks.md)."""
-_QWEN_2K = replace(_BF16_ONE_TRIP, heads_per_program=2, l2_prefetch=True)
-SESSION15_BASELINES = [_BF16_ONE_TRIP, _QWEN_2K, replace(_QWEN_2K, num_warps=8)]
-"""The bf16 in-place defaults at Llama-3-8B 2K-8K, Qwen2.5-7B 2K and Qwen2.5-7B 8K (``--sweep session15``'s
-baselines)."""
-SESSION15_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
-    ("bf16", "inplace"): [
-        *SESSION15_BASELINES,
-        # the prefetch of the program k x SMs later (+Ak): at 16 warps under a cap of 32 (29 registers on sm_90a; 32
-        # under the cap of 40, the same four programs a multiprocessor), k 2, 4 (one program a slot ahead at 16 warps)
-        # and 8; at 8 warps k 6 (its six programs a multiprocessor)
-        *(replace(_QWEN_2K, max_registers=32, l2_prefetch_ahead=k) for k in (2, 4, 8)),
-        replace(_QWEN_2K, num_warps=8, l2_prefetch_ahead=6),
-        # 4 warps uncapped (52 registers with or without +A: 9 programs a multiprocessor, 1188 slots, 3584 two-head
-        # programs at Qwen 2K in 3.02 waves of them), two heads and all heads a program; +A9 a slot ahead
-        replace(_QWEN_2K, num_warps=4, max_registers=None),
-        replace(_QWEN_2K, num_warps=4, max_registers=None, l2_prefetch_ahead=9),
-        replace(_QWEN_2K, num_warps=4, max_registers=None, heads_per_program=None),
-        # all heads a program (the Llama default's shape) with the prefetch ahead
-        replace(_QWEN_2K, max_registers=32, heads_per_program=None, l2_prefetch_ahead=4),
-    ],
-}
-"""``--sweep session15`` (issue 16.4, session 15): bf16 in place, the defaults against `KernelTuning.l2_prefetch_ahead`
-(``+A``) and 4-warp one-trip programs with the prefetch (compiled sm_90a counts:
-benchmarks/results/kern15/compiled_sass.txt)."""
-SWEEPS = {"session12": CASE_SWEEP, "session14": SESSION14_SWEEP, "session15": SESSION15_SWEEP}
+SWEEPS = {"session12": CASE_SWEEP, "session14": SESSION14_SWEEP}
 SHORT_CASES = [
     "bf16:Llama-3-8B:2048:inplace",
     "bf16:Qwen2.5-7B:2048:inplace",
@@ -343,14 +318,13 @@ def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
 
 def short_name(t: KernelTuning) -> str:
     """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back; ``+L``: layers
-    fastest, ``+S``: one-trip start, ``+F``: L2 prefetch, ``+Ak``: L2 prefetch k x SMs programs ahead)."""
+    fastest, ``+S``: one-trip start, ``+F``: L2 prefetch)."""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
     persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
     pipelined = "q" if t.pipeline_heads else ""
     all_tiles = "a" if t.load_all_tiles else ""
     variants = ("+L" if t.layers_fastest else "") + ("+S" if t.one_trip_start else "")
     variants += "+F" if t.l2_prefetch else ""
-    variants += f"+A{t.l2_prefetch_ahead}" if t.l2_prefetch_ahead else ""
     return (
         f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
         f"{heads}{persistent}{pipelined}{all_tiles}{variants}"
@@ -358,10 +332,8 @@ def short_name(t: KernelTuning) -> str:
 
 
 def _is_variant(t: KernelTuning, sweep: str) -> bool:
-    """A setting of the sweep's candidates (session 12: one-trip start; session 14: L2 prefetch; session 15: not one of
-    `SESSION15_BASELINES`), against the baselines without them."""
-    if sweep == "session15":
-        return t not in SESSION15_BASELINES
+    """A setting of the sweep's candidates (session 12: one-trip start; session 14: L2 prefetch), against the baselines
+    without them."""
     return t.one_trip_start if sweep == "session12" else t.l2_prefetch
 
 

@@ -105,11 +105,7 @@ class KernelTuning:
     grid kernel ignores it (issue 16.4, session 12). ``l2_prefetch`` (issue 16.4, session 14; in-place
     ``one_trip_start`` grid programs only, ignored by the copy kernels and by layouts it does not fit, see
     `_prefetch_step`): the program first asks L2 for every K byte it will rotate, one bulk prefetch a layer, so
-    that its head tiles after the first find their lines in L2 (head-major pools). ``l2_prefetch_ahead`` k > 0 (with
-    ``l2_prefetch``; issue 16.4, session 15): each program also prefetches the K of the program k x multiprocessors
-    later in launch order (axis 0 fastest), right after its own (its descriptor read beside the program's own; issued
-    after the first tile's loads it held registers: 37 instead of 32 at 16 warps), and a program that an earlier one
-    prefetched for skips its own prefetch: later programs start with their data in L2 or on its way.
+    that its head tiles after the first find their lines in L2 (head-major pools).
     """
 
     heads_per_iter: int = 1
@@ -124,7 +120,6 @@ class KernelTuning:
     layers_fastest: bool = False
     one_trip_start: bool = False
     l2_prefetch: bool = False
-    l2_prefetch_ahead: int = 0
 
     def __post_init__(self) -> None:
         counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
@@ -142,8 +137,6 @@ class KernelTuning:
             raise ValueError(f"one_trip_start programs take one row group and one head per step: {self}")
         if self.l2_prefetch and (not self.one_trip_start or self.load_all_tiles):
             raise ValueError(f"l2_prefetch is a step of the one-trip in-place grid program: {self}")
-        if self.l2_prefetch_ahead < 0 or (self.l2_prefetch_ahead and not self.l2_prefetch):
-            raise ValueError(f"l2_prefetch_ahead counts multiprocessors of programs ahead, with l2_prefetch: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
@@ -754,11 +747,7 @@ if triton is not None:
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        PREFETCH_ELEM_BYTES: tl.constexpr,
-        own_prefetch,
-        ahead_chunk,
-        ahead_bytes,
-        ahead_layers,
+        PREFETCH_ELEM_BYTES: tl.constexpr = 0,
     ):
         """Rotate K of the one row group at ``desc`` in place (delta 0: nothing), layers ``[layer_first,
         layer_stop)`` x heads ``[head_first, head_stop)``, one head tile at a time (heads counted fastest).
@@ -767,12 +756,11 @@ if triton is not None:
         are issued before cos/sin are computed (`KernelTuning.one_trip_start`): the grid kernel reads the delta,
         computes cos/sin, reads the row count and block, then the slots, before its first data load.
 
-        ``PREFETCH_ELEM_BYTES`` (`KernelTuning.l2_prefetch`): first, where ``own_prefetch``, one bulk L2 prefetch per
-        layer of the program's heads (contiguous, head-major); then ``ahead_layers`` prefetches of ``ahead_bytes``
-        from ``ahead_chunk``, one layer stride apart (`_prefetch_target`)."""
+        ``PREFETCH_ELEM_BYTES`` (`KernelTuning.l2_prefetch`): first, one bulk L2 prefetch per layer of the program's
+        heads (contiguous, head-major)."""
         block, delta, live, _, _ = _whole_group(plan, desc, 4, 0, BLOCK_T, True)
         if PREFETCH_ELEM_BYTES != 0:  # noqa: SIM102 (a compile-time branch: off, the kernel has no trace of it)
-            if (delta != 0) & own_prefetch:
+            if delta != 0:
                 chunk = pool + block * stride_b + head_first * stride_h
                 nbytes = ((head_stop - head_first) * stride_h * PREFETCH_ELEM_BYTES).to(tl.int32)
                 for layer in range(layer_first, layer_stop):
@@ -781,9 +769,6 @@ if triton is not None:
             k3 = (pool + block * stride_b + tl.arange(0, BLOCK_T).to(tl.int64) * stride_t)[None, :, None]
             rows = live[None, :, None]
             off = layer_first * stride_l + head_first * stride_h
-            if PREFETCH_ELEM_BYTES != 0:
-                for i in range(0, ahead_layers):
-                    _prefetch_l2(ahead_chunk + i * stride_l, ahead_bytes)
             a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
             cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)  # while the first tile is in flight
             c = cos[None, None, :]
@@ -800,54 +785,6 @@ if triton is not None:
                     off += next_layer
                 a, b = _load_rotary(k3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
                 _store_rotated(k3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, 1, BLOCK_HALF, IS_NEOX, INTERPRETED)
-
-    @triton.jit
-    def _program_ahead(AHEAD: tl.constexpr, GROUP_AXIS: tl.constexpr):
-        """This program's index in launch order (axis 0 fastest, then 1, then 2), and the program ``AHEAD`` later:
-        its row group, layer run and head run (grid kernels' axes: see `_grid`) and whether it exists."""
-        n0 = tl.num_programs(0)
-        n1 = tl.num_programs(1)
-        linear = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
-        target = linear + AHEAD
-        first = target % n0
-        second = target // n0 % n1
-        if GROUP_AXIS == 1:
-            group, layer_run = second, first
-        else:
-            group, layer_run = first, second
-        return linear, group, layer_run, target // (n0 * n1), target < n0 * n1 * tl.num_programs(2)
-
-    @triton.jit
-    def _prefetch_target(
-        pool,
-        groups,
-        layer_start,
-        layer_stop,
-        layers_per_prog,
-        num_heads,
-        heads_per_prog,
-        stride_b,
-        stride_l,
-        stride_h,
-        AHEAD: tl.constexpr,
-        GROUP_AXIS: tl.constexpr,
-        ELEM_BYTES: tl.constexpr,
-    ):
-        """`KernelTuning.l2_prefetch_ahead`'s step for a one-trip in-place grid program: whether the program must
-        prefetch its own K (none ``AHEAD`` before it did), and where the K of the program ``AHEAD`` later starts, its
-        bytes a layer and its layer count (0 where there is no such program or its delta is 0). Its descriptor is
-        read here, at the program's start, beside the program's own."""
-        linear, group, layer_run, head_run, exists = _program_ahead(AHEAD, GROUP_AXIS)
-        desc = groups + group * _GROUP_COLS
-        block = tl.load(desc + 2, mask=exists, other=0)
-        delta = tl.load(desc + 3, mask=exists, other=0)
-        layer_first = layer_start + layer_run * layers_per_prog
-        layers = tl.minimum(layer_first + layers_per_prog, layer_stop) - layer_first
-        head_first = head_run * heads_per_prog
-        heads = tl.minimum(head_first + heads_per_prog, num_heads) - head_first
-        chunk = pool + block * stride_b + layer_first * stride_l + head_first * stride_h
-        nbytes = (heads * stride_h * ELEM_BYTES).to(tl.int32)
-        return linear >= AHEAD, chunk, nbytes, tl.where(exists & (delta != 0), layers, 0)
 
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
     _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
@@ -1026,32 +963,14 @@ if triton is not None:
         GROUP_AXIS: tl.constexpr = 0,
         ONE_TRIP_START: tl.constexpr = False,
         PREFETCH_ELEM_BYTES: tl.constexpr = 0,
-        PREFETCH_AHEAD: tl.constexpr = 0,
     ):
         """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
         does nothing. ``ONE_TRIP_START``: one group per program, `_inplace_one_group` (with its
-        ``PREFETCH_ELEM_BYTES``, and ``PREFETCH_AHEAD`` programs ahead: `_prefetch_target`)."""
+        ``PREFETCH_ELEM_BYTES``)."""
         group_first, group_stop = _program_range(num_groups, groups_per_prog, GROUP_AXIS)
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
         head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
         if ONE_TRIP_START:
-            own, ahead_chunk, ahead_bytes, ahead_layers = True, pool, 0, 0
-            if PREFETCH_AHEAD != 0:
-                own, ahead_chunk, ahead_bytes, ahead_layers = _prefetch_target(
-                    pool,
-                    groups,
-                    layer_start,
-                    layer_stop,
-                    layers_per_prog,
-                    num_heads,
-                    heads_per_prog,
-                    stride_b,
-                    stride_l,
-                    stride_h,
-                    PREFETCH_AHEAD,
-                    GROUP_AXIS,
-                    PREFETCH_ELEM_BYTES,
-                )
             _inplace_one_group(
                 pool,
                 plan,
@@ -1071,10 +990,6 @@ if triton is not None:
                 IS_NEOX,
                 INTERPRETED,
                 PREFETCH_ELEM_BYTES,
-                own,
-                ahead_chunk,
-                ahead_bytes,
-                ahead_layers,
             )
         else:
             current = tl.load(groups + group_first * _GROUP_COLS + 3)
@@ -1485,10 +1400,9 @@ def _launch_inplace(
 
 def _prefetch_step(pool: torch.Tensor, layout: PagedKVLayout, tune: KernelTuning) -> dict[str, Any]:
     """The in-place one-trip program's `KernelTuning.l2_prefetch` argument where the pool allows it; none otherwise
-    (the kernel then compiles as without it), and `KernelTuning.l2_prefetch_ahead` in programs. Bytes per element:
-    the bulk prefetch is sm_90 PTX (compiled kernels on a GPU of compute capability 9.0 or later, not the interpreter),
-    and it needs the program's heads contiguous and 16-byte aligned (head-major; a tile of tokens x head_dim a multiple
-    of 16 bytes)."""
+    (the kernel then compiles as without it). Bytes per element: the bulk prefetch is sm_90 PTX (compiled kernels
+    on a GPU of compute capability 9.0 or later, not the interpreter), and it needs the program's heads contiguous and
+    16-byte aligned (head-major; a tile of tokens x head_dim a multiple of 16 bytes)."""
     item = pool.element_size()
     fits = (
         tune.l2_prefetch
@@ -1498,10 +1412,7 @@ def _prefetch_step(pool: torch.Tensor, layout: PagedKVLayout, tune: KernelTuning
         and pool.data_ptr() % 16 == 0
         and layout.tokens_per_block * layout.head_dim * item % 16 == 0
     )
-    if not fits:
-        return {}
-    ahead = tune.l2_prefetch_ahead * _multiprocessors(pool.device)
-    return {"PREFETCH_ELEM_BYTES": item} | ({"PREFETCH_AHEAD": ahead} if ahead else {})
+    return {"PREFETCH_ELEM_BYTES": item} if fits else {}
 
 
 def _group_sizes(c: _Checked, tune: KernelTuning) -> tuple[int, ...]:

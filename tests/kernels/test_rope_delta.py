@@ -185,9 +185,6 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
         KernelTuning(1, 8, 1, 1, 64, heads_per_program=2, layers_fastest=True, one_trip_start=True),
         KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, one_trip_start=True),
         KernelTuning(1, 4, 2, 1, None, 2, one_trip_start=True, l2_prefetch=True),
-        KernelTuning(
-            1, 8, 1, 1, 32, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True, l2_prefetch_ahead=1
-        ),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
@@ -199,8 +196,7 @@ def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
     of their 8, 4 or 16 tiles (layers x heads; the last layer and head runs are partial). One-trip-start programs
     (in place) step from a layer's last head to the next layer's first, over full and partial head runs, and meet
     two-row groups (odd offsets) and delta 0 after reading the whole descriptor at once. The L2 prefetch (compiled
-    only) covers 2 of 5 heads, the last run 1, and with ``l2_prefetch_ahead`` the K of a later program (past the last
-    program: none)."""
+    only) covers 2 of 5 heads, the last run 1."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -281,10 +277,6 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
         KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
         KernelTuning(1, 16, 2, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
-        KernelTuning(
-            1, 16, 1, 1, 32, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True, l2_prefetch_ahead=4
-        ),
-        KernelTuning(1, 4, 2, 1, None, 3, one_trip_start=True, l2_prefetch=True, l2_prefetch_ahead=9),
     ],
     ids=[
         "default",
@@ -299,8 +291,6 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
         "one-trip-start-all-tiles",
         "one-trip-prefetch",
         "one-trip-prefetch-2-heads-2-layers",
-        "one-trip-prefetch-ahead",
-        "one-trip-prefetch-ahead-3-heads-2-layers-groups-first",
     ],
 )
 def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
@@ -604,8 +594,6 @@ def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None
             {"l2_prefetch": True, "one_trip_start": True, "load_all_tiles": True},
             "a step of the one-trip in-place grid program",
         ),
-        ({"one_trip_start": True, "l2_prefetch_ahead": 4}, "with l2_prefetch"),
-        ({"one_trip_start": True, "l2_prefetch": True, "l2_prefetch_ahead": -1}, "with l2_prefetch"),
     ],
 )
 def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, object], message: str) -> None:
@@ -626,44 +614,3 @@ def test_l2_prefetch_applies_only_to_compiled_head_major_pools() -> None:
     assert _prefetch_step(pool, qwen, replace(prefetch, l2_prefetch=False)) == {}
     assert _prefetch_step(pool, PagedKVLayout(2, 4, 128, 32, "token_major"), prefetch) == {}
     assert _prefetch_step(pool.cpu(), qwen, prefetch) == {}
-    ahead = replace(prefetch, l2_prefetch_ahead=4)
-    if sm90:
-        compiled["PREFETCH_AHEAD"] = 4 * _multiprocessors(pool.device)
-    assert _prefetch_step(pool, qwen, ahead) == compiled
-    assert _prefetch_step(pool.cpu(), qwen, ahead) == {}
-
-
-if _INTERPRETED:
-    import triton
-    import triton.language as tl
-    from semblend_kernels.rope_delta import _program_ahead
-
-    @triton.jit
-    def _program_ahead_probe(out, AHEAD: tl.constexpr, GROUP_AXIS: tl.constexpr):
-        linear, group, layer_run, head_run, exists = _program_ahead(AHEAD, GROUP_AXIS)
-        row = out + linear * 4
-        tl.store(row, group)
-        tl.store(row + 1, layer_run)
-        tl.store(row + 2, head_run)
-        tl.store(row + 3, exists.to(tl.int32))
-
-
-@pytest.mark.skipif(not _INTERPRETED, reason="a CPU check of the address arithmetic (TRITON_INTERPRET=1)")
-@pytest.mark.parametrize("group_axis", [0, 1])
-@pytest.mark.parametrize("ahead", [1, 7, 29, 30])
-def test_program_ahead_is_the_program_that_many_later_in_launch_order(group_axis: int, ahead: int) -> None:
-    """`KernelTuning.l2_prefetch_ahead`'s target: the program ``ahead`` later in launch order (axis 0 fastest), as
-    (row group, layer run, head run) by the grid's axes (`_grid`: groups on axis ``group_axis``, layer runs on the
-    other of 0 and 1, head runs on 2), and none past the last program."""
-    grid = (3, 5, 2)
-    out = torch.full((30, 4), -1, dtype=torch.int32)
-    _program_ahead_probe[grid](out, ahead, group_axis)
-    order = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
-    for linear in range(len(order)):
-        target = linear + ahead
-        if target >= len(order):
-            assert out[linear, 3] == 0
-            continue
-        x, y, z = order[target]
-        group, layer_run = (y, x) if group_axis == 1 else (x, y)
-        assert out[linear].tolist() == [group, layer_run, z, 1]

@@ -1,7 +1,7 @@
 """Compile the in-place grid kernel for sm_90a with Triton's bundled ptxas (no GPU) with and without the session-14 L2
-prefetch and the session-15 prefetch ahead (`KernelTuning.l2_prefetch_ahead`, as the programs-ahead count an H200's
-132 multiprocessors give): registers, stack, static and Triton shared memory, a SASS hash, and bulk-prefetch / load /
-store counts. (kern13's script with the new constexpr and cases.)
+prefetch, and the session-15 4-warp one-trip program: registers, stack, static and Triton shared memory, a SASS hash,
+and bulk-prefetch / load / store counts. (kern13's script with the 4-warp case; the cases of the session-15 prefetch
+ahead, `l2_prefetch_ahead`, went with the option: docs/benchmarks.md.)
 
     python benchmarks/results/kern15/compiled_sass.py [grid] [NAME-SUBSTRING ...]   # kernels/ importable as semblend_kernels
 """
@@ -46,7 +46,7 @@ def build(fp8, warps, cap, extra, one_trip=True, style_neox=True, axis=1):
             continue
         if n in consts:
             sig[n] = "constexpr"
-        elif n in ("PREFETCH_ELEM_BYTES", "PREFETCH_AHEAD", "ONE_TRIP_START", "GROUP_AXIS"):
+        elif n in ("PREFETCH_ELEM_BYTES", "ONE_TRIP_START", "GROUP_AXIS"):
             pass
         else:
             sig[n] = "i32"
@@ -54,9 +54,7 @@ def build(fp8, warps, cap, extra, one_trip=True, style_neox=True, axis=1):
     for n in names:
         if n not in sig:
             sig[n] = "constexpr"
-            consts.setdefault(
-                n, {"PREFETCH_ELEM_BYTES": 0, "PREFETCH_AHEAD": 0, "ONE_TRIP_START": False, "GROUP_AXIS": 0}[n]
-            )
+            consts.setdefault(n, {"PREFETCH_ELEM_BYTES": 0, "ONE_TRIP_START": False, "GROUP_AXIS": 0}[n])
     src = ASTSource(
         k,
         sig,
@@ -94,10 +92,6 @@ if __name__ == "__main__":
         ("prefetch bf16 8w/-", False, 8, None, pf),
         ("prefetch fp8 4w", True, 4, None, {"PREFETCH_ELEM_BYTES": 1}),
         ("prefetch bf16 4w/-", False, 4, None, pf),
-        ("ahead 4 bf16 16w/40", False, 16, 40, pf | {"PREFETCH_AHEAD": 4 * 132}),
-        ("ahead 6 bf16 8w/40", False, 8, 40, pf | {"PREFETCH_AHEAD": 6 * 132}),
-        ("ahead 9 bf16 4w/-", False, 4, None, pf | {"PREFETCH_AHEAD": 9 * 132}),
-        ("ahead 4 bf16 16w/40 groups-first", False, 16, 40, pf | {"PREFETCH_AHEAD": 4 * 132, "GROUP_AXIS": 0}),
     ]
     only = sys.argv[1:]
     if "grid" in only:
