@@ -201,6 +201,25 @@ async def seed(router: Any, n: int, rng: np.random.Generator) -> tuple[np.ndarra
     return donors, seconds
 
 
+async def span_path_router(donors: int) -> tuple[Any, np.ndarray, np.random.Generator]:
+    """A router of :func:`make_router` (hash embedder, 64-token spans, index for 100K, finished prompts not made
+    donors, no loop turns) with ``donors`` seeded donors: the router, their tokens, and the generator (seed 7) to draw
+    prompts from (:func:`span_target`)."""
+    from semblend_dynamo.config import SemblendConfig
+
+    cfg = SemblendConfig(
+        block_size=BLOCK,
+        embedder="hash",
+        min_span_tokens=64,
+        min_donor_tokens=TARGET_TOKENS + 1,
+        index_capacity=100_000,
+    )
+    router = make_router(cfg, loop_turns=False)
+    rng = np.random.default_rng(7)
+    tokens, _ = await seed(router, donors, rng)
+    return router, tokens, rng
+
+
 def span_target(rng: np.random.Generator, donors: np.ndarray) -> list[int]:
     """An 8,192-token prompt holding 8 donors in reverse order among random tokens (no exact prefix)."""
     picks = rng.choice(len(donors), size=8, replace=False)

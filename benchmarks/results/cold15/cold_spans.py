@@ -20,22 +20,11 @@ TREE = sys.argv[1]
 sys.path[:0] = [TREE, TREE + "/benchmarks"]
 
 import numpy as np  # noqa: E402
-from router_under_test import BLOCK, TARGET_TOKENS, make_router, seed, span_target  # noqa: E402
-
-from semblend_dynamo.config import SemblendConfig  # noqa: E402
+from router_under_test import span_path_router, span_target  # noqa: E402
 
 
 async def main() -> None:
-    cfg = SemblendConfig(
-        block_size=BLOCK,
-        embedder="hash",
-        min_span_tokens=64,
-        min_donor_tokens=TARGET_TOKENS + 1,
-        index_capacity=100_000,
-    )
-    router = make_router(cfg, loop_turns=False)
-    rng = np.random.default_rng(7)
-    donors, _ = await seed(router, int(sys.argv[2]), rng)
+    router, donors, rng = await span_path_router(int(sys.argv[2]))
     discovery = router.discovery
     table = next(iter(discovery.aligner._tables.values()))
     print(f"{sys.argv[2]} donors, filter {table._bits.nbytes / 2**20:.1f} MiB")

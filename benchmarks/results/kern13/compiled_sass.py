@@ -1,6 +1,7 @@
 """Compile the in-place grid kernel for sm_90a with Triton's bundled ptxas (no GPU) with and without the session-14 L2
 prefetch: registers, stack, static and Triton shared memory, a SASS hash, and bulk-prefetch / load / store counts. (The
-TMA-tile step it also compiled in its first version was removed after the H200 run: docs/benchmarks.md.)
+TMA-tile step it also compiled in its first version was removed after the H200 run: docs/benchmarks.md; the 4-warp
+bf16 case was added in session 15, its output in benchmarks/results/kern15/compiled_sass.txt.)
 
     python benchmarks/results/kern13/compiled_sass.py [grid] [NAME-SUBSTRING ...]   # kernels/ importable as semblend_kernels
 """
@@ -89,6 +90,7 @@ if __name__ == "__main__":
         ("prefetch bf16 8w/40", False, 8, 40, pf),
         ("prefetch bf16 8w/64", False, 8, 64, pf),
         ("prefetch bf16 8w/-", False, 8, None, pf),
+        ("prefetch bf16 4w/-", False, 4, None, pf),
         ("prefetch fp8 4w", True, 4, None, {"PREFETCH_ELEM_BYTES": 1}),
     ]
     only = sys.argv[1:]

@@ -12,24 +12,13 @@ import timeit
 TREE = sys.argv[1]
 sys.path[:0] = [TREE, TREE + "/benchmarks"]
 
-import numpy as np  # noqa: E402
-from router_under_test import BLOCK, TARGET_TOKENS, make_router, seed, span_target  # noqa: E402
+from router_under_test import TARGET_TOKENS, span_path_router, span_target  # noqa: E402
 
-from semblend_dynamo.config import SemblendConfig  # noqa: E402
 from semblend_dynamo.pipeline import StageTimings  # noqa: E402
 
 
 async def main() -> None:
-    cfg = SemblendConfig(
-        block_size=BLOCK,
-        embedder="hash",
-        min_span_tokens=64,
-        min_donor_tokens=TARGET_TOKENS + 1,
-        index_capacity=100_000,
-    )
-    router = make_router(cfg, loop_turns=False)
-    rng = np.random.default_rng(7)
-    donors, _ = await seed(router, 400, rng)
+    router, donors, rng = await span_path_router(400)
     routed = router.parse({"token_ids": span_target(rng, donors)})
     discovery = router.discovery
     spans = discovery.find_spans(routed.namespace, routed.token_array)

@@ -15,24 +15,13 @@ DONORS = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
 REQUESTS = int(sys.argv[3]) if len(sys.argv) > 3 else 200
 sys.path[:0] = [TREE, TREE + "/benchmarks"]
 
-import numpy as np  # noqa: E402
-from router_under_test import BLOCK, TARGET_TOKENS, make_router, seed, span_target  # noqa: E402
+from router_under_test import span_path_router, span_target  # noqa: E402
 
-from semblend_dynamo.config import SemblendConfig  # noqa: E402
 from semblend_dynamo.events.codec import encode  # noqa: E402
 
 
 async def main() -> None:
-    cfg = SemblendConfig(
-        block_size=BLOCK,
-        embedder="hash",
-        min_span_tokens=64,
-        min_donor_tokens=TARGET_TOKENS + 1,
-        index_capacity=100_000,
-    )
-    router = make_router(cfg, loop_turns=False)
-    rng = np.random.default_rng(7)
-    donors, _ = await seed(router, DONORS, rng)
+    router, donors, rng = await span_path_router(DONORS)
     digest = hashlib.sha256()
     placed = 0
     for i in range(REQUESTS):
