@@ -128,6 +128,15 @@ ALWAYS_INLINE uint64_t filter_passes(const sa_table *tb, uint64_t h) {
  * instructions (+14 us a miss at 8K tokens against a 64 KB filter on an H200 host's CPU, session 15). */
 #define SCREEN_PREFETCH_BYTES ((uint64_t)1 << 20)
 
+/* Each lane's hash rolled from its window `at` (of its stretch of q windows) to the next; screen_of's locals. */
+#define ROLL_LANES(h0, h1, h2, h3, at)                                                                   \
+    do {                                                                                               \
+        h0 = (h0 - token(t, (at), width)) * base_inv + token(t, (at) + anchor, width) * top;             \
+        h1 = (h1 - token(t, q + (at), width)) * base_inv + token(t, q + (at) + anchor, width) * top;     \
+        h2 = (h2 - token(t, 2 * q + (at), width)) * base_inv + token(t, 2 * q + (at) + anchor, width) * top; \
+        h3 = (h3 - token(t, 3 * q + (at), width)) * base_inv + token(t, 3 * q + (at) + anchor, width) * top; \
+    } while (0)
+
 /* The filter's byte for a window hash, asked of the memory ahead of its test. */
 ALWAYS_INLINE void filter_prefetch(const sa_table *tb, uint64_t h) {
     __builtin_prefetch(tb->bits + (((h * MIX) >> tb->filter_shift) >> 3));
@@ -163,19 +172,13 @@ ALWAYS_INLINE int64_t screen_of(const sa_table *tb, const void *t, int width, in
                 ring[i][0] = a0, ring[i][1] = a1, ring[i][2] = a2, ring[i][3] = a3;
                 filter_prefetch(tb, a0), filter_prefetch(tb, a1), filter_prefetch(tb, a2), filter_prefetch(tb, a3);
                 if (i + 1 == ahead) break;
-                a0 = (a0 - token(t, i, width)) * base_inv + token(t, i + anchor, width) * top;
-                a1 = (a1 - token(t, q + i, width)) * base_inv + token(t, q + i + anchor, width) * top;
-                a2 = (a2 - token(t, 2 * q + i, width)) * base_inv + token(t, 2 * q + i + anchor, width) * top;
-                a3 = (a3 - token(t, 3 * q + i, width)) * base_inv + token(t, 3 * q + i + anchor, width) * top;
+                ROLL_LANES(a0, a1, a2, a3, i);
             }
             for (int64_t i = 0; i < q; i++) {
                 int64_t next = i + ahead; /* the window hashed now, rolled from window next - 1 */
                 if (next < q) {
                     int64_t at = next - 1;
-                    a0 = (a0 - token(t, at, width)) * base_inv + token(t, at + anchor, width) * top;
-                    a1 = (a1 - token(t, q + at, width)) * base_inv + token(t, q + at + anchor, width) * top;
-                    a2 = (a2 - token(t, 2 * q + at, width)) * base_inv + token(t, 2 * q + at + anchor, width) * top;
-                    a3 = (a3 - token(t, 3 * q + at, width)) * base_inv + token(t, 3 * q + at + anchor, width) * top;
+                    ROLL_LANES(a0, a1, a2, a3, at);
                     filter_prefetch(tb, a0), filter_prefetch(tb, a1), filter_prefetch(tb, a2), filter_prefetch(tb, a3);
                 }
                 uint64_t *due = ring[i & (SCREEN_AHEAD - 1)];
@@ -194,10 +197,7 @@ ALWAYS_INLINE int64_t screen_of(const sa_table *tb, const void *t, int width, in
                 SCREEN(out2, c2, 2 * q + i, h2);
                 SCREEN(out3, c3, 3 * q + i, h3);
                 if (i + 1 == q) break;
-                h0 = (h0 - token(t, i, width)) * base_inv + token(t, i + anchor, width) * top;
-                h1 = (h1 - token(t, q + i, width)) * base_inv + token(t, q + i + anchor, width) * top;
-                h2 = (h2 - token(t, 2 * q + i, width)) * base_inv + token(t, 2 * q + i + anchor, width) * top;
-                h3 = (h3 - token(t, 3 * q + i, width)) * base_inv + token(t, 3 * q + i + anchor, width) * top;
+                ROLL_LANES(h0, h1, h2, h3, i);
             }
         }
         n_passed = c0;

@@ -89,7 +89,7 @@ _WIRE_KEYS: dict[type[SemblendEvent], tuple[str, ...]] = {
 """Models whose payload :func:`encode` packs from their fields' values directly: the hint, written on the request
 path. Its fields hold wire values already (enum values, tuples; no nested model, no custom serializer), so
 ``model_dump(mode="python", by_alias=True)`` is the same map with the wire keys, in the same order, and packs to the
-same bytes (pinned by ``tests/core/test_events_codec.py``)."""
+same bytes (pinned by ``tests/router/test_events.py``)."""
 
 
 def encode(
