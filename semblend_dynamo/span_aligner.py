@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semblend_dynamo import _native, hugepages
+from semblend_dynamo import _native
 
 __all__ = ["PreparedDonor", "Span", "SpanAligner"]
 
@@ -248,8 +248,8 @@ class _IdTable:
 
     def _resize(self, entries: int, hashes: np.ndarray, ids: np.ndarray) -> None:
         bits = max(3, int(max(entries, 1) - 1).bit_length() - 3)  # buckets of 8
-        self.keys = hugepages.zeros((1 << bits, 8), np.uint64)  # read at random on the request path
-        self.ids = hugepages.full((1 << bits, 8), _EMPTY, np.int32)
+        self.keys = np.zeros((1 << bits, 8), dtype=np.uint64)
+        self.ids = np.full((1 << bits, 8), _EMPTY, dtype=np.int32)
         self._shift = np.uint64(64 - bits)
         self._mask = (1 << bits) - 1
         # Into empty buckets: each hash takes the entry of its rank among its bucket's hashes; the few a full bucket
@@ -300,7 +300,7 @@ class _ChunkTable:
         self._free: list[int] = []
         self._next_id = 0
         self._counts = np.zeros(1 << _MIN_FILTER_BITS, dtype=np.uint16)
-        self._bits = hugepages.zeros(((1 << _MIN_FILTER_BITS) // 8,), np.uint8)
+        self._bits = np.zeros((1 << _MIN_FILTER_BITS) // 8, dtype=np.uint8)
         self._shift = np.uint64(64 - _MIN_FILTER_BITS)
         self._view: _native.TableView | None = None
         self._changed = True  # since the view was last checked: add and remove may replace arrays
@@ -479,8 +479,7 @@ class _ChunkTable:
         self._shift = np.uint64(64 - bits)
         keys = np.fromiter(self.postings.keys(), dtype=np.uint64, count=len(self.postings))
         self._counts = np.bincount(self.slots(keys), minlength=1 << bits).astype(np.uint16)
-        self._bits = hugepages.zeros((self._counts.size // 8,), np.uint8)  # a random line per window
-        self._bits[:] = np.packbits(self._counts > 0, bitorder="little")
+        self._bits = np.packbits(self._counts > 0, bitorder="little")
 
 
 class _DonorBook:
