@@ -8,7 +8,8 @@
 # the span-path probe (benchmarks/results/route12/probe, this checkout's) and its report is printed after the run.
 # A name ending in +side (e.g. this+side) runs that tree with route12's side-loop experiment
 # (benchmarks/results/route12/sideloop, ROUTE12_SIDELOOP=1; no probe in that run: both are a sitecustomize).
-# FRONTEND_ARGS: more arguments for every run (e.g. --span-search-thread off).
+# FRONTEND_ARGS: more arguments for every run (e.g. --span-search-thread off); EXTRA_PYTHONPATH: appended to every
+# run's PYTHONPATH (e.g. a sitecustomize of an experiment).
 # .stage/fp/env.sh: session 12's device staging (a copy of benchmarks/results/session12/env.sh).
 set -uo pipefail
 source .stage/fp/env.sh
@@ -26,7 +27,7 @@ for label in "$@"; do
       cp benchmarks/frontend_path/run.py "$root/benchmarks/frontend_path/run.py"
     fi
   fi
-  path=/tmp/semdev/site:/tmp/pr:$root
+  path=/tmp/semdev/site:/tmp/pr:$root${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH}
   (cd "$root" && PYTHONPATH=$path python3 -m semblend_dynamo._native build >/dev/null 2>&1) || echo "== $t: aligner build failed"
   (cd "$root" && PYTHONPATH=$path python3 -m semblend_dynamo.native_planner build ${SEMBLEND_CC:+--cc "$SEMBLEND_CC"} \
     >/dev/null 2>&1) || echo "== $t: planner build failed"
