@@ -351,10 +351,10 @@ class SemanticRouter:
             if loads is not None:
                 loads.cancel()
             if spans is not None:
-                self.metrics.spans_during_exact.labels("wasted").inc()
+                self.metrics.spans_during_exact_of["wasted"].inc()
             return decision
         if spans is not None:
-            self.metrics.spans_during_exact.labels("used").inc()
+            self.metrics.spans_during_exact_of["used"].inc()
         if decision.exact_blocks:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
         if loads is None:

@@ -594,3 +594,16 @@ def test_a_hint_carries_its_donors_spans_similarity_and_namespace_as_discovery_r
             assert hint.namespace == routed.namespace.digest()
             chosen = plan_spans if plan_spans is not None else spans
             assert hint.spans == [(s.donor_start, s.target_start, s.length) for s in chosen if s.donor_id == donor_id]
+
+
+def test_request_path_counters_count_as_their_labelled_children() -> None:
+    """The counters bumped on every placement (``spans_during_exact``, ``events_out`` through the publisher's
+    ``on_sent``) are their labelled children looked up once: the same series, counted the same."""
+    metrics = RouterMetrics()
+    for kind in ("hint", "hint", "evidence"):
+        metrics.event_out(kind)
+    assert metrics.events_out.labels("hint")._value.get() == 2
+    assert metrics.events_out.labels("evidence")._value.get() == 1
+    metrics.spans_during_exact_of["used"].inc()
+    assert metrics.spans_during_exact.labels("used")._value.get() == 1
+    assert set(metrics.spans_during_exact_of) == {"used", "wasted", "failed"}
