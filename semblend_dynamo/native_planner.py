@@ -2,8 +2,9 @@
 
 ``accept(cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens)`` returns the
 :class:`~semblend_dynamo.planner.PlanDecision` the Python planner returns when it accepts (the same spans, counts and
-float bits), and None for anything else: every decline, ``discovery_only``, inputs it does not take as they are; the
-Python planner then decides, so it stays the reference and the whole behaviour. It runs on every scheduler decision
+float bits) or declines ``exact_only_mode`` (the router's usual decline: spans found, none exact-equivalent), and None
+for anything else: every other decline, ``discovery_only``, inputs it does not take as they are; the Python planner
+then decides, so it stays the reference and the whole behaviour. It runs on every scheduler decision
 that found spans, where the Python planner's ~80 lines ran with the caches cold (14-33 µs on the quiet host).
 
 It is a CPython extension (it builds the decision's objects), so it is built per Python version (``_planner`` with this

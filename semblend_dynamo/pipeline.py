@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 class CandidateDonor:
     """A donor with evidence for one target: token-exact coverage and/or embedding similarity.
 
-    A slotted dataclass, as :class:`DiscoveryResult` (below): discovery builds one per candidate on every request from
-    values it computed itself, where a pydantic model's validation cost more than the work.
+    A slotted dataclass, as :class:`DiscoveryResult` (below): built from values discovery computed itself, where a
+    pydantic model's validation cost more than the work.
     """
 
     donor_id: str
@@ -83,7 +83,10 @@ class DiscoveryResult:
     prompt_tokens: int
     exact_prefix_tokens: int
     exact_wins: bool
-    candidates: list[CandidateDonor]
+    covered: dict[str, int]
+    """Target tokens covered by each donor's spans."""
+    hits: dict[str, float]
+    """Each embedding hit's similarity (empty when not searched)."""
     spans: list[Span]
     decision: PlanDecision
     primary_donor: str | None
@@ -91,6 +94,13 @@ class DiscoveryResult:
     embedded: bool
     """Whether the prompt was embedded and searched."""
     timings_us: StageTimings
+
+    @property
+    def candidates(self) -> list[CandidateDonor]:
+        """Every donor with evidence, best first: most covered tokens, then highest similarity, then id.
+
+        Ranked when read (the router reads a result's primary donor, spans and hits, not this list)."""
+        return [CandidateDonor(i, self.hits.get(i), -tokens) for tokens, _, i in _ranked(self.covered, self.hits)]
 
     @property
     def has_evidence(self) -> bool:
@@ -557,31 +567,31 @@ class DonorDiscovery:
         timings: StageTimings,
     ) -> DiscoveryResult:
         # Plain dicts and tuple keys: this runs on the router's request path once per request (a Counter's missing
-        # keys and a key function reading each model's fields cost more than the work)
+        # keys and a key function reading each model's fields cost more than the work). The candidates are not built
+        # (DiscoveryResult.candidates ranks them when read): the primary donor is found without them.
         covered: dict[str, int] = {}
         for s in spans:
             covered[s.donor_id] = covered.get(s.donor_id, 0) + s.length
-        ranked = sorted((-covered.get(i, 0), -(hits.get(i) or 0.0), i) for i in {**covered, **hits})
-        candidates = [CandidateDonor(i, hits.get(i), -tokens) for tokens, _, i in ranked]
         if decision.plan is not None:
             used: dict[str, int] = {}
             for s in decision.plan.spans:
                 used[s.donor_id] = used.get(s.donor_id, 0) + s.length
             primary: str | None = max(used, key=used.__getitem__)  # the first of the most used, as Counter.most_common
-        elif covered:
-            primary = candidates[0].donor_id
+        elif covered:  # the first candidate: every other one covers fewer tokens (a hit alone covers none)
+            primary = min((-tokens, -(hits.get(i) or 0.0), i) for i, tokens in covered.items())[2]
         else:
-            above = [c for c in candidates if (c.similarity or 0.0) >= self.cfg.min_similarity]
-            primary = above[0].donor_id if above else None
+            above = [i for _, similarity, i in _ranked(covered, hits) if -similarity >= self.cfg.min_similarity]
+            primary = above[0] if above else None
         if decision.reason is not None:
-            self.counters[f"decline:{decision.reason.value}"] += 1
+            self.counters[_DECLINE_COUNTER[decision.reason]] += 1
         return DiscoveryResult(
             request_id=request_id,
             namespace=digest,
             prompt_tokens=n,
             exact_prefix_tokens=exact_prefix_tokens,
             exact_wins=False,
-            candidates=candidates,
+            covered=covered,
+            hits=hits,
             spans=spans,
             decision=decision,
             primary_donor=primary,
@@ -602,14 +612,15 @@ class DonorDiscovery:
         detail: str,
     ) -> DiscoveryResult:
         """A result decided before any discovery ran (exact win, bad or empty prompt, disabled)."""
-        self.counters[f"decline:{reason.value}"] += 1
+        self.counters[_DECLINE_COUNTER[reason]] += 1
         return DiscoveryResult(
             request_id=request_id,
             namespace=digest,
             prompt_tokens=n,
             exact_prefix_tokens=exact_prefix_tokens,
             exact_wins=reason is DeclineReason.EXACT_PREFIX_WINS,
-            candidates=[],
+            covered={},
+            hits={},
             spans=[],
             decision=PlanDecision(plan=None, reason=reason, detail=detail),
             primary_donor=None,
@@ -617,6 +628,15 @@ class DonorDiscovery:
             embedded=False,
             timings_us=timings,
         )
+
+
+_DECLINE_COUNTER = {reason: f"decline:{reason.value}" for reason in DeclineReason}
+"""Each decline's key in :attr:`DonorDiscovery.counters`."""
+
+
+def _ranked(covered: dict[str, int], hits: dict[str, float]) -> list[tuple[int, float, str]]:
+    """``(-covered tokens, -similarity, donor id)`` of every donor with evidence, sorted: the candidates' order."""
+    return sorted((-covered.get(i, 0), -(hits.get(i) or 0.0), i) for i in {**covered, **hits})
 
 
 def _target(tokens: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -44,6 +44,8 @@ CONTEXT_FLOOR = 0.05
 """Deviation that remains deep inside a shifted span: its long-range context still differs."""
 ROPE_NUMERIC = 0.01
 """Deviation added per log2(1 + |delta|) / 17 for the fp32 rotation error (about 2x the bf16 floor at 1e5)."""
+EXACT_ONLY_DETAIL = "no exact-equivalent span (delta 0 from position 0); shifted spans off"
+"""The ``exact_only_mode`` decline's detail (the compiled path makes this decline too)."""
 DISPLACEMENT_WEIGHT = 0.3
 DISPLACEMENT_TOKENS = 1000.0
 """Context-displacement term ``DISPLACEMENT_WEIGHT * min(2, |delta| / DISPLACEMENT_TOKENS)``: fidelity loss on the
@@ -148,12 +150,12 @@ class Planner:
         whole chain (no reuse-ratio gate here), and each span's first ``chain_head_tokens`` tokens were recomputed.
         """
         cfg = self.cfg
-        if NATIVE_ACCEPT is not None and spans:  # the compiled accepting path; None: this code decides
-            accepted: PlanDecision | None = NATIVE_ACCEPT(
+        if NATIVE_ACCEPT is not None and spans:  # the compiled accepting path (and exact_only_mode); None: this decides
+            decided: PlanDecision | None = NATIVE_ACCEPT(
                 cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens
             )
-            if accepted is not None:
-                return accepted
+            if decided is not None:
+                return decided
         bs = cfg.block_size
         if target_len <= 0:
             return _decline(DeclineReason.EMPTY_PROMPT, "prompt has no tokens")
@@ -233,10 +235,7 @@ class Planner:
             while lead < len(chosen) and chosen[lead][1]:
                 lead += 1
             if lead == 0:
-                return _decline(
-                    DeclineReason.EXACT_ONLY_MODE,
-                    "no exact-equivalent span (delta 0 from position 0); shifted spans off",
-                )
+                return _decline(DeclineReason.EXACT_ONLY_MODE, EXACT_ONLY_DETAIL)
             chosen = chosen[:lead]
         if cfg.strict_prefix_boundary:
             if chosen[0][0].target_start != device_prefix_tokens:
@@ -329,8 +328,11 @@ def _clip(span: Span, start: int, end: int) -> Span:
 
 
 _CONSTANTS = (BOUNDARY_DECAY_TOKENS, CONTEXT_FLOOR, ROPE_NUMERIC, DISPLACEMENT_WEIGHT, DISPLACEMENT_TOKENS)
-NATIVE_ACCEPT, NATIVE_REASON = native_planner.use((Span, MaterializationPlan, PlanDecision, sum, _CONSTANTS))
-"""The compiled accepting path (:mod:`semblend_dynamo.native_planner`) and why it is (not) used."""
+NATIVE_ACCEPT, NATIVE_REASON = native_planner.use(
+    (Span, MaterializationPlan, PlanDecision, sum, _CONSTANTS, DeclineReason.EXACT_ONLY_MODE, EXACT_ONLY_DETAIL)
+)
+"""The compiled accepting path (:mod:`semblend_dynamo.native_planner`) and why it is (not) used; it makes the
+``exact_only_mode`` decline too (the router's usual one: spans found, none exact-equivalent)."""
 if NATIVE_ACCEPT is None:
     logging.getLogger(__name__).log(
         logging.INFO if native_planner.disabled() else logging.WARNING, "planner: Python only (%s)", NATIVE_REASON

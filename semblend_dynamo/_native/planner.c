@@ -1,8 +1,10 @@
 /* The planner's accepting path in C: Planner.plan's decision when every gate passes, and None otherwise.
  *
  * A CPython extension module (built per Python version by semblend_dynamo.native_planner). accept() follows
- * semblend_dynamo/planner.py's Planner.plan step by step and returns the PlanDecision it would return when it accepts;
- * for any decline, discovery_only, or input it does not take as it is (a value that is not an exact int, float or str
+ * semblend_dynamo/planner.py's Planner.plan step by step and returns the PlanDecision it would return when it accepts,
+ * and its exact_only_mode decline (every gate before it passed, no leading exact-equivalent span: the router's usual
+ * decline of shifted spans, which would otherwise run the Python gates a second time);
+ * for any other decline, discovery_only, or input it does not take as it is (a value that is not an exact int, float or str
  * where the planner gets one, more than MAX_SPANS spans, any Python error on the way) it returns None and the caller
  * runs the Python planner, which then makes the decision (and raises what it raises). The float values are computed
  * with the same operations in the same order as planner.py (libm's exp and log2, as math's; the sum of the weighted
@@ -21,6 +23,8 @@
 
 /* Set once by setup(): the classes the decision is made of, and planner.py's deviation constants. */
 static PyObject *span_class, *plan_class, *decision_class, *sum_builtin;
+/* DeclineReason.EXACT_ONLY_MODE and planner.EXACT_ONLY_DETAIL. */
+static PyObject *exact_only_reason, *exact_only_detail;
 /* Attribute names, interned once. */
 enum {
     N_BLOCK_SIZE, N_ENABLED, N_MIN_SPAN, N_EXACT_ONLY, N_STRICT, N_MAX_SPANS, N_MIN_RATIO, N_MAX_DEVIATION, N_DISCOVERY,
@@ -121,10 +125,13 @@ static PyObject *make_plan(PyObject *spans, PyObject *prompt_tokens, long long r
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *span, *plan, *decision, *builtin_sum;
+    PyObject *span, *plan, *decision, *builtin_sum, *reason, *detail;
     double c[5];
-    if (!PyArg_ParseTuple(args, "OOOO(ddddd)", &span, &plan, &decision, &builtin_sum, &c[0], &c[1], &c[2], &c[3], &c[4]))
+    if (!PyArg_ParseTuple(args, "OOOO(ddddd)OU", &span, &plan, &decision, &builtin_sum, &c[0], &c[1], &c[2], &c[3], &c[4],
+                          &reason, &detail))
         return NULL;
+    Py_XSETREF(exact_only_reason, Py_NewRef(reason));
+    Py_XSETREF(exact_only_detail, Py_NewRef(detail));
     Py_XSETREF(span_class, Py_NewRef(span));
     Py_XSETREF(plan_class, Py_NewRef(plan));
     Py_XSETREF(decision_class, Py_NewRef(decision));
@@ -259,7 +266,11 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (exact_only) {
         Py_ssize_t lead = 0;
         while (lead < n_chosen && out[lead].exact) lead++;
-        if (lead == 0) goto fallback;
+        if (lead == 0) {
+            PyObject *decline[] = {Py_None, exact_only_reason, exact_only_detail};
+            result = PyObject_Vectorcall(decision_class, decline, 3, NULL);
+            goto fallback; /* the clean-up; returns the decline (None if it could not be made) */
+        }
         n_chosen = lead;
     }
     if (strict) {

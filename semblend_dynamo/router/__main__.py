@@ -288,7 +288,7 @@ async def _serve(
     publisher = EvidencePublisher(
         link,
         queue_size=cfg.evidence_queue_size,
-        on_sent=lambda kind: metrics.events_out.labels(kind).inc(),
+        on_sent=metrics.event_out,
         on_dropped=lambda kind, reason: metrics.events_dropped.labels(kind, reason).inc(),
     )
     router = SemanticRouter(

@@ -351,10 +351,10 @@ class SemanticRouter:
             if loads is not None:
                 loads.cancel()
             if spans is not None:
-                self.metrics.spans_during_exact.labels("wasted").inc()
+                self.metrics.spans_during_exact_of["wasted"].inc()
             return decision
         if spans is not None:
-            self.metrics.spans_during_exact.labels("used").inc()
+            self.metrics.spans_during_exact_of["used"].inc()
         if decision.exact_blocks:
             decision.outcome = Outcome.EXACT_PREFIX_ROUTE
         if loads is None:
@@ -534,7 +534,6 @@ class SemanticRouter:
     ) -> DonorHint:
         plan = result.decision.plan
         spans = plan.spans if plan is not None else result.spans
-        similarity = next((c.similarity for c in result.candidates if c.donor_id == donor_id), None)
         return DonorHint(
             request_key=routed.key,
             request_id=routed.request_id,
@@ -542,8 +541,8 @@ class SemanticRouter:
             donor_key=donor_key,
             worker_id=worker_id,
             dp_rank=dp_rank,
-            namespace=routed.namespace.digest(),
-            similarity=similarity,
+            namespace=result.namespace,  # routed.namespace's digest, as discovery computed it
+            similarity=result.hits.get(donor_id),  # the donor's candidate's similarity (None: not a hit)
             spans=[(s.donor_start, s.target_start, s.length) for s in spans if s.donor_id == donor_id],
             decision=outcome,
             trace_id=routed.trace_id,

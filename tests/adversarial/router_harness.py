@@ -52,7 +52,7 @@ class InProcessRouter:
         self.publisher = EvidencePublisher(
             self.link,
             queue_size=cfg.evidence_queue_size,
-            on_sent=lambda kind: self.metrics.events_out.labels(kind).inc(),
+            on_sent=self.metrics.event_out,
             on_dropped=lambda kind, reason: self.metrics.events_dropped.labels(kind, reason).inc(),
         )
         self.kv = KvRouterTestDouble()

@@ -2,8 +2,9 @@
 
 The module is built for this interpreter into a temporary folder (skipped without a C compiler and Python headers).
 For random spans, prefixes, similarities, chain heads and gate settings (test_planner_reference's strategies) its
-answer is None exactly when the Python planner declines (or ``discovery_only`` holds), and otherwise the Python
-planner's decision: the same spans (the caller's own objects where unclipped), counts, mode and float bits.
+answer is None when the Python planner declines (or ``discovery_only`` holds), but for the ``exact_only_mode`` decline,
+which it makes itself (the router's usual decline of shifted spans) or leaves to the Python planner, and otherwise the
+Python planner's decision: the same spans (the caller's own objects where unclipped), counts, mode and float bits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from semblend_dynamo import native_planner, planner
 from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.outcomes import DeclineReason
 from semblend_dynamo.planner import MaterializationPlan, PlanDecision, Planner
 from semblend_dynamo.span_aligner import Span
 from tests.core.test_planner_reference import BS, configs_st, plan_kwargs, spans_st, summary
@@ -37,7 +39,20 @@ SETUP = (
         planner.DISPLACEMENT_WEIGHT,
         planner.DISPLACEMENT_TOKENS,
     ),
+    DeclineReason.EXACT_ONLY_MODE,
+    planner.EXACT_ONLY_DETAIL,
 )
+
+
+def same_decline(got: Any, expected: PlanDecision) -> bool:
+    """Whether the compiled path's answer to a declined case is right: None, or for ``exact_only_mode`` the Python
+    planner's decline itself (reason, detail, no plan); True when it made that decline."""
+    if got is None:
+        return False
+    assert expected.reason is DeclineReason.EXACT_ONLY_MODE, expected.reason
+    assert isinstance(got, PlanDecision)
+    assert (got.plan, got.reason, got.detail) == (None, expected.reason, expected.detail)
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +141,8 @@ def test_it_accepts_what_the_python_planner_accepts_with_the_same_decision(
     kwargs = plan_kwargs(device_blocks, device_offset, similarity, approximate, chain_head)
     expected = python_decision(config, target_len, spans, **kwargs)
     got = native_decision(accept, config, target_len, spans, **kwargs)
-    if expected.reason is not None:  # every decline (discovery_only's included) is the Python planner's to make
-        assert got is None
+    if expected.reason is not None:  # every decline (discovery_only's included) but exact_only_mode is Python's to make
+        same_decline(got, expected)
         return
     assert isinstance(got, PlanDecision) and got.detail == ""
     assert summary(got) == summary(expected)
@@ -141,7 +156,7 @@ def test_random_plans_many_of_which_the_gates_accept(accept: native_planner.Acce
     """20,000 seeded cases drawn so that about a fifth are accepted: tiled spans from near 0 (some moved, some from
     approximate donors, gaps and overlaps now and then) over 1-8K-token prompts, every gate setting."""
     rng = random.Random(20261127)
-    accepted = shifted = multi_shifted = clipped = 0
+    accepted = shifted = multi_shifted = clipped = exact_only = 0
     for _ in range(20_000):
         pos = rng.choice([0, 0, 0, 5, 32, 64])
         spans = []
@@ -174,7 +189,7 @@ def test_random_plans_many_of_which_the_gates_accept(accept: native_planner.Acce
         expected = python_decision(config, target_len, spans, **kwargs)
         got = native_decision(accept, config, target_len, spans, **kwargs)
         if expected.reason is not None:
-            assert got is None
+            exact_only += same_decline(got, expected)
             continue
         assert isinstance(got, PlanDecision) and summary(got) == summary(expected)
         assert expected.plan is not None
@@ -183,11 +198,12 @@ def test_random_plans_many_of_which_the_gates_accept(accept: native_planner.Acce
         moved = [s for s in expected.plan.spans if s.donor_start != s.target_start]
         multi_shifted += len(moved) > 1
         clipped += any(all(s is not t for t in spans) for s in expected.plan.spans)
-    assert accepted > 3000 and shifted > 1000 and multi_shifted > 300 and clipped > 1000, (
+    assert accepted > 3000 and shifted > 1000 and multi_shifted > 300 and clipped > 1000 and exact_only > 1000, (
         accepted,
         shifted,
         multi_shifted,
         clipped,
+        exact_only,
     )
 
 
@@ -204,6 +220,16 @@ def test_the_connectors_usual_hits() -> None:
         expected = python_decision(cfg, 8192, spans)
         got = Planner(cfg).plan(8192, spans)
         assert expected.accepted and summary(got) == summary(expected)
+
+
+def test_the_routers_shifted_spans_are_declined_exact_only_by_the_compiled_path(accept: native_planner.Accept) -> None:
+    """The router's span path with the default settings: spans moved from their donors' positions, no exact-equivalent
+    one. The compiled path makes the Python planner's decline (no second pass through the Python gates)."""
+    cfg = SemblendConfig(block_size=BS)
+    spans = [Span("a", 0, 2048, 512), Span("b", 0, 2560, 512), Span("c", 64, 3072, 512)]
+    expected = python_decision(cfg, 8192, spans)
+    assert expected.reason is DeclineReason.EXACT_ONLY_MODE
+    assert same_decline(native_decision(accept, cfg, 8192, spans), expected)
 
 
 def test_inputs_it_does_not_take_as_they_are_go_to_the_python_planner(accept: native_planner.Accept) -> None:

@@ -565,3 +565,45 @@ async def test_a_span_search_keeps_the_gil_while_a_background_step_runs() -> Non
     adding.start()
     adding.join(10)
     assert stepping == [True] and not router.gate.stepping()
+
+
+def test_a_hint_carries_its_donors_spans_similarity_and_namespace_as_discovery_ranked_them() -> None:
+    """``_hint`` reads the donor's similarity, its spans (the plan's, else all found) and the namespace digest from the
+    discovery result: the candidate's similarity (None when the donor is not one), whatever the ranking's ties."""
+    from semblend_dynamo.pipeline import StageTimings
+    from semblend_dynamo.planner import MaterializationPlan, PlanDecision
+    from semblend_dynamo.span_aligner import Span
+
+    router, _ = _router()
+    assert router.discovery is not None
+    routed = router.parse({"token_ids": _prompt((0, 1))})
+    rng = random.Random(11)
+    for case in range(200):
+        names = [f"d{k}" for k in range(rng.randrange(1, 6))]
+        spans = [Span(rng.choice(names), rng.randrange(512), 64 * k, 64) for k in range(rng.randrange(0, 8))]
+        hits = {n: rng.choice([0.0, 0.5, 0.9]) for n in names if rng.random() < 0.5}
+        plan_spans = spans[: rng.randrange(1, len(spans) + 1)] if spans and case % 2 else None
+        plan = None if plan_spans is None else MaterializationPlan(plan_spans, 4096, 0, 0.0, False, 0.0, "shifted")
+        result = router.discovery._result(
+            "r", routed.namespace.digest(), 4096, 0, spans, hits, False, PlanDecision(plan, None), StageTimings()
+        )
+        similarity = {c.donor_id: c.similarity for c in result.candidates}
+        for donor_id in [*names, "absent"]:
+            hint = router._hint(routed, result, donor_id, None, W1, 0, Outcome.SEMANTIC_PLACEMENT)
+            assert hint.similarity == similarity.get(donor_id)
+            assert hint.namespace == routed.namespace.digest()
+            chosen = plan_spans if plan_spans is not None else spans
+            assert hint.spans == [(s.donor_start, s.target_start, s.length) for s in chosen if s.donor_id == donor_id]
+
+
+def test_request_path_counters_count_as_their_labelled_children() -> None:
+    """The counters bumped on every placement (``spans_during_exact``, ``events_out`` through the publisher's
+    ``on_sent``) are their labelled children looked up once: the same series, counted the same."""
+    metrics = RouterMetrics()
+    for kind in ("hint", "hint", "evidence"):
+        metrics.event_out(kind)
+    assert metrics.events_out.labels("hint")._value.get() == 2
+    assert metrics.events_out.labels("evidence")._value.get() == 1
+    metrics.spans_during_exact_of["used"].inc()
+    assert metrics.spans_during_exact.labels("used")._value.get() == 1
+    assert set(metrics.spans_during_exact_of) == {"used", "wasted", "failed"}
