@@ -35,6 +35,7 @@ decline and the request is forwarded unrestricted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -108,6 +109,9 @@ HINT_FLUSH_S = 0.005
 CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_RATIO)
 """Plan declines a prefill chain can overcome: spans behind the recipient's own words, or too few of them at once."""
 
+
+NAMESPACE_KEYS = 4096
+"""Namespace keys kept made (one per LoRA and cache salt seen lately): a request of one reuses it."""
 
 UNREADABLE_SALT = object()
 """Stands for a salt the request carries where the router cannot read it (``nvext`` that is not a map)."""
@@ -224,6 +228,9 @@ class SemanticRouter:
         self.publisher = publisher
         self.metrics = metrics
         self.namespace_of = namespace_of
+        # The same key object for the same LoRA and salt: no model built per request, and the key's memoized digest
+        # (asked on the span path) is found by identity instead of comparing two models field by field.
+        self._namespace_known = functools.lru_cache(maxsize=NAMESPACE_KEYS)(namespace_of)
         self.deployment = deployment
         self.router_id = router_id or uuid.uuid4().hex
         self.subjects = Subjects.for_config(cfg)
@@ -311,7 +318,10 @@ class SemanticRouter:
         # an unknown tenant is its own tenant: a namespace no other request has
         tenant = tenancy.tenant if tenancy.tenant is not None else f"tenant_unknown:{uuid.uuid4().hex}"
         cache_salt = salt if isinstance(salt, str) else ""
-        namespace = self.namespace_of(lora, cache_salt or tenant)
+        # an unknown tenant's key is its request's alone: not kept
+        namespace = (self._namespace_known if tenancy.tenant is not None else self.namespace_of)(
+            lora, cache_salt or tenant
+        )
         return RoutedRequest(
             request_id, tokens, lora, cache_salt, namespace, request_key(wire), token_array, tenancy=tenancy
         )
@@ -982,9 +992,10 @@ class SemanticRouter:
             log.info("workers left: %d donors removed", len(removed))
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _blocks_to_win(prompt_tokens: int, block_size: int, threshold: float) -> int:
     """The fewest exact blocks whose tokens reach ``threshold`` of the prompt, by :meth:`SemanticRouter.decide`'s own
-    test (``blocks * block_size / prompt_tokens >= threshold``)."""
+    test (``blocks * block_size / prompt_tokens >= threshold``). Memoized: the exact-wins gate asks it per request."""
     blocks = max(0, math.ceil(threshold * prompt_tokens / block_size))
     while blocks and (blocks - 1) * block_size / prompt_tokens >= threshold:
         blocks -= 1

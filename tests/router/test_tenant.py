@@ -85,3 +85,16 @@ def test_an_empty_cache_namespace_falls_back_to_the_frontend_salt() -> None:
     )
     assert routed.tenancy.tenant == "acme" and routed.cache_salt == "acme|n1"
     assert routed.namespace == router.parse({"token_ids": [1], "routing": {"cache_namespace": "acme|n1"}}).namespace
+
+
+def test_requests_of_one_namespace_share_its_key() -> None:
+    """The key is made once per LoRA and tenant (its digest, asked on the span path, is then found by identity);
+    an unknown tenant's key is made for its request alone."""
+    router, _ = _router()
+    a = router.parse({"token_ids": [1], "routing": {"cache_namespace": "acme|n1", "lora_name": "l"}})
+    b = router.parse({"token_ids": [2], "routing": {"cache_namespace": "acme|n1", "lora_name": "l"}})
+    assert a.namespace is b.namespace
+    assert router.parse({"token_ids": [1]}).namespace is router.parse({"token_ids": [3]}).namespace
+    assert a.namespace != router.parse({"token_ids": [1], "routing": {"cache_namespace": "acme|n1"}}).namespace
+    unknown = {"token_ids": [1], "routing": {"cache_namespace": ["x"]}}
+    assert router.parse(unknown).namespace != router.parse(unknown).namespace
