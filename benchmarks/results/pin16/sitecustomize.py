@@ -7,6 +7,7 @@ up, again every second (a thread inherits its creator's CPUs). Run the whole ben
 nothing else is scheduled on CPUs 0 and 1: a deployment that gives the router's loop a core of its own.
 """
 
+import contextlib
 import os
 import sys
 import threading
@@ -22,10 +23,8 @@ def _keep(main: int, cpu: int, others: set[int]) -> None:
             os.sched_setaffinity(main, {cpu})
             for tid in os.listdir("/proc/self/task"):
                 if int(tid) != main:
-                    try:
+                    with contextlib.suppress(OSError):  # the thread ended meanwhile
                         os.sched_setaffinity(int(tid), others)
-                    except OSError:
-                        pass  # the thread ended meanwhile
         except OSError as exc:
             print(f"pin16: not pinned ({exc})", file=sys.stderr, flush=True)
             return
