@@ -607,3 +607,51 @@ def test_request_path_counters_count_as_their_labelled_children() -> None:
     metrics.spans_during_exact_of["used"].inc()
     assert metrics.spans_during_exact.labels("used")._value.get() == 1
     assert set(metrics.spans_during_exact_of) == {"used", "wasted", "failed"}
+
+
+@pytest.mark.parametrize("max_age_ms", [1000.0, 0.0])
+async def test_placement_reads_the_newest_load_answer_when_its_own_is_not_in_and_waits_when_none_is_recent(
+    max_age_ms: float,
+) -> None:
+    """A request whose own load answer is still out is placed with the newest answer already in (at most
+    ``placement_loads_max_age_ms`` old, counted ``recent``); with none that recent it waits for its own (``own``)."""
+    router, kv = _router(placement_load_slack=0, placement_loads_max_age_ms=max_age_ms)
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    loop = asyncio.get_running_loop()
+    answers: list[asyncio.Future[list[dict[str, int]]]] = []
+
+    def loads(token_ids: list[int]) -> asyncio.Future[list[dict[str, int]]]:
+        answers.append(loop.create_future())
+        return answers[-1]
+
+    def rows(w1_active: int) -> list[dict[str, int]]:
+        return [{"worker_id": W1, "active_requests": w1_active}, {"worker_id": W2, "active_requests": 0}]
+
+    def counted(source: str) -> float:
+        return router.metrics.placement_loads.labels(source)._value.get()
+
+    async def decide(order: tuple[int, ...], answer: list[dict[str, int]] | None) -> Any:
+        deciding = asyncio.ensure_future(router.decide(router.parse({"token_ids": _prompt(order)})))
+        await asyncio.sleep(0.01)
+        if answer is not None and not answers[-1].done():
+            answers[-1].set_result(answer)  # comes in late: the request waited for it
+        return await deciding
+
+    kv.get_potential_loads = loads  # type: ignore[method-assign]
+    first = await decide((2, 1, 0), rows(0))  # nothing recent: waits for its own answer
+    assert first.outcome is Outcome.SEMANTIC_PLACEMENT and counted("own") == 1
+    if max_age_ms == 0:  # never another's answer: the second request waits for its own too
+        second = await decide((1, 0, 2), rows(3))
+        assert second.reason is DeclineReason.CAPACITY and counted("own") == 2 and counted("recent") == 0
+        return
+    second = await decide((1, 0, 2), None)  # its own answer never comes: the first's is read
+    assert second.outcome is Outcome.SEMANTIC_PLACEMENT and second.allowed_worker == W1
+    assert counted("recent") == 1 and answers[-1].cancelled()
+    answers_in_time = loop.create_future()
+    answers_in_time.set_result(rows(3))
+    kv.get_potential_loads = lambda token_ids: answers_in_time  # type: ignore[method-assign]
+    third = await router.decide(router.parse({"token_ids": _prompt((0, 2, 1))}))
+    assert third.reason is DeclineReason.CAPACITY and counted("own") == 2  # its own answer, in before it
+    kv.get_potential_loads = loads  # type: ignore[method-assign]
+    fourth = await decide((2, 0, 1), None)  # the newest answer in (the third's) says W1 is too busy
+    assert fourth.reason is DeclineReason.CAPACITY and counted("recent") == 2
