@@ -206,13 +206,6 @@ class SemblendConfig(BaseModel):
     placement_load_slack: int = Field(
         8, ge=0, description="router: max active requests a donor's worker may exceed the least loaded one by"
     )
-    placement_loads_max_age_ms: float = Field(
-        50.0,
-        ge=0,
-        le=10_000,
-        description="router: a request whose own load answer from Dynamo is not in yet when it is placed reads the "
-        "newest answer already in, if at most this old (0: always wait for its own)",
-    )
     max_message_bytes: int = Field(1 << 20, ge=1024, description="messages larger than this are rejected")
     sync_page_donors: int = Field(
         4096, ge=1, le=4096, description="router: donor registrations per sync reply page (also max_message_bytes)"
@@ -553,7 +546,6 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "model_path",
         "evidence_queue_size",
         "placement_load_slack",
-        "placement_loads_max_age_ms",
         "metrics_port",
         "metrics_host",
         "kv_index_poll_s",

@@ -258,7 +258,6 @@ class SemanticRouter:
             catalog.indexer.gate = self.gate
             catalog.indexer.on_dropped = lambda kind, reason: metrics.donors_dropped.labels(kind, reason).inc()
         self._live_workers_seen = False
-        self._recent_loads: tuple[float, list[dict[str, int]]] | None = None  # (monotonic time in, answer)
         self._gap_resync: asyncio.Future[None] | None = None
         self._kv_flush: asyncio.TimerHandle | None = None
 
@@ -446,20 +445,14 @@ class SemanticRouter:
             loads = asyncio.get_running_loop().create_future()
             loads.set_exception(exc)
         loads.add_done_callback(_retrieve)
-        loads.add_done_callback(self._loads_in)
         return loads
-
-    def _loads_in(self, loads: asyncio.Future[list[dict[str, int]]]) -> None:
-        """Keep an answer that came in as the newest one (placement may read it while another is still out)."""
-        if not loads.cancelled() and loads.exception() is None:
-            self._recent_loads = (time.monotonic(), loads.result())
 
     async def _semantic(
         self,
         routed: RoutedRequest,
         decision: Decision,
         exact_tokens: int,
-        loads: asyncio.Future[list[dict[str, int]]],
+        loads: Awaitable[list[dict[str, int]]],
         spans: list[Span] | None,
     ) -> None:
         """Discovery (with the spans searched during the exact query, if any), then placement and the hint."""
@@ -565,25 +558,14 @@ class SemanticRouter:
             trace_id=routed.trace_id,
         )
 
-    async def _within_load(
-        self, loads: asyncio.Future[list[dict[str, int]]], worker_id: int, decision: Decision
-    ) -> bool:
+    async def _within_load(self, loads: Awaitable[list[dict[str, int]]], worker_id: int, decision: Decision) -> bool:
         """False when the donor's worker is busier than the least loaded one by more than the slack.
 
-        ``loads``: Dynamo's potential loads for the request, asked just before the exact query. When they are not in
-        yet, the newest answer already in (at most ``placement_loads_max_age_ms`` old; counted ``recent``) is read
-        instead of waiting: the active requests it is read for change with every request anyway, and the wait came
-        in the slowest requests. The ``load`` stage is what the request still waited for its own.
+        ``loads``: Dynamo's potential loads for the request, asked just before the exact query; the ``load`` stage
+        is what the request still waited for them after its span search.
         """
         t0 = time.perf_counter()
-        recent = self._recent_loads
-        max_age_s = self.cfg.placement_loads_max_age_ms / 1000
-        if not loads.done() and recent is not None and time.monotonic() - recent[0] <= max_age_s:
-            rows = recent[1]
-            self.metrics.placement_loads_of["recent"].inc()
-        else:
-            rows = await loads
-            self.metrics.placement_loads_of["own"].inc()
+        rows = await loads
         decision.latency_us["load"] = (time.perf_counter() - t0) * 1e6
         active = {int(w["worker_id"]): int(w.get("active_requests", 0)) for w in rows}
         if worker_id not in active:

@@ -130,13 +130,6 @@ class RouterMetrics:
         self.spans_during_exact_of = {r: self.spans_during_exact.labels(r) for r in SPANS_DURING_EXACT_RESULTS}
         """Each result's child, looked up once: counted on every span-path request, where ``labels()`` costs twice the
         ``inc()``."""
-        self.placement_loads = Counter(
-            "semblend_router_placement_loads",
-            "placements by the load answer they read (own: the request's; recent: the newest one in, its own not yet)",
-            ["source"],
-            registry=r,
-        )
-        self.placement_loads_of = {s: self.placement_loads.labels(s) for s in ("own", "recent")}
         self._events_out_of: dict[str, Any] = {}
         for outcome in Outcome:
             self.decisions.labels(outcome.value)
