@@ -321,7 +321,6 @@ async def _serve(
             router.on_kv_index,
             interval_s=cfg.kv_index_poll_s,
             on_error=lambda reason: metrics.events_rejected.labels("kv_index", reason).inc(),
-            gate=router.gate,
         )
 
     async def on_connect() -> None:

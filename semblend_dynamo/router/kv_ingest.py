@@ -26,14 +26,8 @@ from typing import Protocol
 from ..config import ConfigError
 from ..events.codec import RejectedMessage, kv_events_from_dump
 from ..events.schemas import KvEvent
-from .indexer import RequestGate
 
 log = logging.getLogger(__name__)
-
-HAND_OVER_MAX_WAIT_S = 0.05
-"""Longest an index read waits to be handed over while requests are being decided (reads come every
-``kv_index_poll_s``, 0.25 s by default)."""
-HAND_OVER_POLL_S = 0.0005
 
 EVENT_PLANES = ("zmq", "nats")
 DEFAULT_EVENT_PLANE = "zmq"
@@ -58,11 +52,7 @@ class KvIndexFollower:
     """Reads Dynamo's KV index (fed by the runtime's own event-plane subscription) and hands it to ``on_index``.
 
     ``on_index`` receives the full index as :class:`KvEvent` s (stored blocks) after every read; ``on_error``
-    counts a read or a dump that could not be used (the previous residency is kept). With a ``gate`` (the router's
-    :class:`~semblend_dynamo.router.indexer.RequestGate`), a read keeps out of the requests' way: its parse is a
-    background step (started when no request is being decided, or after the gate's wait), and the index is handed
-    over (``on_index`` runs on the loop: milliseconds for a large index) once no request is being decided, or after
-    ``max_wait_s``.
+    counts a read or a dump that could not be used (the previous residency is kept).
     """
 
     def __init__(
@@ -72,15 +62,11 @@ class KvIndexFollower:
         *,
         interval_s: float,
         on_error: Callable[[str], None] | None = None,
-        gate: RequestGate | None = None,
-        max_wait_s: float = HAND_OVER_MAX_WAIT_S,
     ) -> None:
         self._kv_router = kv_router
         self._on_index = on_index
         self._interval_s = interval_s
         self._on_error = on_error
-        self._gate = gate
-        self._max_wait_s = max_wait_s
         self._task: asyncio.Task[None] | None = None
         self.reads = 0
 
@@ -91,7 +77,7 @@ class KvIndexFollower:
     async def read_once(self) -> bool:
         """One read of the index (parsed off the event loop); False when it could not be used."""
         try:
-            events = await asyncio.to_thread(self._parse, await self._kv_router.dump_events())
+            events = await asyncio.to_thread(kv_events_from_dump, await self._kv_router.dump_events())
         except RejectedMessage as exc:
             self._error(exc.reason)
             return False
@@ -100,28 +86,8 @@ class KvIndexFollower:
             self._error("read_error")
             return False
         self.reads += 1
-        await self._between_requests()
         self._on_index(events)
         return True
-
-    def _parse(self, dump: str) -> list[KvEvent]:
-        """The dump's events, parsed on a worker thread (as one of the gate's background steps, with a gate)."""
-        if self._gate is None:
-            return kv_events_from_dump(dump)
-        self._gate.wait()
-        try:
-            return kv_events_from_dump(dump)
-        finally:
-            self._gate.rest()
-
-    async def _between_requests(self) -> None:
-        """Wait (at most ``max_wait_s``) until no request is being decided."""
-        if self._gate is None:
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._max_wait_s
-        while self._gate.busy and loop.time() < deadline:
-            await asyncio.sleep(HAND_OVER_POLL_S)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

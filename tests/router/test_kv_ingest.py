@@ -9,7 +9,6 @@ import pytest
 
 from semblend_dynamo.config import ConfigError
 from semblend_dynamo.events.schemas import KvEvent, KvStored
-from semblend_dynamo.router.indexer import RequestGate
 from semblend_dynamo.router.kv_ingest import KvIndexFollower, configured_event_plane
 
 
@@ -51,37 +50,3 @@ async def test_follower_hands_every_usable_dump_over_and_counts_bad_ones() -> No
     first, later = seen[0][0], seen[-1][0]
     assert isinstance(first.data, KvStored) and first.data.tokens_hashes == [10, 20] and first.worker_id == 7
     assert isinstance(later.data, KvStored) and later.data.tokens_hashes == [10]
-
-
-class RecordingGate(RequestGate):
-    """A :class:`RequestGate` that logs its background steps' waits and rests."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.log: list[str] = []
-
-    def wait(self) -> None:
-        self.log.append("wait")
-        super().wait()
-
-    def rest(self) -> None:
-        self.log.append("rest")
-        super().rest()
-
-
-async def test_an_index_read_is_handed_over_between_requests_and_parsed_as_a_background_step() -> None:
-    """Handing the index over (the residency's reconcile, on the loop) waits while a request is decided, up to
-    ``max_wait_s``; the parse (on a thread) is a background step of the gate, as the donor thread's are."""
-    gate = RecordingGate()
-    seen: list[list[KvEvent]] = []
-    follower = KvIndexFollower(DumpSequence(_dump(7, [(1, 10)])), seen.append, interval_s=1.0, gate=gate)
-    with gate.deciding():
-        reading = asyncio.ensure_future(follower.read_once())
-        await asyncio.sleep(0.05)
-        assert not seen and not reading.done()  # not handed over while the request is decided
-    assert await reading and len(seen) == 1 and seen[0][0].worker_id == 7
-    assert gate.log == ["wait", "rest"] and not gate.stepping()
-
-    slow = KvIndexFollower(DumpSequence(_dump(7, [(1, 10)])), seen.append, interval_s=1.0, gate=gate, max_wait_s=0.02)
-    with gate.deciding():  # a request decided for longer than max_wait_s: handed over anyway
-        assert await slow.read_once() and len(seen) == 2
