@@ -199,7 +199,7 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(start), Py_XDECREF(target), Py_XDECREF(length);
         if (bad || s->donor_start < 0 || s->target_start < 0 || s->length <= 0) {
             read++;
-            goto fallback;
+            goto done;
         }
     }
     for (Py_ssize_t i = 1; i < n; i++) {
@@ -210,10 +210,10 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     long long prev_end = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (in[i].target_start < prev_end) goto fallback;
+        if (in[i].target_start < prev_end) goto done;
         prev_end = in[i].target_start + in[i].length;
     }
-    if (prev_end > target_len) goto fallback;
+    if (prev_end > target_len) goto done;
 
     /* Exact-equivalence, trimmed inward to target blocks, clipped to [device prefix, limit). */
     long long kept = 0;
@@ -227,7 +227,7 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             is_exact = 0;
         } else {
             int approx = PySequence_Contains(approximate, s->donor_id);
-            if (approx < 0) goto fallback;
+            if (approx < 0) goto done;
             if (approx) {
                 is_exact = 0;
             } else if (ts == 0) {
@@ -236,7 +236,7 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 is_exact = 0;
                 if (prev != NULL && prev_exact && prev->target_start + prev->length == ts) {
                     int same = PyObject_RichCompareBool(prev->donor_id, s->donor_id, Py_EQ);
-                    if (same < 0) goto fallback;
+                    if (same < 0) goto done;
                     is_exact = same;
                 }
             }
@@ -257,11 +257,11 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             c->span = Py_NewRef(s->obj);
         } else {
             c->span = make_span(s->donor_id, c->donor_start, start, end - start);
-            if (c->span == NULL) goto fallback;
+            if (c->span == NULL) goto done;
         }
         n_out++;
     }
-    if (!kept || !n_out) goto fallback;
+    if (!kept || !n_out) goto done;
     Py_ssize_t n_chosen = n_out;
     if (exact_only) {
         Py_ssize_t lead = 0;
@@ -269,23 +269,23 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (lead == 0) {
             PyObject *decline[] = {Py_None, exact_only_reason, exact_only_detail};
             result = PyObject_Vectorcall(decision_class, decline, 3, NULL);
-            goto fallback; /* the clean-up; returns the decline (None if it could not be made) */
+            goto done; /* returns the decline (None if it could not be made) */
         }
         n_chosen = lead;
     }
     if (strict) {
-        if (out[0].target_start != prefix) goto fallback;
+        if (out[0].target_start != prefix) goto done;
         Py_ssize_t tiled = 1;
         while (tiled < n_chosen &&
                out[tiled].target_start == out[tiled - 1].target_start + out[tiled - 1].length)
             tiled++;
         n_chosen = tiled;
     }
-    if (n_chosen > max_spans) goto fallback;
+    if (n_chosen > max_spans) goto done;
 
     plan_spans = PyList_New(n_chosen);
     weighted = PyList_New(0);
-    if (plan_spans == NULL || weighted == NULL) goto fallback;
+    if (plan_spans == NULL || weighted == NULL) goto done;
     long long reused = 0, shifted_total = 0;
     int moves = 0;
     for (Py_ssize_t i = 0; i < n_chosen; i++) {
@@ -298,41 +298,41 @@ static PyObject *accept(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyObject *w = PyFloat_FromDouble((double)c->length * span_deviation(c->length, delta, skipped));
             if (w == NULL || PyList_Append(weighted, w) < 0) {
                 Py_XDECREF(w);
-                goto fallback;
+                goto done;
             }
             Py_DECREF(w);
             if (delta) moves = 1;
         }
     }
     double ratio = (double)reused / (double)target_len;
-    if (chain_head == Py_None && ratio < min_ratio) goto fallback;
+    if (chain_head == Py_None && ratio < min_ratio) goto done;
     int shifted = shifted_total > 0;
     double deviation = 0.0;
     if (shifted) {
         PyObject *sum = PyObject_CallOneArg(sum_builtin, weighted);
         if (sum == NULL || !PyFloat_CheckExact(sum)) {
             Py_XDECREF(sum);
-            goto fallback;
+            goto done;
         }
         deviation = PyFloat_AS_DOUBLE(sum) / (double)shifted_total;
         Py_DECREF(sum);
         if (similarity != Py_None) {
-            if (cfg_double(cfg, N_MIN_SIMILARITY, &min_similarity)) goto fallback;
-            if (!(PyFloat_AS_DOUBLE(similarity) >= min_similarity)) goto fallback;
+            if (cfg_double(cfg, N_MIN_SIMILARITY, &min_similarity)) goto done;
+            if (!(PyFloat_AS_DOUBLE(similarity) >= min_similarity)) goto done;
         }
-        if (deviation > max_deviation) goto fallback;
+        if (deviation > max_deviation) goto done;
         PyObject *isolation = PyObject_GetAttr(cfg, names[N_ISOLATION]);
         int none = isolation == NULL || !PyUnicode_CheckExact(isolation) ||
                    PyUnicode_CompareWithASCIIString(isolation, "none") == 0;
         Py_XDECREF(isolation);
-        if (none) goto fallback;
+        if (none) goto done;
     }
     plan = make_plan(plan_spans, target_obj, reused, ratio, shifted && moves, deviation, shifted);
-    if (plan == NULL) goto fallback;
+    if (plan == NULL) goto done;
     PyObject *decision_args[2] = {plan, Py_None};
     result = PyObject_Vectorcall(decision_class, decision_args, 2, NULL);
 
-fallback:
+done: /* the decision made so far (result), or None: the Python planner decides */
     if (result == NULL) PyErr_Clear();
     Py_XDECREF(plan);
     Py_XDECREF(plan_spans);
