@@ -7,7 +7,8 @@
  * it) are of one width per call, `width` bytes a token: 8 (int64, the router's) or 4 (uint32, the connector's); the
  * function that reads tokens has one body, compiled once per width.
  *
- * The library also holds the router's block maps' bulk lookup and write (um_locate, um_assign, at the end). */
+ * The library also holds the router's block maps' bulk lookup, write and merge (um_locate, um_assign, um_merge, at the
+ * end). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,7 +607,8 @@ EXPORT int64_t sa_align(const int64_t *args) {
                                            max_spans, allowed, n_allowed, work);
 }
 
-/* ---- the router's U64Map (semblend_dynamo/router/u64map.py): a bulk lookup and a bulk write of its sorted levels ----
+/* ---- the router's U64Map (semblend_dynamo/router/u64map.py): a bulk lookup, a bulk write and a merge of its sorted
+ * levels ----
  * In this library for its build and loading only (plain C, any CPython); u64map.py's numpy code is the reference
  * these match exactly, and calls them with the GIL held (ctypes.PyDLL): the map's readers on other threads rely on it.
  * Booleans are numpy's (one byte, 0 or 1); positions are int64 (numpy's intp on the 64-bit hosts this builds for). */
@@ -758,5 +760,61 @@ EXPORT int64_t um_assign(const int64_t *args) {
         }
     }
     return left << 32 | added;
+}
+
+enum {
+    UG_OLD_KEYS, UG_OLD_VALUES, UG_OLD_LIVE, UG_N_OLD,   /* live 0 (no column): a base slice */
+    UG_NEW_KEYS, UG_NEW_VALUES, UG_NEW_LIVE, UG_N_NEW,
+    UG_OUT_KEYS, UG_OUT_VALUES, UG_OUT_LIVE,             /* out: as many entries as returned; live as the old's */
+    UG_ARGS
+};
+
+/* The first position in keys[lo:hi] whose key is not below `key` (hi if none): galloping from lo, then a binary search,
+ * so a short distance (a dense merge) costs a comparison or two. */
+static int64_t um_first_at_least(const uint64_t *keys, int64_t lo, int64_t hi, uint64_t key) {
+    int64_t top = lo;  /* keys before lo are below key; the answer is in [lo, top] */
+    for (int64_t step = 1; top < hi && keys[top] < key; step <<= 1) {
+        lo = top + 1;
+        top = lo + step;
+    }
+    if (top > hi) top = hi;
+    while (lo < top) {
+        int64_t mid = lo + ((top - lo) >> 1);
+        if (keys[mid] < key) lo = mid + 1;
+        else top = mid;
+    }
+    return lo;
+}
+
+/* u64map._merged: the sorted, distinct-key columns `new` merged into the sorted, distinct-key `old`, in key order; a
+ * new entry replaces the old entry of its key. With a live column (the overlay) the dead new entries are written
+ * too; without one (a base slice with the frozen entries of its range) a dead new entry only removes its key. The old
+ * entries between two new keys are copied as one run (a merge adds hundreds of keys to tens of thousands). The output
+ * must hold the old entries and the new ones written. Returns how many entries it wrote. */
+EXPORT int64_t um_merge(const int64_t *args) {
+    const uint64_t *old_keys = UM_PTR(const uint64_t *, UG_OLD_KEYS), *old_values = UM_PTR(const uint64_t *, UG_OLD_VALUES);
+    const uint64_t *new_keys = UM_PTR(const uint64_t *, UG_NEW_KEYS), *new_values = UM_PTR(const uint64_t *, UG_NEW_VALUES);
+    const uint8_t *old_live = UM_PTR(const uint8_t *, UG_OLD_LIVE), *new_live = UM_PTR(const uint8_t *, UG_NEW_LIVE);
+    uint64_t *out_keys = UM_PTR(uint64_t *, UG_OUT_KEYS), *out_values = UM_PTR(uint64_t *, UG_OUT_VALUES);
+    uint8_t *out_live = UM_PTR(uint8_t *, UG_OUT_LIVE);
+    int64_t n_old = args[UG_N_OLD], n_new = args[UG_N_NEW], i = 0, w = 0;
+    for (int64_t j = 0; j <= n_new; j++) {
+        int64_t end = j < n_new ? um_first_at_least(old_keys, i, n_old, new_keys[j]) : n_old;
+        if (end > i) {  /* the old run below this new key */
+            memcpy(out_keys + w, old_keys + i, (size_t)(end - i) * sizeof(uint64_t));
+            memcpy(out_values + w, old_values + i, (size_t)(end - i) * sizeof(uint64_t));
+            if (old_live) memcpy(out_live + w, old_live + i, (size_t)(end - i));
+            w += end - i;
+        }
+        if (j == n_new) break;
+        i = end + (end < n_old && old_keys[end] == new_keys[j]);  /* replaced */
+        if (old_live || new_live[j]) {
+            out_keys[w] = new_keys[j];
+            out_values[w] = new_values[j];
+            if (old_live) out_live[w] = new_live[j];
+            w++;
+        }
+    }
+    return w;
 #undef UM_PTR
 }

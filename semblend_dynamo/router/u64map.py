@@ -31,10 +31,12 @@ progress (it is merged into the base once that rewrite ends); only past ``_OVERF
 the rewrite written at once. The new base's directory is
 written along with it, a slice per step, so no lookup builds one over a whole new base.
 
-The bulk lookup (:meth:`U64Map._locate`) and :meth:`U64Map.assign`'s writes in place run compiled where the package's
-library is built (``um_locate`` and ``um_assign`` in ``semblend_dynamo/_native/span_aligner.c``, one call each
-instead of a few dozen numpy operations; the directory search a few probes at a time): the numpy code here is the
-reference they match exactly, and the path without the library. ``SEMBLEND_NATIVE_MAP=0`` turns them off.
+The bulk lookup (:meth:`U64Map._locate`), :meth:`U64Map.assign`'s writes in place and the merges into the overlay and
+the new base (:func:`_merged`) run compiled where the package's library is built (``um_locate``, ``um_assign`` and
+``um_merge`` in ``semblend_dynamo/_native/span_aligner.c``, one call each instead of a few dozen numpy operations; the
+directory search a few probes at a time, a merge a linear pass that writes a rewrite's slice straight into the new
+base): the numpy code here is the reference they match exactly, and the path without the library.
+``SEMBLEND_NATIVE_MAP=0`` turns them off.
 
 Reads without a lock: every change marks the map busy while it runs and counts itself (:meth:`U64Map.quiet`), so a
 reader on another thread can tell whether a change overlapped its reads (a seqlock under the GIL).
@@ -89,23 +91,24 @@ _DIR_MAX_STEPS = 8
 NATIVE_ENV = "SEMBLEND_NATIVE_MAP"
 
 
-def _load_native() -> tuple[Any, Any, str]:
-    """``um_locate`` and ``um_assign`` (None, None where not used), and why (not)."""
+def _load_native() -> tuple[Any, Any, Any, str]:
+    """``um_locate``, ``um_assign`` and ``um_merge`` (None each where not used), and why (not)."""
     if switched_off(NATIVE_ENV):
-        return None, None, f"{NATIVE_ENV}={os.environ[NATIVE_ENV]}"
+        return None, None, None, f"{NATIVE_ENV}={os.environ[NATIVE_ENV]}"
     if np.dtype(np.intp).itemsize != 8:
-        return None, None, "positions are not 64-bit"
+        return None, None, None, "positions are not 64-bit"
     lib, reason = held_library()
     if lib is None:
-        return None, None, reason
-    locate, assign = lib.um_locate, lib.um_assign
+        return None, None, None, reason
+    locate, assign, merge = lib.um_locate, lib.um_assign, lib.um_merge
     locate.argtypes, locate.restype = (ctypes.c_void_p,), None
     assign.argtypes, assign.restype = (ctypes.c_void_p,), ctypes.c_int64
-    return locate, assign, reason
+    merge.argtypes, merge.restype = (ctypes.c_void_p,), ctypes.c_int64
+    return locate, assign, merge, reason
 
 
-NATIVE_LOCATE, NATIVE_ASSIGN, NATIVE_REASON = _load_native()
-"""The compiled bulk lookup and write (None: the numpy path), and why."""
+NATIVE_LOCATE, NATIVE_ASSIGN, NATIVE_MERGE, NATIVE_REASON = _load_native()
+"""The compiled bulk lookup, write and merge (None: the numpy path), and why."""
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -173,6 +176,45 @@ def _interleave(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tup
         column[kept] = held
         out.append(column)
     return tuple(out)
+
+
+def _merged(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Sorted, distinct-key columns ``new`` (keys, values, live) merged into ``old`` (keys, values, and live for the
+    overlay; none for a base slice), in key order: a new entry replaces the old entry of its key; into a base slice a
+    dead new entry only removes its key. The reference of :func:`_merge_native` (``um_merge``)."""
+    if len(old[0]) and len(new[0]):
+        replaced, at = _hits(old[0], new[0])
+        if replaced.any():
+            keep = np.ones(len(old[0]), dtype=bool)
+            keep[at[replaced]] = False
+            old = tuple(column[keep] for column in old)
+    if len(old) < len(new):
+        live = new[2]
+        new = (new[0][live], new[1][live])
+    return _interleave(old, new)
+
+
+def _merge_native(old: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...]) -> int:
+    """:func:`_merged` written to the start of ``out`` (columns as ``old``'s, room for every old and new entry) in one
+    compiled call (``um_merge``); how many entries it wrote."""
+    has_live = len(old) == 3
+    args = array(
+        "q",
+        (
+            array_address(old[0]),
+            array_address(old[1]),
+            array_address(old[2]) if has_live else 0,
+            len(old[0]),
+            array_address(new[0]),
+            array_address(new[1]),
+            array_address(new[2]),
+            len(new[0]),
+            array_address(out[0]),
+            array_address(out[1]),
+            array_address(out[2]) if has_live else 0,
+        ),
+    )
+    return int(NATIVE_MERGE(args.buffer_info()[0]))
 
 
 class U64Map:
@@ -592,18 +634,18 @@ class U64Map:
         """Merge distinct ``keys`` (any order; ``live`` False: deleted; ``absent``: none is in the overlay) into the
         overlay, replacing its entries of the same keys; then the overlay into the base if it outgrew its bound."""
         order = np.argsort(keys)
-        keys, values, live = keys[order], values[order], live[order]
-        held_keys, held_values, held_live = self._over_keys, self._over_values, self._live
-        if len(held_keys) and not absent:
-            replaced, at = _hits(held_keys, keys)
-            if replaced.any():
-                keep = np.ones(len(held_keys), dtype=bool)
-                keep[at[replaced]] = False
-                held_keys, held_values, held_live = held_keys[keep], held_values[keep], held_live[keep]
+        keys, values, live = keys[order].astype(_U64, copy=False), values[order].astype(_U64, copy=False), live[order]
+        held = (self._over_keys, self._over_values, self._live)
         self._located = None
-        self._over_keys, self._over_values, self._live = _interleave(
-            (held_keys, held_values, held_live), (keys, values, live)
-        )
+        if NATIVE_MERGE is not None:
+            room = len(held[0]) + len(keys)
+            out = (np.empty(room, dtype=_U64), np.empty(room, dtype=_U64), np.empty(room, dtype=bool))
+            end = _merge_native(held, (keys, values, live), out)
+            self._over_keys, self._over_values, self._live = out[0][:end], out[1][:end], out[2][:end]
+        elif absent:  # no key to replace
+            self._over_keys, self._over_values, self._live = _interleave(held, (keys, values, live))
+        else:
+            self._over_keys, self._over_values, self._live = _merged(held, (keys, values, live))
         bound = max(_MIN_OVERLAY, _OVERLAY_PER_ROOT * isqrt(len(self._keys)))
         if not len(self._frozen_keys):
             if len(self._over_keys) > bound:
@@ -645,18 +687,17 @@ class U64Map:
         # frozen keys below the next step's first base key belong to this step (an equal key replaces it there)
         frozen_end = int(frozen.searchsorted(keys[base_end])) if base_end < len(keys) else len(frozen)
         old = (keys[base_at:base_end], self._values[base_at:base_end])
-        new_keys = frozen[frozen_at:frozen_end]
-        if len(new_keys) and len(old[0]):
-            replaced, at = _hits(old[0], new_keys)
-            if replaced.any():
-                keep = np.ones(len(old[0]), dtype=bool)
-                keep[at[replaced]] = False
-                old = (old[0][keep], old[1][keep])
-        live = self._frozen_live[frozen_at:frozen_end]
-        merged_keys, merged_values = _interleave(old, (new_keys[live], self._frozen_values[frozen_at:frozen_end][live]))
-        end = self._written + len(merged_keys)
-        self._next_keys[self._written : end] = merged_keys
-        self._next_values[self._written : end] = merged_values
+        new = tuple(level[frozen_at:frozen_end] for level in (frozen, self._frozen_values, self._frozen_live))
+        if NATIVE_MERGE is not None:  # straight into the new base (sized for every base and live frozen entry)
+            end = self._written + _merge_native(
+                old, new, (self._next_keys[self._written :], self._next_values[self._written :])
+            )
+        else:
+            merged_keys, merged_values = _merged(old, new)
+            end = self._written + len(merged_keys)
+            self._next_keys[self._written : end] = merged_keys
+            self._next_values[self._written : end] = merged_values
+        merged_keys = self._next_keys[self._written : end]
         starts = self._next_dir
         if starts is not None and len(merged_keys):
             # the runs starting in this slice: each run's first key is here (the slices before end below it)

@@ -315,6 +315,99 @@ needs_native = pytest.mark.skipif(u64map.NATIVE_LOCATE is None, reason=f"no comp
 def _numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(u64map, "NATIVE_LOCATE", None)
     monkeypatch.setattr(u64map, "NATIVE_ASSIGN", None)
+    monkeypatch.setattr(u64map, "NATIVE_MERGE", None)
+
+
+def _columns(rng: np.random.Generator, keys: np.ndarray, live: bool) -> tuple[np.ndarray, ...]:
+    """Sorted ``keys`` with random values (and a live column, about a third dead, where ``live``)."""
+    keys = np.sort(keys)
+    values = rng.integers(0, 1 << 64, len(keys), dtype=np.uint64, endpoint=False)
+    return (keys, values, rng.random(len(keys)) < 0.66) if live else (keys, values)
+
+
+@needs_native
+@pytest.mark.parametrize("with_live", [True, False], ids=["overlay", "base slice"])
+@pytest.mark.parametrize("overlap", [True, False], ids=["shared keys", "distinct keys"])
+@pytest.mark.parametrize("sizes", [(0, 0), (0, 1), (1, 0), (1, 1), (0, 7), (9, 0), (5, 17), (300, 3), (4000, 600)])
+def test_the_compiled_merge_matches_numpys(sizes: tuple[int, int], overlap: bool, with_live: bool) -> None:
+    """``um_merge`` writes what the numpy reference builds: the union in key order, a new entry replacing an old one
+    of its key; into columns with a live flag the dead new entries too, into a base slice's (two columns) a dead entry
+    only removes its key. It writes no further than the entries it returns (the rewrite writes into the new base)."""
+    rng = np.random.default_rng(sum(sizes) + 7 * overlap + 3 * with_live)
+    n_old, n_new = sizes
+    for _ in range(20):
+        pool = np.unique(rng.integers(1, (1 << 64) - 1, 2 * (n_old + n_new), dtype=np.uint64))
+        pool = rng.permutation(np.concatenate((pool, np.array([0, (1 << 64) - 1], dtype=np.uint64))))  # the ends
+        old_keys = pool[:n_old]
+        new_keys = (
+            rng.choice(old_keys, min(n_old, max(1, n_new // 2)), replace=False)
+            if overlap and n_old and n_new
+            else pool[:0]
+        )
+        new_keys = np.concatenate((new_keys, pool[n_old : n_old + n_new - len(new_keys)]))
+        old = _columns(rng, old_keys, with_live)
+        new = _columns(rng, new_keys, True)
+        expected = u64map._merged(old, new)
+        room = n_old + n_new
+        out = tuple(np.full((room + 3) * c.itemsize, 5, dtype=np.uint8).view(c.dtype) for c in old)  # 5: unwritten
+        written = u64map._merge_native(old, new, out)
+        assert written == len(expected[0])
+        for column, reference in zip(out, expected, strict=True):
+            assert column[:written].tolist() == reference.tolist()
+            assert (column[written:].view(np.uint8) == 5).all()
+
+
+def test_the_merge_reference_replaces_and_drops_as_the_map_needs() -> None:
+    """The numpy reference itself, on a hand-made case: old keys 1, 3, 5; new 2 (dead), 3 (live), 5 (dead)."""
+    u64 = np.uint64
+    old = (np.array([1, 3, 5], dtype=u64), np.array([10, 30, 50], dtype=u64), np.array([True, False, True]))
+    new = (np.array([2, 3, 5], dtype=u64), np.array([20, 31, 0], dtype=u64), np.array([False, True, False]))
+    keys, values, live = u64map._merged(old, new)
+    assert keys.tolist() == [1, 2, 3, 5] and values.tolist() == [10, 20, 31, 0]
+    assert live.tolist() == [True, False, True, False]
+    keys, values = u64map._merged(old[:2], new)
+    assert keys.tolist() == [1, 3] and values.tolist() == [10, 31]
+
+
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
+def test_bulk_changes_through_many_rewrites_read_as_a_dict(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bulk assigns, set_many batches (new and held keys) and deletions, with small rewrite steps so that many
+    rewrites run and overlap the changes: the map reads as a dict after each, on the compiled merges and on numpy's."""
+    if path == "numpy":
+        _numpy_path(monkeypatch)
+    elif u64map.NATIVE_MERGE is None:
+        pytest.skip(f"no compiled map: {u64map.NATIVE_REASON}")
+    monkeypatch.setattr(u64map, "_MIN_OVERLAY", 512)
+    monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 4)
+    monkeypatch.setattr(u64map, "_MIN_STEP", 300)
+    monkeypatch.setattr(u64map, "_MAX_STEP", 700)
+    monkeypatch.setattr(u64map, "_DIR_MIN", 1024)
+    rng = np.random.default_rng(21)
+    pool = np.unique(rng.integers(0, 1 << 64, 60_000, dtype=np.uint64, endpoint=False))
+    m, d = U64Map(), dict[int, int]()
+    rewrites = 0
+    for step in range(400):
+        op = rng.random()
+        batch = np.sort(rng.choice(pool, int(rng.integers(64, 600)), replace=False))
+        values = rng.integers(0, 1 << 64, len(batch), dtype=np.uint64, endpoint=False)
+        frozen = m._frozen_keys
+        if op < 0.5:
+            m.lookup(batch)
+            m.assign(batch, values)
+            d.update(zip(batch.tolist(), values.tolist(), strict=True))
+        elif op < 0.75:
+            m.set_many(batch.tolist(), values.tolist())
+            d.update(zip(batch.tolist(), values.tolist(), strict=True))
+        else:
+            assert m.pop_many(batch.tolist()) == [d.pop(k, None) for k in batch.tolist()]
+        rewrites += m._frozen_keys is not frozen and len(m._frozen_keys) > 0
+        assert len(m) == len(d), step
+        probe = rng.choice(pool, 300)
+        found, held = m.lookup(probe)
+        assert found.tolist() == [k in d for k in probe.tolist()], step
+        assert held.tolist() == [d.get(k, 0) for k in probe.tolist()], step
+    assert rewrites > 10
+    assert dict(m.items()) == d
 
 
 def _state(m: U64Map) -> list[object]:
@@ -378,11 +471,11 @@ def test_the_compiled_lookup_and_assign_match_numpys_exactly(monkeypatch: pytest
     assert dict(native.items()) == dict(reference.items())
 
 
-def test_without_the_compiled_map_lookups_and_assigns_take_numpys_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_compiled_map_lookups_assigns_and_merges_take_numpys_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """``SEMBLEND_NATIVE_MAP=0`` turns the compiled path off (and says so); the numpy path does the same work."""
     monkeypatch.setenv(u64map.NATIVE_ENV, "0")
-    locate, assign, reason = u64map._load_native()
-    assert locate is None and assign is None and reason == f"{u64map.NATIVE_ENV}=0"
+    locate, assign, merge, reason = u64map._load_native()
+    assert locate is None and assign is None and merge is None and reason == f"{u64map.NATIVE_ENV}=0"
     _numpy_path(monkeypatch)
     m = U64Map()
     keys = np.arange(1, 5001, dtype=np.uint64) * np.uint64(11)
