@@ -223,6 +223,17 @@ def router_stages_ms(log: Path) -> list[dict[str, float]]:
     return out
 
 
+def paired_added_ms(sem: list[dict[str, float]], exact: list[dict[str, float]]) -> tuple[float, float] | None:
+    """p50 and p99 of each sequential request's own added time: the semantic router's ``total_added`` minus the
+    exact-only router's for the same request (the i-th of each router's log); None without a pair."""
+    added = [
+        s["total_added"] - e["total_added"]
+        for s, e in zip(sem, exact, strict=False)
+        if "total_added" in s and "total_added" in e
+    ]
+    return (pct(added, 50), pct(added, 99)) if added else None
+
+
 def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
     """The sequential requests seen from inside each Frontend and each router (their own logs)."""
     seq = slice(args.warmup, args.warmup + args.requests)
@@ -258,6 +269,12 @@ def breakdown(graph: BenchGraph, args: argparse.Namespace) -> list[str]:
         sem = [s[stage] for s in stages["sem"] if stage in s]
         exact = [s.get(stage, 0.0) for s in stages["exact"]]
         lines.append(f"| router stage `{stage}` | {cells(sem, exact)} |")
+    paired = paired_added_ms(stages["sem"], stages["exact"])
+    if paired is not None:
+        lines.append(
+            f"| router `total_added`, paired (each request's semantic minus its exact-only time) | - | - | "
+            f"{paired[0]:.2f} | {paired[1]:.2f} |"
+        )
     lines.append("")
     for name in ("sem", "exact"):
         for stage in ("decide", "total_added"):
