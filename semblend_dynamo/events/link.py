@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,13 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[Msg], Awaitable[None]]
 _PLAIN_SUBJECT = re.compile(r"[^.\s*>]+(\.[^.\s*>]+)*")
 """A subject nats-py accepts for a publish (tokens without spaces, wildcards or empty parts)."""
+_SUBJECTS_CHECKED = 4096
+"""Subjects whose check is remembered (a router publishes hints on one subject a worker): a hit skips the regex."""
+
+
+@functools.lru_cache(maxsize=_SUBJECTS_CHECKED)
+def _plain_subject(subject: str) -> bool:
+    return _PLAIN_SUBJECT.fullmatch(subject) is not None
 
 
 class NatsLink:
@@ -91,7 +99,7 @@ class NatsLink:
             return False
         if getattr(nc, "_pending", None) != [] or len(data) > nc._max_payload:
             return False
-        if not (getattr(nc, "_skip_subject_validation", False) or _PLAIN_SUBJECT.fullmatch(subject)):
+        if not (getattr(nc, "_skip_subject_validation", False) or _plain_subject(subject)):
             return False  # nats-py checks it (and raises)
         transport = writer.transport
         if transport.is_closing() or transport.get_write_buffer_size():

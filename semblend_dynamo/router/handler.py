@@ -113,6 +113,9 @@ CHAIN_REASONS = (DeclineReason.NOT_PREFIX_CONTIGUOUS, DeclineReason.BELOW_REUSE_
 NAMESPACE_KEYS = 4096
 """Namespace keys kept made (one per LoRA and cache salt seen lately): a request of one reuses it."""
 
+HINT_SUBJECTS = 1024
+"""Hint subjects kept made (one a worker seen lately): formatting one costs more than finding it."""
+
 UNREADABLE_SALT = object()
 """Stands for a salt the request carries where the router cannot read it (``nvext`` that is not a map)."""
 
@@ -234,6 +237,7 @@ class SemanticRouter:
         self.deployment = deployment
         self.router_id = router_id or uuid.uuid4().hex
         self.subjects = Subjects.for_config(cfg)
+        self._hint_subject = functools.lru_cache(maxsize=HINT_SUBJECTS)(self.subjects.hints)
         self.policy = DonorPolicy(cfg)
         self.sync_inbox = sync_inbox(self.router_id)
         self._sync_limiter = SyncLimiter(cfg.sync_rate_per_s)
@@ -296,7 +300,7 @@ class SemanticRouter:
         if decision.hint is None:
             return
         t0 = time.perf_counter()
-        await self.publisher.send_first(self.subjects.hints(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
+        await self.publisher.send_first(self._hint_subject(decision.hint.worker_id), decision.hint, HINT_FLUSH_S)
         decision.latency_us["hint"] = (time.perf_counter() - t0) * 1e6
 
     def parse(self, request: Mapping[str, Any], context: Any = None) -> RoutedRequest:
@@ -601,7 +605,7 @@ class SemanticRouter:
         forwarded = salted(forwarded, decision.salt)
         try:
             for done, (prompt_tokens, hint) in enumerate(decision.chain_steps):
-                await self.publisher.send_first(self.subjects.hints(hint.worker_id), hint, HINT_FLUSH_S)
+                await self.publisher.send_first(self._hint_subject(hint.worker_id), hint, HINT_FLUSH_S)
                 step = step_request(forwarded, prompt_tokens)
                 try:
                     await run_step(

@@ -473,3 +473,16 @@ async def test_an_urgent_hint_stays_behind_what_the_client_has_buffered_already(
         got = [(await sub.next_msg(timeout=5)).data for _ in range(3)]
         assert got[0] == b"before" and got[2] == b"after"
         assert isinstance(decode(got[1], DonorHint, max_bytes=MAX), DonorHint)
+
+
+@pytest.mark.nats
+async def test_an_urgent_publish_on_a_subject_nats_py_would_refuse_is_never_written(nats_server) -> None:
+    """The subject check is made once a subject (remembered): a refused subject stays refused on every call, a plain one
+    is written every time."""
+    async with _urgent_link(nats_server) as (link, subject, sub, _publisher):
+        for _ in range(2):
+            for bad in ("semblend.hints.*", "semblend..hints", "semblend.hints.>", "a b"):
+                assert not await link.publish_written(bad, b"x", 2.0)
+            assert await link.publish_written(subject, b"plain", 2.0)
+        assert [(await sub.next_msg(timeout=5)).data for _ in range(2)] == [b"plain", b"plain"]
+        assert link._nc is not None and not link._nc._pending
