@@ -38,7 +38,7 @@ def test_the_library_is_plain_c_that_reports_its_source(tmp_path: Path) -> None:
         assert not [name for name in needed if "python" in name], needed
         symbols = subprocess.run(["readelf", "--dyn-syms", "-W", str(out)], capture_output=True, text=True).stdout
         exported = {line.split()[-1] for line in symbols.splitlines() if " GLOBAL " in line and " UND " not in line}
-        assert exported == {"sa_source_digest", "sa_align", "sa_work_size", "um_locate", "um_assign"}
+        assert exported == {"sa_source_digest", "sa_align", "sa_work_size", "um_locate", "um_assign", "um_merge"}
 
 
 @pytest.mark.parametrize("compiler", ["false", "/nonexistent/cc"])
