@@ -41,6 +41,10 @@ SHARED = _POST_MASK
 MAX_SLOTS = SHARED - 1
 """Donor slots a residency can hand out (a posting is a slot plus one, and 0 means none)."""
 
+_ARRAY_STORE = 64
+"""A stored event of this many blocks or more is applied with array operations where it can be
+(:meth:`Residency._store_new`)."""
+
 _SMALL: dict[int, int] = {}
 _T = TypeVar("_T")
 
@@ -449,6 +453,8 @@ class Residency:
     def _store(self, blocks: _WorkerBlocks, block_hashes: Sequence[int], tokens_hashes: Sequence[int]) -> None:
         if len(block_hashes) != len(tokens_hashes):
             raise ValueError("block_hashes and tokens_hashes differ in length")
+        if self._store_new(blocks, block_hashes, tokens_hashes):
+            return
         by_block = blocks.by_block
         previous = by_block.get_many(block_hashes)
         distinct = len(set(block_hashes)) == len(block_hashes)
@@ -469,6 +475,51 @@ class Residency:
             return
         by_block.set_many(block_hashes, tokens_hashes, previous)
         self._add_hashes(blocks, tokens_hashes)
+
+    def _store_new(self, blocks: _WorkerBlocks, block_hashes: Sequence[int], tokens_hashes: Sequence[int]) -> bool:
+        """:meth:`_store` in a few array operations when the blocks are distinct and none is stored on the worker, and
+        their hashes distinct (a finished prompt's usual event); False, doing nothing, otherwise. As
+        :meth:`_post_new`: sorted probes, each map looked up then assigned the same sorted array."""
+        if len(block_hashes) < _ARRAY_STORE:
+            return False
+        tokens = np.array(tokens_hashes, dtype=np.uint64)
+        tokens_order = np.argsort(tokens)
+        ordered = tokens[tokens_order]
+        if (ordered[1:] == ordered[:-1]).any():
+            return False
+        engine = np.array(block_hashes, dtype=np.uint64)
+        engine_order = np.argsort(engine)
+        engine_ordered = engine[engine_order]
+        if (engine_ordered[1:] == engine_ordered[:-1]).any() or blocks.by_block.lookup(engine_ordered)[0].any():
+            return False
+        blocks.by_block.assign(engine_ordered, tokens[engine_order])
+        values = blocks.hashes.lookup(ordered)[1]
+        blocks.hashes.assign(ordered, values + np.uint64(1 << _POST_BITS))
+        arrived = (values != 0) & (values <= _POST_MASK)  # posted, and stored by no block until now
+        if not arrived.any():
+            return True
+        in_turn = np.argsort(tokens_order[arrived])  # in the event's order, as _add_hashes meets them
+        postings = values[arrived][in_turn]
+        if (postings == SHARED).any():
+            hashes = ordered[arrived][in_turn].tolist()
+            slots = np.array(
+                [slot for h, p in zip(hashes, postings.tolist(), strict=True) for slot in blocks.slots(h, p)],
+                dtype=np.int64,
+            )
+        else:
+            slots = postings.astype(np.int64) - 1
+        # a donor becomes resident at its last hash arriving (its ``missing`` counts at least its arrivals)
+        distinct, last, counts = np.unique(slots[::-1], return_index=True, return_counts=True)
+        by_last = np.argsort(-last)
+        resident = []
+        for slot, count in zip(distinct[by_last].tolist(), counts[by_last].tolist(), strict=True):
+            entry = self._slots[slot]
+            assert entry is not None
+            entry.missing -= count
+            if entry.missing == 0:
+                resident.append(entry)
+        self._became_resident(resident, blocks.key)
+        return True
 
     def _add_hashes(self, blocks: _WorkerBlocks, tokens_hashes: Sequence[int]) -> None:
         """One more engine block holds each of ``tokens_hashes`` (a hash may repeat)."""

@@ -584,3 +584,147 @@ def test_a_row_picker_picks_as_pick_does() -> None:
     column = [f"v{i}" for i in range(10)]
     for picked in (range(10), range(2, 7), range(0, 10, 3), [4], [], [9, 0, 3], range(0)):
         assert SyncRows.picker(picked)(column) == SyncRows.pick(column, picked)
+
+
+class _GeneralStores(Residency):
+    """A residency whose stored events all take the general path (the reference of the array path)."""
+
+    def _store_new(self, *args: object) -> bool:
+        return False
+
+
+class _CountedStores(Residency):
+    """A residency that counts the stored events its array path applied."""
+
+    array_stores = 0
+
+    def _store_new(self, *args: object) -> bool:
+        taken = super()._store_new(*args)  # type: ignore[arg-type]
+        self.array_stores += taken
+        return taken
+
+
+def _counted(r: Residency) -> object:
+    """A residency's donors (slot and ``missing``), gaps and counters."""
+    donors = {e.donor_id: (e.slot, e.missing) for e in r.donors()}
+    return donors, r.event_gaps, r.ignored_events, r._resident_counts, r.donors_per_worker()
+
+
+def _observed(r: Residency, keys: dict[tuple[int, int], set[int]], engine: dict[tuple[int, int], set[int]]) -> object:
+    """What a residency shows, read without changing its maps' levels: each worker's block map and hash map at every
+    key seen, shared postings, event ids, and :func:`_counted`."""
+    return _counted(r), {
+        key: (
+            blocks.by_block.get_many(sorted(engine.get(key, ()))),
+            blocks.hashes.get_many(sorted(keys.get(key, ()))),
+            len(blocks.by_block),
+            len(blocks.hashes),
+            blocks.shared,
+            blocks.last_event_id,
+        )
+        for key, blocks in r._workers.items()
+    }
+
+
+def _new_prompt(rng: random.Random, prompts: list[list[int]]) -> list[int]:
+    """A prompt of a known prompt's prefix and fresh hashes, added to ``prompts``."""
+    base = rng.choice(prompts)
+    prompts.append(
+        base[: rng.randrange(len(base) + 1)] + [rng.randrange(1, 1 << 63) for _ in range(rng.randrange(1, 150))]
+    )
+    return prompts[-1]
+
+
+def test_stored_events_end_as_on_the_general_path() -> None:
+    """Random stores (fresh prompts, shared prefixes, repeated hashes or engine blocks, re-stores), removals, clears and
+    donors posted before and after their blocks (sharing hashes) end, event by event, exactly as with every store on
+    the general path: the maps, shared postings, donors' ``missing``, the resident transitions in order, gaps."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        fast, general = _CountedStores(capacity=60), _GeneralStores(capacity=60)
+        prompts: list[list[int]] = [[rng.randrange(1, 1 << 63) for _ in range(100)]]
+        stored: dict[tuple[int, int], dict[int, int]] = {(W1, 0): {}, (W2, 0): {}}  # engine block -> hash, as sent
+        keys: dict[tuple[int, int], set[int]] = {key: set() for key in stored}
+        engine: dict[tuple[int, int], set[int]] = {key: set() for key in stored}
+        event_ids = dict.fromkeys(stored, 0)
+        next_block = 1
+        for step in range(400):
+            op, key = rng.random(), rng.choice(sorted(stored))
+            event_ids[key] += 1 if rng.random() < 0.95 else 3
+            if op < 0.4:
+                hashes = list(rng.choice(prompts[-8:]) if rng.random() < 0.5 else _new_prompt(rng, prompts))
+                if rng.random() < 0.1:  # a hash twice
+                    hashes.append(rng.choice(hashes))
+                blocks = list(range(next_block, next_block + len(hashes)))
+                next_block += len(hashes)
+                if rng.random() < 0.1 and stored[key]:  # a block stored again, as it is or with another hash
+                    blocks[rng.randrange(len(blocks))] = rng.choice(sorted(stored[key]))
+                if rng.random() < 0.05:  # an engine block twice
+                    blocks[-1] = blocks[0]
+                data: KvStored | KvRemoved | KvCleared = KvStored(blocks, hashes)
+                stored[key].update(zip(blocks, hashes, strict=True))
+                keys[key].update(hashes)
+                engine[key].update(blocks)
+            elif op < 0.55 and stored[key]:
+                gone = rng.sample(sorted(stored[key]), min(len(stored[key]), rng.randrange(1, 120)))
+                gone += [next_block + 10**9] if rng.random() < 0.1 else []  # an unknown block
+                data = KvRemoved(gone)
+                for block in gone:
+                    stored[key].pop(block, None)
+            elif op < 0.58:
+                data = KvCleared()
+                stored[key].clear()
+            elif op < 0.9:
+                batch = []
+                if rng.random() < 0.3:  # donors of a prompt whose blocks come later
+                    _new_prompt(rng, prompts)
+                for _ in range(rng.randrange(1, 4)):
+                    prompt = rng.choice(prompts[-8:])
+                    start, end = sorted(rng.sample(range(len(prompt) + 1), 2))
+                    pick = rng.random()  # a prefix, a run inside (disjoint from others) or hashes in any order
+                    hashes = (
+                        prompt[:end] if pick < 0.5 else prompt[start:end] if pick < 0.8 else rng.sample(prompt, end)
+                    )
+                    batch.append(_donor(f"d{rng.randrange(80)}", key[0], hashes))
+                    keys[key].update(hashes)
+                for r in (fast, general):
+                    r.add_many(batch)
+                assert fast.take_changes() == general.take_changes(), (seed, step)
+                continue
+            else:
+                donor_id = rng.choice([e.donor_id for e in general.donors()] or ["none"])
+                assert fast.remove_donor(donor_id) == general.remove_donor(donor_id)
+                continue
+            event = KvEvent(worker_id=key[0], event_id=event_ids[key], data=data)
+            fast.apply(event)
+            general.apply(event)
+            assert fast.take_changes() == general.take_changes(), (seed, step)
+            assert _counted(fast) == _counted(general), (seed, step)
+            if step % 16 == 0:
+                assert _observed(fast, keys, engine) == _observed(general, keys, engine), (seed, step)
+        for key, blocks in fast._workers.items():
+            assert list(blocks.by_block.items()) == list(general._workers[key].by_block.items())
+            assert list(blocks.hashes.items()) == list(general._workers[key].hashes.items())
+        assert fast.snapshot() == general.snapshot()
+        assert fast.array_stores > 20, seed
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_donors_one_stored_event_completes_turn_resident_in_the_order_of_their_last_blocks(shared: bool) -> None:
+    """Donors of disjoint runs of a prompt (added in another order, so their slots are not in run order; with
+    ``shared``, each run's first hash also another donor's) turn resident as their last hash arrives, as on the general
+    path."""
+    prompt = list(range(1, 201))
+    fast, general = _CountedStores(capacity=100), _GeneralStores(capacity=100)
+    runs = [3, 0, 7, 1, 9, 2, 5, 8, 4, 6]
+    for r in (fast, general):
+        for run in runs:
+            r.add_donor(_donor(f"d{run}", W1, prompt[20 * run : 20 * run + 20]))
+        if shared:
+            r.add_donor(_donor("firsts", W1, prompt[::20]))
+        r.apply(Events(W1).stored(*prompt))
+    expected = [(f"d{run}", True) for run in range(10)]
+    if shared:  # complete with the last run's first hash
+        expected.insert(9, ("firsts", True))
+    assert fast.take_changes() == general.take_changes() == expected
+    assert fast.array_stores == 1
