@@ -578,7 +578,7 @@ class DonorDiscovery:
                 used[s.donor_id] = used.get(s.donor_id, 0) + s.length
             primary: str | None = max(used, key=used.__getitem__)  # the first of the most used, as Counter.most_common
         elif covered:  # the first candidate: every other one covers fewer tokens (a hit alone covers none)
-            primary = min((-tokens, -(hits.get(i) or 0.0), i) for i, tokens in covered.items())[2]
+            primary = min(_rank(i, covered, hits) for i in covered)[2]
         else:
             above = [i for _, similarity, i in _ranked(covered, hits) if -similarity >= self.cfg.min_similarity]
             primary = above[0] if above else None
@@ -634,9 +634,14 @@ _DECLINE_COUNTER = {reason: f"decline:{reason.value}" for reason in DeclineReaso
 """Each decline's key in :attr:`DonorDiscovery.counters`."""
 
 
+def _rank(donor_id: str, covered: dict[str, int], hits: dict[str, float]) -> tuple[int, float, str]:
+    """A candidate's place: most covered tokens first, then highest similarity, then donor id."""
+    return -covered.get(donor_id, 0), -(hits.get(donor_id) or 0.0), donor_id
+
+
 def _ranked(covered: dict[str, int], hits: dict[str, float]) -> list[tuple[int, float, str]]:
-    """``(-covered tokens, -similarity, donor id)`` of every donor with evidence, sorted: the candidates' order."""
-    return sorted((-covered.get(i, 0), -(hits.get(i) or 0.0), i) for i in {**covered, **hits})
+    """:func:`_rank` of every donor with evidence, sorted: the candidates' order."""
+    return sorted(_rank(i, covered, hits) for i in {**covered, **hits})
 
 
 def _target(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
