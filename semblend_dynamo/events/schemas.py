@@ -127,6 +127,116 @@ class DonorHint(SemblendEvent):
     span's first ``chain_head_tokens`` tokens are recomputed in the new context."""
 
 
+_HINT_FIELDS_GIVEN = (
+    "request_key",
+    "request_id",
+    "donor_id",
+    "donor_key",
+    "worker_id",
+    "dp_rank",
+    "namespace",
+    "similarity",
+    "spans",
+    "decision",
+    "trace_id",
+)
+
+
+def _plain(text: object, shortest: int, longest: int) -> bool:
+    """``text`` is a str (not a subclass) of ASCII characters (no surrogate, which validation refuses), of a length
+    within the bounds."""
+    return type(text) is str and text.isascii() and shortest <= len(text) <= longest
+
+
+def recipient_hint(
+    *,
+    request_key: str,
+    request_id: str | None,
+    donor_id: str,
+    donor_key: str | None,
+    worker_id: int,
+    dp_rank: int,
+    namespace: str,
+    similarity: float | None,
+    spans: list[tuple[int, int, int]],
+    decision: Outcome,
+    trace_id: str | None,
+) -> DonorHint:
+    """``DonorHint(...)`` of these fields (a recipient's hint, the router's), the same hint, without running pydantic's
+    validation when every field is already what it would store: of its exact type and within the schema's bounds.
+    Any other value goes through the validation, which converts it or raises as it always does. The router makes a
+    hint per placed request: the validation was about half of that step's ~50 µs cache-cold (session 18,
+    branch gate18)."""
+    if not (
+        _plain(request_key, 1, 64)
+        and (request_id is None or _plain(request_id, 0, 256))
+        and _plain(donor_id, 1, 256)
+        and (donor_key is None or _plain(donor_key, 1, 64))
+        and type(worker_id) is int
+        and 0 <= worker_id < 1 << 64
+        and type(dp_rank) is int
+        and 0 <= dp_rank < 1 << 32
+        and _plain(namespace, 1, 64)
+        and (similarity is None or (type(similarity) is float and -1.0 <= similarity <= 1.0))
+        and type(spans) is list
+        and len(spans) <= 4096
+        and all(
+            type(span) is tuple
+            and len(span) == 3
+            and type(span[0]) is int
+            and type(span[1]) is int
+            and type(span[2]) is int
+            and span[0] >= 0
+            and span[1] >= 0
+            and span[2] > 0
+            for span in spans
+        )
+        and type(decision) is Outcome
+        and (trace_id is None or _plain(trace_id, 1, 64))
+    ):
+        return DonorHint(
+            request_key=request_key,
+            request_id=request_id,
+            donor_id=donor_id,
+            donor_key=donor_key,
+            worker_id=worker_id,
+            dp_rank=dp_rank,
+            namespace=namespace,
+            similarity=similarity,
+            spans=spans,
+            decision=decision,
+            trace_id=trace_id,
+        )
+    hint = DonorHint.__new__(DonorHint)
+    # the fields in the model's order (the codec writes __dict__'s values in it), as validation stores them: the
+    # enum's value (use_enum_values), the defaults as they are (not validated)
+    object.__setattr__(
+        hint,
+        "__dict__",
+        {
+            "schema_": "semblend.hint/v1",
+            "request_key": request_key,
+            "request_id": request_id,
+            "donor_id": donor_id,
+            "donor_key": donor_key,
+            "worker_id": worker_id,
+            "dp_rank": dp_rank,
+            "namespace": namespace,
+            "similarity": similarity,
+            "spans": spans,
+            "decision": decision.value,
+            "issued_at": time.time(),
+            "trace_id": trace_id,
+            "role": Role.RECIPIENT,
+            "chain_head_tokens": None,
+        },
+    )
+    object.__setattr__(hint, "__pydantic_fields_set__", set(_HINT_FIELDS_GIVEN))
+    object.__setattr__(hint, "__pydantic_extra__", None)
+    object.__setattr__(hint, "__pydantic_private__", None)
+    return hint
+
+
 class RouteEvidence(SemblendEvent):
     """One routing decision, published after the router forwarded the request."""
 

@@ -65,6 +65,7 @@ from ..events.schemas import (
     OutcomeReport,
     RouteEvidence,
     SemblendEvent,
+    recipient_hint,
     request_key,
     u32_tokens,
 )
@@ -548,7 +549,7 @@ class SemanticRouter:
     ) -> DonorHint:
         plan = result.decision.plan
         spans = plan.spans if plan is not None else result.spans
-        return DonorHint(
+        return recipient_hint(  # DonorHint(...), not validated again where the fields are what validation stores
             request_key=routed.key,
             request_id=routed.request_id,
             donor_id=donor_id,

@@ -12,6 +12,7 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.events.codec import REJECT_REASONS, RejectedMessage, decode, decode_kv_events, encode, topic_of
@@ -27,6 +28,7 @@ from semblend_dynamo.events.schemas import (
     OutcomeReport,
     RouteEvidence,
     deployment_digest,
+    recipient_hint,
     request_key,
 )
 from semblend_dynamo.events.subjects import Subjects
@@ -170,6 +172,137 @@ def test_a_hint_encodes_to_the_bytes_of_its_model_dump(
     assert encode(hint, publisher_id=worker_id, sequence=dp_rank, published_at_ms=5) == _reference_encoding(
         hint, worker_id, dp_rank, 5
     )
+
+
+def _any_text(shortest: int, longest: int) -> st.SearchStrategy:
+    """Text a hint's string field may get: ASCII, any unicode (surrogates too), just past its bounds, a str subclass."""
+    return (
+        st.text(st.characters(max_codepoint=127), min_size=shortest, max_size=longest)
+        | st.text(min_size=max(0, shortest - 1), max_size=longest + 2)
+        | st.sampled_from(["", "x" * longest, "x" * (longest + 1), "\ud800", "é"]).map(str)
+        | st.sampled_from([Outcome.EXACT_PREFIX_ROUTE, 7, None])
+    )
+
+
+def _any_int(bits: int) -> st.SearchStrategy:
+    return st.integers(-2, (1 << bits) + 1) | st.sampled_from([True, False, 3.0, np.int64(3), np.uint64(5), "4"])
+
+
+_SPAN_PART = st.integers(-1, 1 << 40) | st.sampled_from([True, np.int64(2), 2.0, 0])
+_ANY_SPAN = st.tuples(_SPAN_PART, _SPAN_PART, _SPAN_PART) | st.lists(st.integers(0, 9), max_size=4).map(
+    lambda x: x if len(x) != 3 else tuple(x)
+)
+
+
+def _same_as_validated(fields: dict) -> bool:
+    """``recipient_hint(**fields)`` gives what ``DonorHint(**fields)`` gives: the same refusal, or a hint of the same
+    fields in the same order, of the same types, with the same fields set, the same bytes on the wire. Whether it
+    skipped the validation (it keeps the caller's list of spans then; validation copies it)."""
+    try:
+        expected = DonorHint(**fields)
+    except ValidationError as exc:
+        with pytest.raises(ValidationError) as refused:
+            recipient_hint(**fields)
+        assert refused.value.errors() == exc.errors()
+        return False
+    hint = recipient_hint(**fields)
+    assert type(hint) is DonorHint
+    got = hint.__dict__
+    assert got.pop("issued_at") == pytest.approx(expected.__dict__.pop("issued_at"), abs=5.0)
+    assert list(got) == list(expected.__dict__)
+    for name, value in expected.__dict__.items():
+        assert type(got[name]) is type(value), name
+        if name == "spans":
+            assert [tuple(map(type, s)) for s in got[name]] == [tuple(map(type, s)) for s in value]
+    assert got == expected.__dict__
+    assert hint.__pydantic_fields_set__ == expected.__pydantic_fields_set__
+    assert type(hint.__pydantic_fields_set__) is set
+    assert (hint.__pydantic_extra__, hint.__pydantic_private__) == (expected.__pydantic_extra__, None)
+    got["issued_at"] = expected.__dict__["issued_at"] = 1.5
+    assert hint == expected
+    assert encode(hint, publisher_id=3, sequence=4, published_at_ms=5) == encode(
+        expected, publisher_id=3, sequence=4, published_at_ms=5
+    )
+    assert hint.model_copy(update={"worker_id": 9}).model_fields_set == expected.model_fields_set
+    return got["spans"] is fields["spans"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    request_key_=_any_text(1, 64),
+    request_id=st.none() | _any_text(0, 256),
+    donor_id=_any_text(1, 256),
+    donor_key=st.none() | _any_text(1, 64),
+    worker_id=_any_int(64),
+    dp_rank=_any_int(32),
+    namespace=_any_text(1, 64),
+    similarity=st.none()
+    | st.floats(-1.01, 1.01)
+    | st.floats(allow_nan=True)
+    | st.sampled_from([1, 0, True, np.float32(0.5), np.float64(0.25), -1.0, 1.0]),
+    spans=st.lists(
+        st.tuples(st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.integers(1, 1 << 20)) | _ANY_SPAN, max_size=6
+    )
+    | st.sampled_from([(), [(0, 1, 2)] * 4097, [(0, 1, 2)] * 4096]),
+    decision=st.sampled_from([*Outcome, "semantic_placement", "nonsense", 3]),
+    trace_id=st.none() | _any_text(1, 64),
+)
+def test_a_recipient_hint_of_any_fields_is_the_validated_hint(
+    request_key_, request_id, donor_id, donor_key, worker_id, dp_rank, namespace, similarity, spans, decision, trace_id
+) -> None:
+    """Fields in and out of the schema's bounds, of other types (validation converts them or refuses)."""
+    _same_as_validated(
+        {
+            "request_key": request_key_,
+            "request_id": request_id,
+            "donor_id": donor_id,
+            "donor_key": donor_key,
+            "worker_id": worker_id,
+            "dp_rank": dp_rank,
+            "namespace": namespace,
+            "similarity": similarity,
+            "spans": list(spans) if isinstance(spans, list) else spans,
+            "decision": decision,
+            "trace_id": trace_id,
+        }
+    )
+
+
+_ASCII = st.characters(max_codepoint=127)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    request_key_=st.text(_ASCII, min_size=1, max_size=64),
+    request_id=st.none() | st.text(_ASCII, max_size=256),
+    donor_id=st.text(_ASCII, min_size=1, max_size=256),
+    donor_key=st.none() | st.text(_ASCII, min_size=1, max_size=64),
+    worker_id=st.integers(0, (1 << 64) - 1),
+    dp_rank=st.integers(0, (1 << 32) - 1),
+    namespace=st.text(_ASCII, min_size=1, max_size=64),
+    similarity=st.none() | st.floats(-1.0, 1.0),
+    spans=st.lists(st.tuples(st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.integers(1, 1 << 20)), max_size=40),
+    decision=st.sampled_from(list(Outcome)),
+    trace_id=st.none() | st.text(_ASCII, min_size=1, max_size=64),
+)
+def test_a_recipient_hint_of_the_routers_fields_skips_the_validation(
+    request_key_, request_id, donor_id, donor_key, worker_id, dp_rank, namespace, similarity, spans, decision, trace_id
+) -> None:
+    """Fields of the router's types within the schema's bounds: the same hint, made without the validation."""
+    fields = {
+        "request_key": request_key_,
+        "request_id": request_id,
+        "donor_id": donor_id,
+        "donor_key": donor_key,
+        "worker_id": worker_id,
+        "dp_rank": dp_rank,
+        "namespace": namespace,
+        "similarity": similarity,
+        "spans": spans,
+        "decision": decision,
+        "trace_id": trace_id,
+    }
+    assert _same_as_validated(fields)
 
 
 def test_embedding_travels_as_float16_bytes() -> None:
