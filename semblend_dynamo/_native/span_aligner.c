@@ -100,26 +100,38 @@ ALWAYS_INLINE uint64_t window_hash(const void *t, int width, int64_t at, int64_t
     return h;
 }
 
+/* Bit `at` of the filter (little bit order): where bytes are little-endian, read in the 64-bit word that holds it (one
+ * load and one bit test, the shift's count masked by the test itself), else in its byte. */
+ALWAYS_INLINE uint64_t filter_bit(const uint8_t *bits, uint64_t at) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t word;
+    memcpy(&word, bits + 8 * (at >> 6), 8); /* the filter is whole words: 2**12 bits or more */
+    return (word >> (at & 63)) & 1;
+#else
+    return (bits[at >> 3] >> (at & 7)) & 1;
+#endif
+}
+
 /* The filter's verdict on a window hash: 1 when the window may be a chunk (no false negatives). A chunk sets two bits:
  * the first at the mixed hash's top bits, the second in the same 512-bit block (one cache line) at the next 9 bits
  * (_ChunkTable.slots); the second is read only when the first is set (a branch: reading both every window was
- * slower, the screen being bound by instructions per window). */
-ALWAYS_INLINE uint64_t filter_passes(const sa_table *tb, uint64_t h) {
+ * slower, the screen being bound by instructions per window). `bits` and `shift` are the table's, held in locals by
+ * the caller: read through `tb`, they were read again after every row written (the rows might alias them). */
+ALWAYS_INLINE uint64_t filter_passes(const uint8_t *bits, uint64_t shift, uint64_t h) {
     uint64_t mixed = h * MIX;
-    uint64_t slot = mixed >> tb->filter_shift;
-    uint64_t second = (slot & ~(uint64_t)511) | ((mixed >> (tb->filter_shift - 9)) & 511);
-    if (!((tb->bits[slot >> 3] >> (slot & 7)) & 1)) return 0;
-    return (tb->bits[second >> 3] >> (second & 7)) & 1;
+    uint64_t slot = mixed >> shift;
+    if (!filter_bit(bits, slot)) return 0;
+    return filter_bit(bits, (slot & ~(uint64_t)511) | ((mixed >> (shift - 9)) & 511));
 }
 
-/* One window screened: its row (position, hash) appended to `out` when it passes the filter. */
-#define SCREEN(out, count, pos, h)                        \
-    do {                                                  \
-        if (filter_passes(tb, (h))) {                     \
-            (out)[2 * (count)] = (uint64_t)(pos);         \
-            (out)[2 * (count) + 1] = (h);                 \
-            (count)++;                                    \
-        }                                                 \
+/* One window screened: its row (position, hash) written at `end`, which moves past it, when it passes the filter. */
+#define SCREEN(end, pos, h)                    \
+    do {                                       \
+        if (filter_passes(bits, shift, (h))) { \
+            (end)[0] = (uint64_t)(pos);        \
+            (end)[1] = (h);                    \
+            (end) += 2;                        \
+        }                                      \
     } while (0)
 
 #define SCREEN_LANES 4
@@ -139,8 +151,8 @@ ALWAYS_INLINE uint64_t filter_passes(const sa_table *tb, uint64_t h) {
     } while (0)
 
 /* The filter's byte for a window hash, asked of the memory ahead of its test. */
-ALWAYS_INLINE void filter_prefetch(const sa_table *tb, uint64_t h) {
-    __builtin_prefetch(tb->bits + (((h * MIX) >> tb->filter_shift) >> 3));
+ALWAYS_INLINE void filter_prefetch(const uint8_t *bits, uint64_t shift, uint64_t h) {
+    __builtin_prefetch(bits + (((h * MIX) >> shift) >> 3));
 }
 
 /* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter, as rows (position, hash) of the
@@ -157,11 +169,12 @@ ALWAYS_INLINE int64_t screen_of(const sa_table *tb, const void *t, int width, in
     for (int64_t j = 1; j < anchor; j++) top *= BASE;
     uint64_t base_inv = BASE; /* Newton's iteration for the inverse modulo 2**64 */
     for (int k = 0; k < 6; k++) base_inv *= 2 - BASE * base_inv;
+    const uint8_t *bits = tb->bits;
+    const uint64_t shift = tb->filter_shift;
     int64_t n_passed = 0;
     if (q > 0) {
-        uint64_t *out0 = passed, *out1 = passed + 2 * q, *out2 = passed + 4 * q, *out3 = passed + 6 * q;
-        int64_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-        if ((((uint64_t)1 << (64 - tb->filter_shift)) >> 3) > SCREEN_PREFETCH_BYTES) {
+        uint64_t *end0 = passed, *end1 = passed + 2 * q, *end2 = passed + 4 * q, *end3 = passed + 6 * q;
+        if ((((uint64_t)1 << (64 - shift)) >> 3) > SCREEN_PREFETCH_BYTES) {
             /* Lane k's hash of window k * q + i waits in ring[i % SCREEN_AHEAD][k], hashed and its filter byte asked
              * for SCREEN_AHEAD windows before its test: the filter is larger than what the caches keep between
              * requests, and a test's branch on memory would otherwise hold back the next windows' misses. */
@@ -171,7 +184,8 @@ ALWAYS_INLINE int64_t screen_of(const sa_table *tb, const void *t, int width, in
             int64_t ahead = q < SCREEN_AHEAD ? q : SCREEN_AHEAD;
             for (int64_t i = 0;; i++) { /* a_k: lane k's hash of window k * q + i */
                 ring[i][0] = a0, ring[i][1] = a1, ring[i][2] = a2, ring[i][3] = a3;
-                filter_prefetch(tb, a0), filter_prefetch(tb, a1), filter_prefetch(tb, a2), filter_prefetch(tb, a3);
+                filter_prefetch(bits, shift, a0), filter_prefetch(bits, shift, a1);
+                filter_prefetch(bits, shift, a2), filter_prefetch(bits, shift, a3);
                 if (i + 1 == ahead) break;
                 ROLL_LANES(a0, a1, a2, a3, i);
             }
@@ -180,42 +194,42 @@ ALWAYS_INLINE int64_t screen_of(const sa_table *tb, const void *t, int width, in
                 if (next < q) {
                     int64_t at = next - 1;
                     ROLL_LANES(a0, a1, a2, a3, at);
-                    filter_prefetch(tb, a0), filter_prefetch(tb, a1), filter_prefetch(tb, a2), filter_prefetch(tb, a3);
+                    filter_prefetch(bits, shift, a0), filter_prefetch(bits, shift, a1);
+                    filter_prefetch(bits, shift, a2), filter_prefetch(bits, shift, a3);
                 }
                 uint64_t *due = ring[i & (SCREEN_AHEAD - 1)];
-                SCREEN(out0, c0, i, due[0]);
-                SCREEN(out1, c1, q + i, due[1]);
-                SCREEN(out2, c2, 2 * q + i, due[2]);
-                SCREEN(out3, c3, 3 * q + i, due[3]);
+                SCREEN(end0, i, due[0]);
+                SCREEN(end1, q + i, due[1]);
+                SCREEN(end2, 2 * q + i, due[2]);
+                SCREEN(end3, 3 * q + i, due[3]);
                 if (next < q) due[0] = a0, due[1] = a1, due[2] = a2, due[3] = a3;
             }
         } else {
             uint64_t h0 = window_hash(t, width, 0, anchor), h1 = window_hash(t, width, q, anchor);
             uint64_t h2 = window_hash(t, width, 2 * q, anchor), h3 = window_hash(t, width, 3 * q, anchor);
             for (int64_t i = 0;; i++) {
-                SCREEN(out0, c0, i, h0);
-                SCREEN(out1, c1, q + i, h1);
-                SCREEN(out2, c2, 2 * q + i, h2);
-                SCREEN(out3, c3, 3 * q + i, h3);
+                SCREEN(end0, i, h0);
+                SCREEN(end1, q + i, h1);
+                SCREEN(end2, 2 * q + i, h2);
+                SCREEN(end3, 3 * q + i, h3);
                 if (i + 1 == q) break;
                 ROLL_LANES(h0, h1, h2, h3, i);
             }
         }
-        n_passed = c0;
-        int64_t counts[3] = {c1, c2, c3};
-        const uint64_t *parts[3] = {out1, out2, out3};
+        n_passed = (end0 - passed) / 2;
+        const uint64_t *ends[3] = {end1, end2, end3};
         for (int k = 0; k < 3; k++) { /* moved down: each part starts at or after where it goes */
-            for (int64_t e = 0; e < 2 * counts[k]; e++) passed[2 * n_passed + e] = parts[k][e];
-            n_passed += counts[k];
+            const uint64_t *part = passed + 2 * (k + 1) * q;
+            for (int64_t e = 0; e < ends[k] - part; e++) passed[2 * n_passed + e] = part[e];
+            n_passed += (ends[k] - part) / 2;
         }
     }
     /* The rest, fewer than four windows (all of them when the target has fewer than four): written past the parts'
      * room, then moved down. */
-    uint64_t *rest = passed + 2 * SCREEN_LANES * q;
-    int64_t c = 0;
-    for (int64_t i = SCREEN_LANES * q; i < windows; i++) SCREEN(rest, c, i, window_hash(t, width, i, anchor));
-    for (int64_t e = 0; e < 2 * c; e++) passed[2 * n_passed + e] = rest[e];
-    return n_passed + c;
+    uint64_t *rest = passed + 2 * SCREEN_LANES * q, *end = rest;
+    for (int64_t i = SCREEN_LANES * q; i < windows; i++) SCREEN(end, i, window_hash(t, width, i, anchor));
+    for (int64_t e = 0; e < end - rest; e++) passed[2 * n_passed + e] = rest[e];
+    return n_passed + (end - rest) / 2;
 }
 
 /* Every window of `anchor` tokens of t[0:n] (n >= anchor) screened by the filter and looked up in the id table; writes

@@ -254,3 +254,29 @@ def test_a_filter_larger_than_the_caches_is_screened_with_its_bytes_prefetched()
             assert native_path.align("ns", target) == expected, (n, at)
             found += bool(expected)
     assert found > 30
+
+
+@pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
+def test_a_chunk_at_every_bit_of_a_filter_word_passes_the_screen(u32: bool) -> None:
+    """The compiled screen reads the filter 64 bits at a time (where bytes are little-endian) and tests a chunk's two
+    bits in their words: a donor of hundreds of chunks, whose first and second bits fall at every offset of a word,
+    has each chunk found alone (a target holding one chunk, the one window that can pass), as the numpy path finds
+    it, and nothing found in a target of other tokens."""
+    numpy_path, native_path = _pair(u32, block_size=4, min_span_tokens=4, anchor_tokens=4)
+    text = np.random.default_rng(7).integers(0, 30_000, 4 * 600)
+    for aligner in (numpy_path, native_path):
+        aligner.add_donor("d", "ns", _donor_array(text, u32))
+    table = native_path._tables["ns"]
+    hashes = numpy_path._window_hashes(text.astype(numpy_path.dtype))[::4]
+    slots = table.slots(hashes)
+    first, second = slots[: hashes.size], slots[hashes.size :]
+    assert set((first % 64).tolist()) == set(range(64)) == set((second % 64).tolist())
+    filler = np.random.default_rng(8).integers(30_000, 60_000, 16)
+    for j in range(hashes.size):
+        target = filler.copy()
+        target[8:12] = text[4 * j : 4 * j + 4]
+        target = target.astype(numpy_path.dtype)
+        expected = numpy_path.align("ns", target)
+        assert [(s.donor_start, s.target_start, s.length) for s in expected] == [(4 * j, 8, 4)], j
+        assert native_path.align("ns", target) == expected, j
+    assert native_path.align("ns", filler.astype(numpy_path.dtype)) == []
