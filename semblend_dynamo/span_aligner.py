@@ -127,7 +127,7 @@ class _Candidate:
 
 
 NATIVE_SPANS, NATIVE_SPANS_REASON = (
-    native_planner.SPANS.use((Span,))
+    native_planner.SPANS.use((Span, _native.TARGET_WORD))
     if _native.LIBRARY is not None
     else (None, "the native span aligner is not loaded")
 )

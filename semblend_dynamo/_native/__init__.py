@@ -38,6 +38,7 @@ __all__ = [
     "REASON",
     "RELEASE_ENV",
     "SA_ALIGN_ADDRESS",
+    "TARGET_WORD",
     "AlignCall",
     "DonorsView",
     "TableView",
@@ -241,6 +242,8 @@ def work_size(n: int, anchor: int, min_span: int, max_diagonals: int, max_postin
     _N_ALLOWED,
     _WORK,
 ) = range(14)
+TARGET_WORD = _TARGET
+"""The argument block's word that holds the target's address (the planner module's ``spans`` writes it)."""
 
 
 class AlignCall:
@@ -281,7 +284,16 @@ class AlignCall:
         the work buffer, stays alive and unchanged for the call (it may run without the GIL). ``hold_gil``: keep the
         GIL for this call even where the library lets it go (:func:`release_gil`)."""
         assert LIBRARY is not None and _SA_ALIGN_HELD is not None
-        self._fill(table, donors, t, max_spans, allowed)
+        args = self.args
+        args[_TABLE] = table.address
+        args[_DONORS] = donors.address
+        args[_TARGET] = array_address(t)
+        args[_WIDTH] = t.itemsize
+        args[_N] = t.size
+        args[_MAX_SPANS] = max_spans
+        if allowed is not None:
+            args[_ALLOWED] = array_address(allowed)
+            args[_N_ALLOWED] = allowed.size
         found: int = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(self.address)
         if allowed is not None:
             self._unrestrict()
@@ -293,7 +305,7 @@ class AlignCall:
 
     def spans(
         self,
-        build: Callable[[int, int, bool, int, list[str | None]], list[Any]],
+        build: Callable[[int, int, bool, int, list[str | None], np.ndarray], list[Any]],
         table: TableView,
         donors: DonorsView,
         t: np.ndarray,
@@ -303,30 +315,25 @@ class AlignCall:
         *,
         hold_gil: bool = False,
     ) -> list[Any]:
-        """:meth:`run` and the spans of its rows in one compiled call (``build``: the planner module's ``spans``,
-        which calls ``sa_align`` by its address, with or without the GIL as :meth:`run` does, and makes a ``Span`` of
-        each row with the donor id ``names[slot]``): no ctypes call and no Python loop over the rows."""
-        self._fill(table, donors, t, max_spans, allowed)
-        if allowed is None:
-            return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names)
-        try:
-            return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names)
-        finally:
-            self._unrestrict()
-
-    def _fill(
-        self, table: TableView, donors: DonorsView, t: np.ndarray, max_spans: int, allowed: np.ndarray | None
-    ) -> None:
+        """:meth:`run` and the spans of its rows in one compiled call (``build``: the planner module's ``spans``, set up
+        with :data:`TARGET_WORD`, which puts the target's address in the block from its buffer, held through the call,
+        calls ``sa_align`` by its address, with or without the GIL as :meth:`run` does, and makes a ``Span`` of each row
+        with the donor id ``names[slot]``): no ctypes call, no ctypes object for the target's address (a few µs of a
+        decision with the caches cold) and no Python loop over the rows."""
         args = self.args
         args[_TABLE] = table.address
         args[_DONORS] = donors.address
-        args[_TARGET] = array_address(t)
         args[_WIDTH] = t.itemsize
         args[_N] = t.size
         args[_MAX_SPANS] = max_spans
-        if allowed is not None:
-            args[_ALLOWED] = array_address(allowed)
-            args[_N_ALLOWED] = allowed.size
+        if allowed is None:
+            return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names, t)
+        args[_ALLOWED] = array_address(allowed)
+        args[_N_ALLOWED] = allowed.size
+        try:
+            return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names, t)
+        finally:
+            self._unrestrict()
 
     def _unrestrict(self) -> None:
         """Back to every donor; no address of a freed array left behind."""

@@ -346,14 +346,21 @@ done: /* the decision made so far (result), or None: the Python planner decides 
 
 
 /* The span aligner's call (SpanAligner._native_align): sa_align through its address, and its rows as Span objects.
- * Set once by setup_spans(): Span's class and the offsets of its four slots (its member descriptors'). */
+ * Set once by setup_spans(): Span's class, the offsets of its four slots (its member descriptors') and the word of
+ * sa_align's argument block that holds the target's address. */
 static PyTypeObject *spans_type;
 static Py_ssize_t slot_offset[4]; /* donor_id, donor_start, target_start, length */
+static Py_ssize_t target_word = -1;
 
 static PyObject *setup_spans(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *cls;
-    if (!PyArg_ParseTuple(args, "O!", &PyType_Type, &cls)) return NULL;
+    Py_ssize_t word;
+    if (!PyArg_ParseTuple(args, "O!n", &PyType_Type, &cls, &word)) return NULL;
+    if (word < 0) {
+        PyErr_SetString(PyExc_ValueError, "the target's word must be >= 0");
+        return NULL;
+    }
     static const char *const fields[4] = {"donor_id", "donor_start", "target_start", "length"};
 #ifdef Py_T_OBJECT_EX
     const int object_ex = Py_T_OBJECT_EX;
@@ -373,6 +380,7 @@ static PyObject *setup_spans(PyObject *self, PyObject *args) {
         }
     }
     Py_XSETREF(spans_type, (PyTypeObject *)Py_NewRef(cls));
+    target_word = word;
     Py_RETURN_NONE;
 }
 
@@ -389,13 +397,14 @@ static PyObject *row_span(PyObject *donor_id, int64_t donor_start, int64_t targe
 
 typedef int64_t (*align_fn)(void *);
 
-/* spans(sa_align's address, its argument block's address, hold_gil, work address, donor ids): the call (without the
- * GIL unless hold_gil), then the spans of its rows (donor slot, donor start, target start, length, at the work
- * buffer's start), or the errors AlignCall.run raises for its negative results. */
+/* spans(sa_align's address, its argument block's address, hold_gil, work address, donor ids, target): the target's
+ * address (a C-contiguous buffer, held through the call) into the block, the call (without the GIL unless hold_gil),
+ * then the spans of its rows (donor slot, donor start, target start, length, at the work buffer's start), or the
+ * errors AlignCall.run raises for its negative results. */
 static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 5 || spans_type == NULL || !PyList_CheckExact(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "spans() takes 5 arguments (the last a list), after setup_spans()");
+    if (nargs != 6 || spans_type == NULL || !PyList_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "spans() takes 6 arguments (the fifth a list), after setup_spans()");
         return NULL;
     }
     align_fn align = (align_fn)PyLong_AsVoidPtr(args[0]);
@@ -407,6 +416,9 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_SetString(PyExc_ValueError, "spans(): a null address");
         return NULL;
     }
+    Py_buffer target; /* PyBUF_SIMPLE: C-contiguous (numpy refuses any other array), no format asked */
+    if (PyObject_GetBuffer(args[5], &target, PyBUF_SIMPLE) < 0) return NULL;
+    ((int64_t *)block)[target_word] = (int64_t)(intptr_t)target.buf;
     int64_t found;
     if (hold) {
         found = align(block);
@@ -414,6 +426,7 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         Py_BEGIN_ALLOW_THREADS found = align(block);
         Py_END_ALLOW_THREADS
     }
+    PyBuffer_Release(&target);
     if (found < 0) {
         if (found == -1) return PyErr_Format(PyExc_MemoryError, "span aligner: out of memory");
         return PyErr_Format(PyExc_RuntimeError, "span aligner: a diagonal's donor is missing from the donor table");
@@ -443,9 +456,10 @@ static PyMethodDef methods[] = {
     {"accept", (PyCFunction)(void (*)(void))accept, METH_FASTCALL,
      "accept(cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens): "
      "Planner.plan's accepting decision, or None"},
-    {"setup_spans", setup_spans, METH_VARARGS, "setup_spans(Span)"},
+    {"setup_spans", setup_spans, METH_VARARGS, "setup_spans(Span, the argument block's word of the target)"},
     {"spans", (PyCFunction)(void (*)(void))spans, METH_FASTCALL,
-     "spans(sa_align address, argument block address, hold_gil, work address, donor ids): the aligner's spans"},
+     "spans(sa_align address, argument block address, hold_gil, work address, donor ids, target): the aligner's "
+     "spans"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -361,12 +361,49 @@ def test_the_compiled_spans_take_only_a_class_whose_fields_are_its_own_slots() -
 
     for cls in (Plain, Fewer):
         with pytest.raises((TypeError, AttributeError)):
-            native_planner.SPANS.load(native_planner.module_path(), (cls,))
-    assert native_planner.SPANS.load(native_planner.module_path(), (Span,))[0] is span_aligner.NATIVE_SPANS
+            native_planner.SPANS.load(native_planner.module_path(), (cls, _native.TARGET_WORD))
+    assert (
+        native_planner.SPANS.load(native_planner.module_path(), (Span, _native.TARGET_WORD))[0]
+        is span_aligner.NATIVE_SPANS
+    )
 
 
 def test_the_planner_switch_turns_the_compiled_spans_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(native_planner.ENV, "0")
-    assert native_planner.SPANS.use((Span,)) == (None, f"{native_planner.ENV}=0")
+    assert native_planner.SPANS.use((Span, _native.TARGET_WORD)) == (None, f"{native_planner.ENV}=0")
     monkeypatch.setattr(span_aligner, "NATIVE_SPANS", None)
     assert not SpanAligner(16, 32).spans_in_c
+
+
+@needs_spans
+def test_the_compiled_call_puts_the_targets_address_in_the_block_and_refuses_a_strided_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The target's address goes into the argument block from its buffer (held through the call); a target that is not
+    C-contiguous is refused before any call."""
+    in_c, _, targets = _spans_aligners(2)
+    assert in_c._call is not None and in_c._book is not None
+    in_c.align("ns", targets[0])  # its work buffer sized
+    call = in_c._call
+    seen: list[int] = []
+
+    def read_block(_block: int) -> int:
+        seen.append(call.args[_native._TARGET])
+        return 0
+
+    function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(read_block)
+    monkeypatch.setattr(_native, "SA_ALIGN_ADDRESS", ctypes.cast(function, ctypes.c_void_p).value)
+    assert in_c.align("ns", targets[1]) == []
+    assert seen == [targets[1].ctypes.data]
+    strided = np.zeros(2 * targets[1].size, dtype=np.uint32)[::2]
+    with pytest.raises((ValueError, BufferError)):
+        call.spans(
+            span_aligner.NATIVE_SPANS,  # type: ignore[arg-type]
+            in_c._tables["ns"].native_view(),
+            in_c._book.native_view(),
+            strided,
+            8,
+            None,
+            [],
+        )
+    assert len(seen) == 1
