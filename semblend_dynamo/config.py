@@ -39,7 +39,8 @@ NON_SETTING_VARIABLES = {
     "SEMBLEND_NATIVE_UNBOX": "0 turns the connector's C prompt unboxing off, read once per process (trtllm_connector/unbox.py)",
     "SEMBLEND_ALIGNER_RELEASE_GIL": "0 keeps the GIL held during the compiled span search, read once per process "
     "(docs/pipeline.md)",
-    "SEMBLEND_NATIVE_PLANNER": "0 turns the planner's compiled accepting path off, read once per process "
+    "SEMBLEND_NATIVE_PLANNER": "0 turns the planner's compiled accepting path and the span aligner's compiled spans off, "
+    "read once per process "
     "(semblend_dynamo/native_planner.py)",
     "SEMBLEND_NATIVE_VALIDATION": "0 turns the connector's compiled load validation off, read once per process "
     "(trtllm_connector/native_validation.py)",

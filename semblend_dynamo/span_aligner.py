@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semblend_dynamo import _native
+from semblend_dynamo import _native, native_planner
 
 __all__ = ["PreparedDonor", "Span", "SpanAligner"]
 
@@ -125,6 +125,14 @@ class _Candidate:
     end: int
     delta: int
 
+
+NATIVE_SPANS, NATIVE_SPANS_REASON = (
+    native_planner.SPANS.use((Span, _native.TARGET_WORD))
+    if _native.LIBRARY is not None
+    else (None, "the native span aligner is not loaded")
+)
+"""The planner module's ``spans`` (:data:`semblend_dynamo.native_planner.SPANS`): a native aligner calls the compiled
+core through it and gets its rows as spans (None: through ctypes and :meth:`SpanAligner._spans_of`), and why."""
 
 _START = operator.attrgetter("start")
 _new = object.__new__
@@ -593,6 +601,9 @@ class SpanAligner:
         self._tables: dict[str, _ChunkTable] = {}
         self._serials = itertools.count()  # next() is atomic: prepare_donor takes serials without the lock
         self._powers = _Powers.of_size(1)
+        self.spans_in_c = NATIVE_SPANS is not None and self.native
+        """A native aligner's call and its spans through the planner module (:data:`NATIVE_SPANS`); False: ctypes and
+        a Python loop over the rows (the same spans)."""
         self.hold_gil: Callable[[], bool] | None = None
         """Asked before each compiled search: True keeps the GIL for it where the library lets it go. The router's:
         while a background thread runs a step, which would take the GIL during the search and keep the loop waiting
@@ -772,6 +783,18 @@ class SpanAligner:
                 self._work = np.empty(size, dtype=np.int64)
                 self._call.set_work(self._work)
             self._work_for = (t.size, max_spans)
+        # alignments never overlap (see the class): each reuses the work buffer
+        if self.spans_in_c:
+            return self._call.spans(
+                NATIVE_SPANS,  # type: ignore[arg-type]  # spans_in_c: loaded
+                table.native_view(),
+                self._book.native_view(),
+                t,
+                max_spans,
+                None if allowed is None else np.array(sorted(allowed), dtype=np.int64),
+                self._book.donor_ids,
+                hold_gil=self.hold_gil is not None and self.hold_gil(),
+            )
         found = self._call.run(
             table.native_view(),
             self._book.native_view(),
@@ -779,7 +802,7 @@ class SpanAligner:
             max_spans,
             None if allowed is None else np.array(sorted(allowed), dtype=np.int64),
             hold_gil=self.hold_gil is not None and self.hold_gil(),
-        )  # alignments never overlap (see the class): each reuses the work buffer
+        )
         if not found:
             return []
         return self._spans_of(self._work[: 4 * found].tolist())

@@ -23,6 +23,7 @@ import ctypes
 import logging
 import os
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +37,8 @@ __all__ = [
     "LIBRARY",
     "REASON",
     "RELEASE_ENV",
+    "SA_ALIGN_ADDRESS",
+    "TARGET_WORD",
     "AlignCall",
     "DonorsView",
     "TableView",
@@ -206,6 +209,9 @@ def _held(lib: ctypes.CDLL | None) -> Any:
 
 LIBRARY, REASON = _load()
 _SA_ALIGN_HELD = _held(LIBRARY)
+_RELEASES_GIL = LIBRARY is not None and not isinstance(LIBRARY, ctypes.PyDLL)
+SA_ALIGN_ADDRESS: int = 0 if LIBRARY is None else ctypes.cast(LIBRARY.sa_align, ctypes.c_void_p).value or 0
+"""``sa_align``'s address, for :meth:`AlignCall.spans` (0 when the library is not loaded)."""
 if LIBRARY is None:
     log.log(
         logging.INFO if disabled() else logging.WARNING, "span aligner: numpy path (native core not used: %s)", REASON
@@ -236,6 +242,8 @@ def work_size(n: int, anchor: int, min_span: int, max_diagonals: int, max_postin
     _N_ALLOWED,
     _WORK,
 ) = range(14)
+TARGET_WORD = _TARGET
+"""The argument block's word that holds the target's address (the planner module's ``spans`` writes it)."""
 
 
 class AlignCall:
@@ -254,10 +262,11 @@ class AlignCall:
             self.args[_MAX_POSTINGS],
         ) = params
         self.args[_N_ALLOWED] = -1
+        self.work = 0
 
     def set_work(self, work: np.ndarray) -> None:
         """The int64 work buffer the calls write to (at least :func:`work_size` words for their targets)."""
-        self.args[_WORK] = array_address(work)
+        self.work = self.args[_WORK] = array_address(work)
 
     def run(
         self,
@@ -286,11 +295,47 @@ class AlignCall:
             args[_ALLOWED] = array_address(allowed)
             args[_N_ALLOWED] = allowed.size
         found: int = (_SA_ALIGN_HELD if hold_gil else LIBRARY.sa_align)(self.address)
-        if allowed is not None:  # back to every donor; no address of a freed array left behind
-            args[_ALLOWED] = 0
-            args[_N_ALLOWED] = -1
+        if allowed is not None:
+            self._unrestrict()
         if found < 0:
             if found == -1:
                 raise MemoryError("span aligner: out of memory")
             raise RuntimeError("span aligner: a diagonal's donor is missing from the donor table")
         return found
+
+    def spans(
+        self,
+        build: Callable[[int, int, bool, int, list[str | None], np.ndarray], list[Any]],
+        table: TableView,
+        donors: DonorsView,
+        t: np.ndarray,
+        max_spans: int,
+        allowed: np.ndarray | None,
+        names: list[str | None],
+        *,
+        hold_gil: bool = False,
+    ) -> list[Any]:
+        """:meth:`run` and the spans of its rows in one compiled call (``build``: the planner module's ``spans``, set up
+        with :data:`TARGET_WORD`, which puts the target's address in the block from its buffer, held through the call,
+        calls ``sa_align`` by its address, with or without the GIL as :meth:`run` does, and makes a ``Span`` of each row
+        with the donor id ``names[slot]``): no ctypes call, no ctypes object for the target's address (a few µs of a
+        decision with the caches cold) and no Python loop over the rows."""
+        args = self.args
+        args[_TABLE] = table.address
+        args[_DONORS] = donors.address
+        args[_WIDTH] = t.itemsize
+        args[_N] = t.size
+        args[_MAX_SPANS] = max_spans
+        if allowed is None:
+            return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names, t)
+        args[_ALLOWED] = array_address(allowed)
+        args[_N_ALLOWED] = allowed.size
+        try:
+            return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names, t)
+        finally:
+            self._unrestrict()
+
+    def _unrestrict(self) -> None:
+        """Back to every donor; no address of a freed array left behind."""
+        self.args[_ALLOWED] = 0
+        self.args[_N_ALLOWED] = -1

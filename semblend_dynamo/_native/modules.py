@@ -52,12 +52,14 @@ def load(path: Path, source: Path, build_command: str) -> tuple[ModuleType | Non
 @dataclass(frozen=True)
 class ExtensionModule:
     """One per-version extension module: its C source, the variable that turns it off, its command (``python -m
-    <command> build|status``) and the function of it that callers use (``entry``)."""
+    <command> build|status``), the function of it that callers use (``entry``) and the one that sets it up
+    (``setup``: one module may serve two callers, each with its own entry and setup)."""
 
     source: Path
     env: str
     command: str
     entry: str
+    setup: str = "setup"
 
     def module_path(self) -> Path:
         """This interpreter's module: it builds Python objects, so each version has its own."""
@@ -78,7 +80,7 @@ class ExtensionModule:
         module, reason = load(path, self.source, f"{self.command} build")
         if module is None:
             return None, reason
-        module.setup(*setup_args)
+        getattr(module, self.setup)(*setup_args)
         return getattr(module, self.entry), reason
 
     def use(self, setup_args: tuple[Any, ...]) -> tuple[Callable[..., Any] | None, str]:

@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <structmember.h> /* PyMemberDef's types before 3.12 (T_OBJECT_EX) */
 
 #ifndef MODULE_SOURCE_DIGEST
 #define MODULE_SOURCE_DIGEST "unknown"
@@ -343,12 +344,122 @@ done: /* the decision made so far (result), or None: the Python planner decides 
     return result;
 }
 
+
+/* The span aligner's call (SpanAligner._native_align): sa_align through its address, and its rows as Span objects.
+ * Set once by setup_spans(): Span's class, the offsets of its four slots (its member descriptors') and the word of
+ * sa_align's argument block that holds the target's address. */
+static PyTypeObject *spans_type;
+static Py_ssize_t slot_offset[4]; /* donor_id, donor_start, target_start, length */
+static Py_ssize_t target_word = -1;
+
+static PyObject *setup_spans(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cls;
+    Py_ssize_t word;
+    if (!PyArg_ParseTuple(args, "O!n", &PyType_Type, &cls, &word)) return NULL;
+    if (word < 0) {
+        PyErr_SetString(PyExc_ValueError, "the target's word must be >= 0");
+        return NULL;
+    }
+    static const char *const fields[4] = {"donor_id", "donor_start", "target_start", "length"};
+#ifdef Py_T_OBJECT_EX
+    const int object_ex = Py_T_OBJECT_EX;
+#else
+    const int object_ex = T_OBJECT_EX;
+#endif
+    for (int i = 0; i < 4; i++) {
+        PyObject *d = PyObject_GetAttrString(cls, fields[i]);
+        if (d == NULL) return NULL;
+        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == object_ex &&
+                   PyDescr_TYPE(d) == (PyTypeObject *)cls;
+        if (slot) slot_offset[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!slot) {
+            PyErr_Format(PyExc_TypeError, "%s is not a slot of its own", fields[i]);
+            return NULL;
+        }
+    }
+    Py_XSETREF(spans_type, (PyTypeObject *)Py_NewRef(cls));
+    target_word = word;
+    Py_RETURN_NONE;
+}
+
+/* A Span of one row without its __init__ (object.__new__ and the slots set, as span_aligner.py's _spans_of). */
+static PyObject *row_span(PyObject *donor_id, int64_t donor_start, int64_t target_start, int64_t length) {
+    PyObject *span = spans_type->tp_alloc(spans_type, 0);
+    if (span == NULL) return NULL;
+    PyObject *v[4] = {Py_NewRef(donor_id), PyLong_FromLongLong(donor_start), PyLong_FromLongLong(target_start),
+                      PyLong_FromLongLong(length)};
+    for (int i = 0; i < 4; i++) *(PyObject **)((char *)span + slot_offset[i]) = v[i];
+    if (v[1] == NULL || v[2] == NULL || v[3] == NULL) Py_CLEAR(span);
+    return span;
+}
+
+typedef int64_t (*align_fn)(void *);
+
+/* spans(sa_align's address, its argument block's address, hold_gil, work address, donor ids, target): the target's
+ * address (a C-contiguous buffer, held through the call) into the block, the call (without the GIL unless hold_gil),
+ * then the spans of its rows (donor slot, donor start, target start, length, at the work buffer's start), or the
+ * errors AlignCall.run raises for its negative results. */
+static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6 || spans_type == NULL || !PyList_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "spans() takes 6 arguments (the fifth a list), after setup_spans()");
+        return NULL;
+    }
+    align_fn align = (align_fn)PyLong_AsVoidPtr(args[0]);
+    void *block = PyLong_AsVoidPtr(args[1]);
+    int hold = PyObject_IsTrue(args[2]);
+    const int64_t *rows = (const int64_t *)PyLong_AsVoidPtr(args[3]);
+    if (PyErr_Occurred() || hold < 0) return NULL;
+    if (align == NULL || block == NULL || rows == NULL) {
+        PyErr_SetString(PyExc_ValueError, "spans(): a null address");
+        return NULL;
+    }
+    Py_buffer target; /* PyBUF_SIMPLE: C-contiguous (numpy refuses any other array), no format asked */
+    if (PyObject_GetBuffer(args[5], &target, PyBUF_SIMPLE) < 0) return NULL;
+    ((int64_t *)block)[target_word] = (int64_t)(intptr_t)target.buf;
+    int64_t found;
+    if (hold) {
+        found = align(block);
+    } else {
+        Py_BEGIN_ALLOW_THREADS found = align(block);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&target);
+    if (found < 0) {
+        if (found == -1) return PyErr_Format(PyExc_MemoryError, "span aligner: out of memory");
+        return PyErr_Format(PyExc_RuntimeError, "span aligner: a diagonal's donor is missing from the donor table");
+    }
+    PyObject *names = args[4];
+    PyObject *out = PyList_New((Py_ssize_t)found);
+    if (out == NULL) return NULL;
+    for (int64_t i = 0; i < found; i++, rows += 4) {
+        if (rows[0] < 0 || rows[0] >= PyList_GET_SIZE(names)) {
+            Py_DECREF(out);
+            return PyErr_Format(PyExc_RuntimeError, "span aligner: a row's donor slot %lld is not in the book",
+                                (long long)rows[0]);
+        }
+        PyObject *span = row_span(PyList_GET_ITEM(names, rows[0]), rows[1], rows[2], rows[3]);
+        if (span == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, span);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
      "setup(Span, MaterializationPlan, PlanDecision, sum, (decay, floor, rope, displacement weight, tokens))"},
     {"accept", (PyCFunction)(void (*)(void))accept, METH_FASTCALL,
      "accept(cfg, target_len, spans, similarity, device_prefix_tokens, approximate_donors, chain_head_tokens): "
      "Planner.plan's accepting decision, or None"},
+    {"setup_spans", setup_spans, METH_VARARGS, "setup_spans(Span, the argument block's word of the target)"},
+    {"spans", (PyCFunction)(void (*)(void))spans, METH_FASTCALL,
+     "spans(sa_align address, argument block address, hold_gil, work address, donor ids, target): the aligner's "
+     "spans"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,12 +11,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from semblend_dynamo import _native
+from semblend_dynamo import _native, native_planner, span_aligner
 from semblend_dynamo._native import build
 from semblend_dynamo._native.__main__ import main
-from semblend_dynamo.span_aligner import SpanAligner
+from semblend_dynamo.span_aligner import Span, SpanAligner
 
 needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc").split()[0]) is None, reason="no C compiler on PATH"
@@ -123,8 +124,12 @@ def test_the_search_releases_the_gil_unless_told_not_to(
 
 
 @pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
-def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans() -> None:
-    """``hold_gil`` is asked before each compiled search: True keeps every other Python thread waiting through it."""
+@pytest.mark.parametrize("in_c", [True, False], ids=["planner-module call", "ctypes call"])
+def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans(in_c: bool) -> None:
+    """``hold_gil`` is asked before each compiled search: True keeps every other Python thread waiting through it,
+    whether the call goes through the planner module (``spans_in_c``) or ctypes."""
+    if in_c and span_aligner.NATIVE_SPANS is None:
+        pytest.skip(f"compiled spans not loaded: {span_aligner.NATIVE_SPANS_REASON}")
     import sys
     import threading
 
@@ -132,8 +137,11 @@ def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans() -
 
     rng = np.random.default_rng(3)
     donor = rng.integers(0, 1000, size=4096)
-    target = np.concatenate((rng.integers(1000, 2000, size=200_000), donor))  # a long scan: milliseconds
+    # a long scan (~4 ms on the development VM): the other thread, woken when the GIL goes, runs within it even on a
+    # busy machine
+    target = np.concatenate((rng.integers(1000, 2000, size=2_000_000), donor))
     aligner = SpanAligner(32, 64, native=True)
+    aligner.spans_in_c = in_c
     aligner.add_donor("d", "ns", donor)
     aligner.align("ns", target)  # its work buffer sized (that call lets the GIL go)
     holds: list[bool] = []
@@ -153,7 +161,7 @@ def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans() -
             before = count[0]
             spans = aligner.align("ns", target)
             out.append(count[0] != before)
-            assert [(s.donor_id, s.donor_start, s.target_start, s.length) for s in spans] == [("d", 0, 200_000, 4096)]
+            assert [(s.donor_id, s.donor_start, s.target_start, s.length) for s in spans] == [("d", 0, 2_000_000, 4096)]
             if out[-1] and not hold:
                 break
         return out
@@ -170,7 +178,8 @@ def test_a_search_keeps_the_gil_when_its_owner_asks_and_finds_the_same_spans() -
         sys.setswitchinterval(interval)
         runner.join()
     assert holds == [True] * 5 + [False] * (len(released) if _native.release_gil() else 0)
-    assert not any(held) and any(released)
+    assert not any(held), held
+    assert any(released), released
 
 
 @pytest.mark.skipif(_native.LIBRARY is None, reason="native core not loaded")
@@ -238,3 +247,167 @@ def test_a_search_restricted_to_candidates_leaves_the_next_one_unrestricted() ->
     assert [s.donor_id for s in aligner.align("ns", b)] == ["b"]
     assert [s.donor_id for s in aligner.align("ns", b, candidates=["b"])] == ["b"]
     assert [s.donor_id for s in aligner.align("ns", a)] == ["a"]
+
+
+needs_spans = pytest.mark.skipif(
+    span_aligner.NATIVE_SPANS is None, reason=f"compiled spans not loaded: {span_aligner.NATIVE_SPANS_REASON}"
+)
+
+
+def _spans_aligners(seed: int) -> tuple[SpanAligner, SpanAligner, list[np.ndarray]]:
+    """Two native aligners with the same donors (some released, their slots reused), one calling through the planner
+    module (``spans_in_c``), one through ctypes; and targets made of the donors' pieces."""
+    rng = np.random.default_rng(seed)
+    pair = (SpanAligner(16, 32, native=True, tokens_u32=True), SpanAligner(16, 32, native=True, tokens_u32=True))
+    pair[1].spans_in_c = False
+    texts = {f"d{i}": rng.integers(0, 500, size=int(rng.integers(64, 600))).astype(np.uint32) for i in range(40)}
+    for aligner in pair:
+        for donor_id, tokens in texts.items():
+            aligner.add_donor(donor_id, "ns", tokens)
+        for i in range(0, 40, 3):
+            aligner.remove_donor(f"d{i}")
+        aligner.add_donor("late", "ns", texts["d0"])  # into a released slot
+    targets = []
+    for _ in range(30):
+        pieces = [texts[f"d{int(i)}"][int(rng.integers(0, 40)) :] for i in rng.integers(0, 40, size=4)]
+        pieces.append(rng.integers(0, 500, size=int(rng.integers(0, 100))).astype(np.uint32))
+        targets.append(np.concatenate([p[int(rng.integers(0, 8)) :] for p in pieces]).astype(np.uint32))
+    return pair[0], pair[1], targets
+
+
+@needs_spans
+@pytest.mark.parametrize("seed", range(3))
+def test_the_compiled_call_gives_the_spans_the_ctypes_call_and_its_loop_give(seed: int) -> None:
+    """The planner module's ``spans`` (``sa_align`` by its address, a ``Span`` per row made in C) and the ctypes call
+    with ``_spans_of``: the same spans, of the same class, whatever the candidates and ``max_spans``."""
+    in_c, through_ctypes, targets = _spans_aligners(seed)
+    assert in_c.spans_in_c and not through_ctypes.spans_in_c
+    rng = np.random.default_rng(seed)
+    found = 0
+    for target in targets:
+        max_spans = int(rng.integers(1, 9))
+        candidates = None if rng.random() < 0.5 else [f"d{int(i)}" for i in rng.integers(0, 40, size=6)]
+        got = in_c.align("ns", target, candidates=candidates, max_spans=max_spans)
+        expected = through_ctypes.align("ns", target, candidates=candidates, max_spans=max_spans)
+        assert got == expected
+        assert all(type(s) is Span and s.length > 0 and s.donor_start >= 0 for s in got)
+        found += len(got)
+    assert found >= 20
+
+
+class _Negative:
+    """A C function ``int64_t f(void *)`` (a ctypes callback) standing in for ``sa_align``: it returns ``value``."""
+
+    def __init__(self, value: int) -> None:
+        self.function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(lambda _block: value)
+        self.address = ctypes.cast(self.function, ctypes.c_void_p).value
+
+
+@needs_spans
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [(-1, MemoryError, "out of memory"), (-2, RuntimeError, "donor is missing from the donor table")],
+)
+@pytest.mark.parametrize("hold", [False, True], ids=["released", "held"])
+def test_a_negative_result_raises_as_the_ctypes_call_does_and_unrestricts_the_block(
+    monkeypatch: pytest.MonkeyPatch, value: int, error: type[Exception], message: str, hold: bool
+) -> None:
+    in_c, through_ctypes, targets = _spans_aligners(0)
+    through_ctypes.align("ns", targets[0])  # its work buffer sized
+    negative = _Negative(value)
+    monkeypatch.setattr(_native, "SA_ALIGN_ADDRESS", negative.address)
+    with pytest.raises(error, match=message):
+        in_c.align("ns", targets[0], candidates=["d1"])
+    assert in_c._call is not None
+    assert (in_c._call.args[_native._ALLOWED], in_c._call.args[_native._N_ALLOWED]) == (0, -1)
+    in_c.hold_gil = through_ctypes.hold_gil = lambda: hold
+    with pytest.raises(error, match=message):
+        in_c.align("ns", targets[0])
+    # the ctypes call: the same error
+    monkeypatch.setattr(_native, "LIBRARY", type("Library", (), {"sa_align": staticmethod(negative.function)})())
+    monkeypatch.setattr(_native, "_SA_ALIGN_HELD", negative.function)
+    with pytest.raises(error, match=message):
+        through_ctypes.align("ns", targets[0], candidates=["d1"])
+
+
+@needs_spans
+def test_a_row_naming_no_slot_of_the_book_is_an_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    in_c, _, targets = _spans_aligners(1)
+    assert in_c._call is not None
+    in_c.align("ns", targets[0])  # its work buffer sized
+    work = in_c._work
+
+    def one_row(_block: int) -> int:
+        work[:4] = (10_000, 0, 0, 16)
+        return 1
+
+    function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(one_row)
+    monkeypatch.setattr(_native, "SA_ALIGN_ADDRESS", ctypes.cast(function, ctypes.c_void_p).value)
+    with pytest.raises(RuntimeError, match="donor slot 10000 is not in the book"):
+        in_c.align("ns", targets[0])
+
+
+@needs_spans
+def test_the_compiled_spans_take_only_a_class_whose_fields_are_its_own_slots() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Plain:
+        donor_id: str
+        donor_start: int
+        target_start: int
+        length: int
+
+    @dataclass(slots=True)
+    class Fewer:
+        donor_id: str
+        donor_start: int
+
+    for cls in (Plain, Fewer):
+        with pytest.raises((TypeError, AttributeError)):
+            native_planner.SPANS.load(native_planner.module_path(), (cls, _native.TARGET_WORD))
+    assert (
+        native_planner.SPANS.load(native_planner.module_path(), (Span, _native.TARGET_WORD))[0]
+        is span_aligner.NATIVE_SPANS
+    )
+
+
+def test_the_planner_switch_turns_the_compiled_spans_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native_planner.ENV, "0")
+    assert native_planner.SPANS.use((Span, _native.TARGET_WORD)) == (None, f"{native_planner.ENV}=0")
+    monkeypatch.setattr(span_aligner, "NATIVE_SPANS", None)
+    assert not SpanAligner(16, 32).spans_in_c
+
+
+@needs_spans
+def test_the_compiled_call_puts_the_targets_address_in_the_block_and_refuses_a_strided_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The target's address goes into the argument block from its buffer (held through the call); a target that is not
+    C-contiguous is refused before any call."""
+    in_c, _, targets = _spans_aligners(2)
+    assert in_c._call is not None and in_c._book is not None
+    in_c.align("ns", targets[0])  # its work buffer sized
+    call = in_c._call
+    seen: list[int] = []
+
+    def read_block(_block: int) -> int:
+        seen.append(call.args[_native._TARGET])
+        return 0
+
+    function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(read_block)
+    monkeypatch.setattr(_native, "SA_ALIGN_ADDRESS", ctypes.cast(function, ctypes.c_void_p).value)
+    assert in_c.align("ns", targets[1]) == []
+    assert seen == [targets[1].ctypes.data]
+    strided = np.zeros(2 * targets[1].size, dtype=np.uint32)[::2]
+    with pytest.raises((ValueError, BufferError)):
+        call.spans(
+            span_aligner.NATIVE_SPANS,  # type: ignore[arg-type]
+            in_c._tables["ns"].native_view(),
+            in_c._book.native_view(),
+            strided,
+            8,
+            None,
+            [],
+        )
+    assert len(seen) == 1
