@@ -12,11 +12,11 @@ interpreter's extension suffix, beside ``_native/planner.c``): at install (``set
 ``python -m semblend_dynamo.native_planner build [--cc CMD]``; ``... status`` says whether this process uses it.
 ``SEMBLEND_NATIVE_PLANNER=0`` turns it off. A module built from another ``planner.c`` is not used.
 
-The module also holds the span aligner's compiled call (:data:`SPANS`, ``spans(sa_align's address, argument block,
-hold_gil, work address, donor ids, target)``): :class:`~semblend_dynamo.span_aligner.SpanAligner` calls ``sa_align`` through it
-and gets its rows as ``Span`` objects, instead of a ctypes call and a Python loop over the rows (with the caches cold on
-every decision, ~9 µs of the connector's decision on the development VM). The same variable turns it off (the aligner
-then calls through ctypes).
+The module also holds the span aligner's compiled call (:data:`semblend_dynamo._native.SPANS`, ``spans(sa_align's
+address, argument block, hold_gil, work address, donor ids, target)``): :class:`~semblend_dynamo.span_aligner.SpanAligner`
+calls ``sa_align`` through it and gets its rows as ``Span`` objects, instead of a ctypes call and a Python loop over the
+rows (with the caches cold on every decision, ~9 µs of the connector's decision on the development VM). The same
+variable turns it off (the aligner then calls through ctypes).
 """
 
 from __future__ import annotations
@@ -28,14 +28,11 @@ from typing import Any
 from semblend_dynamo._native.build import PLANNER_SOURCE, BuildError
 from semblend_dynamo._native.modules import ExtensionModule
 
-__all__ = ["ENV", "SOURCE", "SPANS", "BuildError", "build", "load", "module_path", "use"]
+__all__ = ["ENV", "SOURCE", "BuildError", "build", "load", "module_path", "use"]
 
 MODULE = ExtensionModule(
     PLANNER_SOURCE, "SEMBLEND_NATIVE_PLANNER", "python -m semblend_dynamo.native_planner", "accept"
 )
-SPANS = ExtensionModule(PLANNER_SOURCE, MODULE.env, MODULE.command, "spans", "setup_spans")
-"""The same module's ``spans`` (set up with ``Span`` and the argument block's word of the target): the span aligner's
-compiled call and its rows as spans."""
 ENV = MODULE.env
 SOURCE = MODULE.source
 Accept = Callable[..., Any]

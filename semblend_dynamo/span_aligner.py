@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from semblend_dynamo import _native, native_planner
+from semblend_dynamo import _native
 
 __all__ = ["PreparedDonor", "Span", "SpanAligner"]
 
@@ -127,11 +127,11 @@ class _Candidate:
 
 
 NATIVE_SPANS, NATIVE_SPANS_REASON = (
-    native_planner.SPANS.use((Span, _native.TARGET_WORD))
+    _native.SPANS.use((Span, _native.TARGET_WORD))
     if _native.LIBRARY is not None
     else (None, "the native span aligner is not loaded")
 )
-"""The planner module's ``spans`` (:data:`semblend_dynamo.native_planner.SPANS`): a native aligner calls the compiled
+"""The planner module's ``spans`` (:data:`semblend_dynamo._native.SPANS`): a native aligner calls the compiled
 core through it and gets its rows as spans (None: through ctypes and :meth:`SpanAligner._spans_of`), and why."""
 
 _START = operator.attrgetter("start")

@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from semblend_dynamo._native.build import LIBRARY_NAME, source_digest
+from semblend_dynamo._native.build import LIBRARY_NAME, PLANNER_SOURCE, source_digest
+from semblend_dynamo._native.modules import ExtensionModule
 from semblend_dynamo._native.modules import disabled as switched_off
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "REASON",
     "RELEASE_ENV",
     "SA_ALIGN_ADDRESS",
+    "SPANS",
     "TARGET_WORD",
     "AlignCall",
     "DonorsView",
@@ -244,6 +246,13 @@ def work_size(n: int, anchor: int, min_span: int, max_diagonals: int, max_postin
 ) = range(14)
 TARGET_WORD = _TARGET
 """The argument block's word that holds the target's address (the planner module's ``spans`` writes it)."""
+SPANS = ExtensionModule(
+    PLANNER_SOURCE, "SEMBLEND_NATIVE_PLANNER", "python -m semblend_dynamo.native_planner", "spans", "setup_spans"
+)
+"""The planner's extension module (built per Python version, already loaded on every decision) also holds this
+call's compiled form: its ``spans`` (set up with ``Span`` and :data:`TARGET_WORD`) fills the target's address, calls
+``sa_align`` by its address and makes the rows ``Span`` objects (:meth:`AlignCall.spans`). The planner's variable
+turns it off with the planner's path."""
 
 
 class AlignCall:

@@ -365,16 +365,15 @@ def test_the_compiled_spans_take_only_a_class_whose_fields_are_its_own_slots() -
 
     for cls in (Plain, Fewer):
         with pytest.raises((TypeError, AttributeError)):
-            native_planner.SPANS.load(native_planner.module_path(), (cls, _native.TARGET_WORD))
-    assert (
-        native_planner.SPANS.load(native_planner.module_path(), (Span, _native.TARGET_WORD))[0]
-        is span_aligner.NATIVE_SPANS
-    )
+            _native.SPANS.load(native_planner.module_path(), (cls, _native.TARGET_WORD))
+    assert _native.SPANS.load(native_planner.module_path(), (Span, _native.TARGET_WORD))[0] is span_aligner.NATIVE_SPANS
 
 
 def test_the_planner_switch_turns_the_compiled_spans_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The aligner's compiled call is the planner module's: the same source, command and switch."""
+    assert (_native.SPANS.source, _native.SPANS.command) == (native_planner.SOURCE, native_planner.MODULE.command)
     monkeypatch.setenv(native_planner.ENV, "0")
-    assert native_planner.SPANS.use((Span, _native.TARGET_WORD)) == (None, f"{native_planner.ENV}=0")
+    assert _native.SPANS.use((Span, _native.TARGET_WORD)) == (None, f"{native_planner.ENV}=0")
     monkeypatch.setattr(span_aligner, "NATIVE_SPANS", None)
     assert not SpanAligner(16, 32).spans_in_c
 
