@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -143,6 +144,9 @@ class DonorDiscovery:
         self._generation = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-embed") if background else None
         self._pending: set[Future[None]] = set()
+        # The last namespace key searched and its digest, replaced as one tuple (read on any thread): a router's
+        # requests of one tenant bring the same key object, found here by identity instead of hashing the key's model.
+        self._last_digest: tuple[NamespaceKey | None, str] = (None, "")
 
     # --- donors -----------------------------------------------------------------------------------
 
@@ -418,6 +422,7 @@ class DonorDiscovery:
         prompt_vector: np.ndarray | None = None,
         known_spans: Sequence[Span] | None = None,
         tenancy: Tenancy | None = None,
+        timed: bool = True,
     ) -> DiscoveryResult:
         """Find donors for one request; never raises on the request's content.
 
@@ -432,11 +437,13 @@ class DonorDiscovery:
         already holds (the plan extends them). ``resident``: restrict to these donor ids (None: all of the
         namespace). ``embed=False`` keeps to token-exact evidence. ``prompt_vector``: the prompt's embedding,
         computed beforehand (:meth:`embed_prompts`), searched instead of embedding here. ``known_spans``: the
-        spans an earlier call for the same request found (not aligned again).
+        spans an earlier call for the same request found (not aligned again). ``timed=False``: no stage is timed (the
+        result's ``timings_us`` stay 0; the router reads none of them and its request path is spared the clocks).
         """
         timings = StageTimings()
-        digest = namespace.digest()
-        t0 = time.perf_counter()
+        last = self._last_digest
+        digest = last[1] if last[0] is namespace else self._digest(namespace)
+        t0 = time.perf_counter() if timed else 0.0
         try:
             target = _target(tokens)
         except (ValueError, TypeError, OverflowError) as exc:
@@ -451,7 +458,8 @@ class DonorDiscovery:
             )
         n = int(target.size)
         exact_wins = n > 0 and exact_prefix_tokens / n >= self.cfg.exact_route_threshold
-        timings.exact_check = _us(t0)
+        if timed:
+            timings.exact_check = _us(t0)
         if n == 0:
             return self._finish(
                 request_id,
@@ -477,24 +485,28 @@ class DonorDiscovery:
         if refused is not None:
             return self._finish(request_id, digest, n, exact_prefix_tokens, timings, reason=refused, detail="")
 
-        t0 = time.perf_counter()
-        spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
-        timings.align = _us(t0)
-
-        t0 = time.perf_counter()
-        decision = self.planner.plan(n, spans, device_prefix_tokens=device_prefix_tokens)
-        timings.plan = _us(t0)
+        if timed:
+            t0 = time.perf_counter()
+            spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
+            timings.align = _us(t0)
+            t0 = time.perf_counter()
+            decision = self.planner.plan(n, spans, device_prefix_tokens=device_prefix_tokens)
+            timings.plan = _us(t0)
+        else:
+            spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
+            decision = self.planner.plan(n, spans, device_prefix_tokens=device_prefix_tokens)
 
         hits: dict[str, float] = {}
         embedded = False
         exact_plan = decision.plan is not None and decision.plan.mode == "exact"
         if embed and self.embedder is not None and n > self.cfg.block_size and not exact_plan:
-            embedded, hits, kth = self._search(digest, target, resident, timings, prompt_vector)
+            embedded, hits, kth = self._search(digest, target, resident, timings if timed else None, prompt_vector)
             similarity = _span_similarity(spans, hits, kth, self.cfg.min_similarity)
             if spans and similarity is not None:
-                t0 = time.perf_counter()
+                t0 = time.perf_counter() if timed else 0.0
                 decision = self.planner.plan(n, spans, similarity=similarity, device_prefix_tokens=device_prefix_tokens)
-                timings.plan += _us(t0)
+                if timed:
+                    timings.plan += _us(t0)
         return self._result(request_id, digest, n, exact_prefix_tokens, spans, hits, embedded, decision, timings)
 
     def find_spans(
@@ -510,7 +522,16 @@ class DonorDiscovery:
             target = _target(tokens)
         except (ValueError, TypeError, OverflowError):
             return None
-        return self._align(namespace.digest(), target, resident) if target.size else None
+        if not target.size:
+            return None
+        last = self._last_digest
+        return self._align(last[1] if last[0] is namespace else self._digest(namespace), target, resident)
+
+    def _digest(self, namespace: NamespaceKey) -> str:
+        """The key's digest, kept as the last one asked (see ``_last_digest``)."""
+        digest = namespace.digest()
+        self._last_digest = (namespace, digest)
+        return digest
 
     def _align(self, digest: str, target: np.ndarray, resident: Collection[str] | None) -> list[Span]:
         with self._lock:
@@ -521,12 +542,13 @@ class DonorDiscovery:
         digest: str,
         target: np.ndarray,
         resident: Collection[str] | None,
-        timings: StageTimings,
+        timings: StageTimings | None,
         prompt_vector: np.ndarray | None = None,
     ) -> tuple[bool, dict[str, float], float | None]:
         """Embed a bounded sample of the prompt's windows and search the namespace; counted on failure.
 
-        Returns (searched, similarity per hit, the k-th similarity when the search returned a full top-k).
+        Returns (searched, similarity per hit, the k-th similarity when the search returned a full top-k). ``timings``:
+        where the embedding's and the search's time go (None: not timed).
         """
         assert self.index is not None
         t0 = time.perf_counter()
@@ -537,7 +559,8 @@ class DonorDiscovery:
             log.debug("prompt not embedded: %s", exc)
             return False, {}, None
         finally:
-            timings.embed = _us(t0)
+            if timings is not None:
+                timings.embed = _us(t0)
         if vector is None:
             return False, {}, None
         t0 = time.perf_counter()
@@ -548,7 +571,8 @@ class DonorDiscovery:
             log.debug("search rejected the prompt vector: %s", exc)
             return False, {}, None
         finally:
-            timings.search = _us(t0)
+            if timings is not None:
+                timings.search = _us(t0)
         allowed = None if resident is None else set(resident)
         hits = {h.donor_id: float(h.similarity) for h in found if allowed is None or h.donor_id in allowed}
         kth = found[-1].similarity if len(found) >= self.cfg.top_k else None
@@ -577,8 +601,10 @@ class DonorDiscovery:
             for s in decision.plan.spans:
                 used[s.donor_id] = used.get(s.donor_id, 0) + s.length
             primary: str | None = max(used, key=used.__getitem__)  # the first of the most used, as Counter.most_common
-        elif covered:  # the first candidate: every other one covers fewer tokens (a hit alone covers none)
+        elif covered and hits:  # the first candidate: every other one covers fewer tokens (a hit alone covers none)
             primary = min(_rank(i, covered, hits) for i in covered)[2]
+        elif covered:  # the same without hits (the router's span path): most covered tokens, then id, compared in C
+            primary = min(zip(map(operator.neg, covered.values()), covered, strict=True))[1]
         else:
             above = [i for _, similarity, i in _ranked(covered, hits) if -similarity >= self.cfg.min_similarity]
             primary = above[0] if above else None
@@ -644,9 +670,12 @@ def _ranked(covered: dict[str, int], hits: dict[str, float]) -> list[tuple[int, 
     return sorted(_rank(i, covered, hits) for i in {**covered, **hits})
 
 
+_INT64 = np.dtype(np.int64)
+
+
 def _target(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
     """A prompt's tokens as the flat int64 array the aligner searches (an int64 array is taken as is)."""
-    target = np.ascontiguousarray(tokens, dtype=np.int64)
+    target = np.ascontiguousarray(tokens, dtype=_INT64)
     if target.ndim != 1:
         raise ValueError("tokens must be a flat sequence")
     return target

@@ -471,6 +471,7 @@ class SemanticRouter:
             embed=False,
             known_spans=spans,
             tenancy=routed.tenancy,
+            timed=False,  # the stage is timed here, as a whole
         )
         if not (result.spans or result.exact_wins) and self.embeddings is not None:
             try:
@@ -489,6 +490,7 @@ class SemanticRouter:
                     prompt_vector=vector,
                     known_spans=result.spans,
                     tenancy=routed.tenancy,
+                    timed=False,
                 )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
         decision.reason = result.decision.reason

@@ -338,8 +338,66 @@ def test_candidates_and_primary_donor_are_ranked_as_before() -> None:
         plan_spans = spans[: int(rng.integers(1, len(spans) + 1))] if spans and case % 2 else None
         plan = None if plan_spans is None else MaterializationPlan(plan_spans, 4096, 0, 0.0, False, 0.0, "shifted")
         decision = PlanDecision(plan, None)
-        result = discovery._result("r", "ns", 4096, 0, spans, hits, False, decision, StageTimings())
-        want, primary = _reference_ranking(spans, plan_spans, hits)
-        assert [(c.donor_id, c.similarity, c.span_tokens) for c in result.candidates] == want
-        if plan_spans is not None or spans:
-            assert result.primary_donor == primary
+        for evidence in (hits, {}):  # with embedding hits, and without (the router's span path)
+            result = discovery._result("r", "ns", 4096, 0, spans, evidence, False, decision, StageTimings())
+            want, primary = _reference_ranking(spans, plan_spans, evidence)
+            assert [(c.donor_id, c.similarity, c.span_tokens) for c in result.candidates] == want
+            if plan_spans is not None or spans:
+                assert result.primary_donor == primary
+
+
+def test_an_untimed_discover_is_the_timed_one_without_its_clocks(
+    tokenizer: TokenizerAdapter, docs: list[list[int]]
+) -> None:
+    """``timed=False`` (the router reads no stage timing): the result of the timed call, every timing 0, counted the
+    same; for plans, declines found by the planner and declines decided before it."""
+    from collections import Counter
+
+    from semblend_dynamo.pipeline import StageTimings
+    from semblend_dynamo.policy import Tenancy
+
+    discovery = make(tokenizer, exact_materialization_only=False, isolation="cache_salt")
+    chunks = [docs[i][:128] for i in range(4)]
+    discovery.register_donor("d", NS, [t for c in chunks for t in c] + docs[5][:40])
+    discovery.register_donor("e", NS, docs[0][:640])
+    shifted = chunks[2] + chunks[0] + chunks[3] + chunks[1] + docs[4][:40]
+    spans = discovery.find_spans(NS, np.asarray(shifted, dtype=np.int64))
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (shifted, {}),
+        (shifted, {"embed": False}),
+        (np.asarray(shifted, dtype=np.int64), {"embed": False, "known_spans": spans}),
+        (docs[0][:400] + docs[1][:300], {}),
+        (docs[0][:600], {"exact_prefix_tokens": 320}),
+        (docs[3][:600], {"embed": False}),
+        (shifted, {"tenancy": Tenancy.unknown()}),
+        ([], {}),
+        ([1, 2, 3], {}),
+        (["not", "token", "ids"], {}),
+    ]
+    for tokens, kwargs in cases:
+        before = Counter(discovery.counters)
+        timed = discovery.discover("r", NS, tokens, **kwargs)
+        middle = Counter(discovery.counters)
+        untimed = discovery.discover("r", NS, tokens, timed=False, **kwargs)
+        assert untimed.timings_us == StageTimings()
+        assert dataclasses.replace(untimed, timings_us=timed.timings_us) == timed
+        assert Counter(discovery.counters) - middle == middle - before
+    assert discovery.discover("r", NS, shifted).timings_us.plan > 0  # timed by default
+
+
+def test_each_prompt_is_searched_in_its_own_namespace_whichever_key_came_before(
+    tokenizer: TokenizerAdapter, docs: list[list[int]]
+) -> None:
+    """The same tokens, donors in two namespaces: discover and find_spans search the key's own, for keys in turns, the
+    same key again, and an equal key that is another object."""
+    discovery = make(tokenizer)
+    discovery.register_donor("a", NS, docs[0][:640])
+    discovery.register_donor("b", OTHER_NS, docs[0][:640])
+    target = docs[0][:400] + docs[1][:300]
+    equal = NamespaceKey(**NS.model_dump())
+    assert equal == NS and equal is not NS
+    for key, donor in [(NS, "a"), (OTHER_NS, "b"), (NS, "a"), (equal, "a"), (OTHER_NS, "b"), (OTHER_NS, "b")]:
+        result = discovery.discover("r", key, target, embed=False)
+        assert result.namespace == key.digest() and result.primary_donor == donor
+        assert {s.donor_id for s in result.spans} == {donor}
+        assert {s.donor_id for s in discovery.find_spans(key, target) or []} == {donor}
