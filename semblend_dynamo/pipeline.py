@@ -441,8 +441,7 @@ class DonorDiscovery:
         result's ``timings_us`` stay 0; the router reads none of them and its request path is spared the clocks).
         """
         timings = StageTimings()
-        last = self._last_digest
-        digest = last[1] if last[0] is namespace else self._digest(namespace)
+        digest = self._digest(namespace)
         t0 = time.perf_counter() if timed else 0.0
         try:
             target = _target(tokens)
@@ -485,16 +484,14 @@ class DonorDiscovery:
         if refused is not None:
             return self._finish(request_id, digest, n, exact_prefix_tokens, timings, reason=refused, detail="")
 
+        t0 = time.perf_counter() if timed else 0.0
+        spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
         if timed:
-            t0 = time.perf_counter()
-            spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
             timings.align = _us(t0)
             t0 = time.perf_counter()
-            decision = self.planner.plan(n, spans, device_prefix_tokens=device_prefix_tokens)
+        decision = self.planner.plan(n, spans, device_prefix_tokens=device_prefix_tokens)
+        if timed:
             timings.plan = _us(t0)
-        else:
-            spans = list(known_spans) if known_spans is not None else self._align(digest, target, resident)
-            decision = self.planner.plan(n, spans, device_prefix_tokens=device_prefix_tokens)
 
         hits: dict[str, float] = {}
         embedded = False
@@ -524,11 +521,13 @@ class DonorDiscovery:
             return None
         if not target.size:
             return None
-        last = self._last_digest
-        return self._align(last[1] if last[0] is namespace else self._digest(namespace), target, resident)
+        return self._align(self._digest(namespace), target, resident)
 
     def _digest(self, namespace: NamespaceKey) -> str:
-        """The key's digest, kept as the last one asked (see ``_last_digest``)."""
+        """The key's digest: the last one asked when the key is the same object (see ``_last_digest``)."""
+        last = self._last_digest
+        if last[0] is namespace:
+            return last[1]
         digest = namespace.digest()
         self._last_digest = (namespace, digest)
         return digest
@@ -610,20 +609,20 @@ class DonorDiscovery:
             primary = above[0] if above else None
         if decision.reason is not None:
             self.counters[_DECLINE_COUNTER[decision.reason]] += 1
-        return DiscoveryResult(  # the fields in their order: 13 keywords cost more than the rest of the call
-            request_id,
-            digest,  # namespace
-            n,  # prompt_tokens
-            exact_prefix_tokens,
-            False,  # exact_wins
-            covered,
-            hits,
-            spans,
-            decision,
-            primary,  # primary_donor
-            max(hits.values()) if hits else None,  # best_similarity
-            embedded,
-            timings,  # timings_us
+        return DiscoveryResult(
+            request_id=request_id,
+            namespace=digest,
+            prompt_tokens=n,
+            exact_prefix_tokens=exact_prefix_tokens,
+            exact_wins=False,
+            covered=covered,
+            hits=hits,
+            spans=spans,
+            decision=decision,
+            primary_donor=primary,
+            best_similarity=max(hits.values()) if hits else None,
+            embedded=embedded,
+            timings_us=timings,
         )
 
     def _finish(

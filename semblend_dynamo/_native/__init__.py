@@ -335,14 +335,14 @@ class AlignCall:
         args[_WIDTH] = t.itemsize
         args[_N] = t.size
         args[_MAX_SPANS] = max_spans
-        if allowed is None:
-            return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names, t)
-        args[_ALLOWED] = array_address(allowed)
-        args[_N_ALLOWED] = allowed.size
+        if allowed is not None:
+            args[_ALLOWED] = array_address(allowed)
+            args[_N_ALLOWED] = allowed.size
         try:
             return build(SA_ALIGN_ADDRESS, self.address, hold_gil or not _RELEASES_GIL, self.work, names, t)
         finally:
-            self._unrestrict()
+            if allowed is not None:
+                self._unrestrict()
 
     def _unrestrict(self) -> None:
         """Back to every donor; no address of a freed array left behind."""
