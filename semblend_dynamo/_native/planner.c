@@ -450,6 +450,247 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return out;
 }
 
+/* The router's exact-wins gate (residency.py's Residency.stored_together and read_stored_together, their Python
+ * code the reference): whether some worker rank's block map holds every one of the prompt's hashes with a value above
+ * the posting mask, read in one call. Each U64Map (u64map.py) keeps its sorted levels' addresses and lengths in its
+ * _view slot (a tuple made by levels() below: the address words, then the arrays, held so that a view is never of freed
+ * memory), remade wherever a level is replaced; its dict of recent changes (_delta) and its deletions (_gone) come
+ * first, as in U64Map.get. Set once by setup_gate(): U64Map's class and the offsets of the slots read. */
+static PyTypeObject *map_type;
+enum { M_BUSY, M_CHANGES, M_DELTA, M_GONE, M_VIEW, M_SLOTS };
+static Py_ssize_t map_offset[M_SLOTS];
+static PyObject *hashes_name; /* "hashes": a worker rank's block map, tokens_hash -> blocks << 32 | posting */
+/* A view's address words: each level's keys, values (u64) and, for the overlay and the frozen level, live flags (numpy
+ * bools), then its length; newest level first, as U64Map.get reads them. */
+enum { V_OVER, V_FROZEN = 4, V_BASE = 8, V_WORDS = 11 };
+
+static PyObject *setup_gate(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cls;
+    if (!PyArg_ParseTuple(args, "O!", &PyType_Type, &cls)) return NULL;
+    static const char *const fields[M_SLOTS] = {"_busy", "_changes", "_delta", "_gone", "_view"};
+#ifdef Py_T_OBJECT_EX
+    const int object_ex = Py_T_OBJECT_EX;
+#else
+    const int object_ex = T_OBJECT_EX;
+#endif
+    for (int i = 0; i < M_SLOTS; i++) {
+        PyObject *d = PyObject_GetAttrString(cls, fields[i]);
+        if (d == NULL) return NULL;
+        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == object_ex &&
+                   PyDescr_TYPE(d) == (PyTypeObject *)cls;
+        if (slot) map_offset[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!slot) {
+            PyErr_Format(PyExc_TypeError, "%s is not a slot of its own", fields[i]);
+            return NULL;
+        }
+    }
+    if (hashes_name == NULL && (hashes_name = PyUnicode_InternFromString("hashes")) == NULL) return NULL;
+    Py_XSETREF(map_type, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+/* levels(over keys, over values, over live, frozen keys, frozen values, frozen live, base keys, base values): a
+ * map's view, (address words as bytes, the eight arrays). Each a C-contiguous buffer (numpy refuses others), the keys
+ * and values 8 bytes an entry, the live flags 1. */
+static PyObject *levels(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "levels() takes 8 arrays");
+        return NULL;
+    }
+    int64_t words[V_WORDS];
+    static const int word_of[8] = {V_OVER, V_OVER + 1, V_OVER + 2, V_FROZEN, V_FROZEN + 1, V_FROZEN + 2, V_BASE,
+                                   V_BASE + 1};
+    static const int width_of[8] = {8, 8, 1, 8, 8, 1, 8, 8};
+    static const int level_of[8] = {V_OVER, V_OVER, V_OVER, V_FROZEN, V_FROZEN, V_FROZEN, V_BASE, V_BASE};
+    static const int columns_of[3] = {3, 3, 2};
+    for (int i = 0; i < 8; i++) {
+        Py_buffer b;
+        if (PyObject_GetBuffer(args[i], &b, PyBUF_SIMPLE) < 0) return NULL;
+        words[word_of[i]] = (int64_t)(intptr_t)b.buf;
+        Py_ssize_t len = b.len;
+        PyBuffer_Release(&b);
+        int n_word = level_of[i] + columns_of[level_of[i] / 4];
+        if (len % width_of[i] || (word_of[i] != level_of[i] && words[n_word] != len / width_of[i])) {
+            PyErr_SetString(PyExc_ValueError, "levels(): a level's columns differ in length");
+            return NULL;
+        }
+        words[n_word] = len / width_of[i];
+    }
+    PyObject *out = PyTuple_New(9);
+    if (out == NULL) return NULL;
+    PyObject *packed = PyBytes_FromStringAndSize((const char *)words, sizeof words);
+    if (packed == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, packed);
+    for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(out, i + 1, Py_NewRef(args[i]));
+    return out;
+}
+
+/* Where key is in the sorted keys[0..n), or -1. */
+static int64_t sorted_at(const uint64_t *keys, int64_t n, uint64_t key) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + ((hi - lo) >> 1);
+        if (keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && keys[lo] == key ? lo : -1;
+}
+
+/* A map's slot (borrowed), or NULL with AttributeError. */
+static PyObject *map_slot(PyObject *map, int slot) {
+    PyObject *v = *(PyObject **)((char *)map + map_offset[slot]);
+    if (v == NULL) PyErr_SetString(PyExc_AttributeError, "a block map slot is not set");
+    return v;
+}
+
+/* Whether the map holds key (the Python int key, its u64 value in *value when in_range) with a value above floor
+ * (floor_obj, the same as an int): 1 or 0, -1 on an error. U64Map.get's order: the dict, the deletions, then the
+ * levels newest first. */
+static int held_above(PyObject *map, PyObject *key, int in_range, uint64_t value, PyObject *floor_obj, uint64_t floor) {
+    PyObject *delta = map_slot(map, M_DELTA), *gone = map_slot(map, M_GONE), *view = map_slot(map, M_VIEW);
+    if (delta == NULL || gone == NULL || view == NULL) return -1;
+    if (!PyDict_Check(delta) || !PyAnySet_Check(gone) || !PyTuple_Check(view) || PyTuple_GET_SIZE(view) != 9 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(view, 0)) || PyBytes_GET_SIZE(PyTuple_GET_ITEM(view, 0)) != V_WORDS * 8) {
+        PyErr_SetString(PyExc_TypeError, "a block map without its levels' view");
+        return -1;
+    }
+    PyObject *held = PyDict_GetItemWithError(delta, key);
+    if (held != NULL) return PyObject_RichCompareBool(held, floor_obj, Py_GT);
+    if (PyErr_Occurred()) return -1;
+    if (PySet_GET_SIZE(gone)) {
+        int deleted = PySet_Contains(gone, key);
+        if (deleted) return deleted < 0 ? -1 : 0;
+    }
+    if (!in_range) return 0; /* no u64 key equals it */
+    int64_t words[V_WORDS];
+    memcpy(words, PyBytes_AS_STRING(PyTuple_GET_ITEM(view, 0)), sizeof words);
+    for (int level = V_OVER; level <= V_FROZEN; level += 4) {
+        int64_t at = sorted_at((const uint64_t *)(intptr_t)words[level], words[level + 3], value);
+        if (at >= 0) {
+            if (!((const uint8_t *)(intptr_t)words[level + 2])[at]) return 0; /* deleted */
+            return ((const uint64_t *)(intptr_t)words[level + 1])[at] > floor;
+        }
+    }
+    int64_t at = sorted_at((const uint64_t *)(intptr_t)words[V_BASE], words[V_BASE + 2], value);
+    return at >= 0 && ((const uint64_t *)(intptr_t)words[V_BASE + 1])[at] > floor;
+}
+
+/* A map's U64Map.quiet(): its change count (a new reference), or NULL while a change runs (*error set on an error). */
+static PyObject *quiet(PyObject *map, int *error) {
+    PyObject *busy = map_slot(map, M_BUSY), *changes = map_slot(map, M_CHANGES);
+    if (busy == NULL || changes == NULL) {
+        *error = 1;
+        return NULL;
+    }
+    int running = PyObject_IsTrue(busy);
+    if (running) {
+        *error = running < 0;
+        return NULL;
+    }
+    return Py_NewRef(changes);
+}
+
+#define GATE_KEYS 8
+
+/* stored_together(workers, hashes, floor, careful): whether the block map (`hashes`) of some value of the dict
+ * `workers` holds every one of the ints `hashes` with a value above `floor` (>= 0): True or False. With `careful`
+ * (a reader without the residency's lock), Residency.read_stored_together's answer: a map read while a change of it
+ * runs (U64Map.quiet None before or after the read, or its count moved) makes the answer None unless another map
+ * holds them all. The GIL is held for the whole call and nothing here runs Python code, so no change starts or runs
+ * Python code during it: a map quiet before the read is quiet after it, as in the reference when no change overlaps
+ * its read; a change that let the GIL go halfway (a compiled merge) is running, so its map reads as busy. */
+static PyObject *stored_together(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+#ifdef Py_GIL_DISABLED
+    (void)args, (void)nargs;
+    PyErr_SetString(PyExc_RuntimeError, "stored_together() needs the GIL");
+    return NULL;
+#else
+    if (nargs != 4 || map_type == NULL || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "stored_together() takes 4 arguments (the first a dict), after setup_gate()");
+        return NULL;
+    }
+    PyObject *workers = args[0], *floor_obj = args[2];
+    uint64_t floor = PyLong_AsUnsignedLongLong(floor_obj);
+    int careful = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred() || careful < 0) return NULL;
+    PyObject *seq = PySequence_Fast(args[1], "stored_together(): the hashes are not a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **keys = PySequence_Fast_ITEMS(seq);
+    uint64_t small_values[GATE_KEYS];
+    char small_in_range[GATE_KEYS];
+    uint64_t *values = small_values;
+    char *in_range = small_in_range;
+    PyObject *result = NULL;
+    if (n > GATE_KEYS) {
+        values = PyMem_Malloc((size_t)n * sizeof *values);
+        in_range = PyMem_Malloc((size_t)n);
+        if (values == NULL || in_range == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyLong_Check(keys[i])) {
+            PyErr_SetString(PyExc_TypeError, "stored_together(): a hash is not an int");
+            goto done;
+        }
+        values[i] = PyLong_AsUnsignedLongLong(keys[i]);
+        in_range[i] = !PyErr_Occurred();
+        if (!in_range[i]) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError)) goto done;
+            PyErr_Clear(); /* negative or past 2**64: on no level */
+        }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *blocks;
+    int unsure = 0;
+    while (PyDict_Next(workers, &pos, &key, &blocks)) {
+        PyObject *map = PyObject_GetAttr(blocks, hashes_name);
+        if (map == NULL) goto done;
+        if (!Py_IS_TYPE(map, map_type)) {
+            Py_DECREF(map);
+            PyErr_SetString(PyExc_TypeError, "a worker's block map is not a U64Map");
+            goto done;
+        }
+        PyObject *before = NULL;
+        int error = 0, stored = 1;
+        if (careful && (before = quiet(map, &error)) == NULL) stored = 0;
+        for (Py_ssize_t i = 0; stored == 1 && !error && i < n; i++)
+            stored = held_above(map, keys[i], in_range[i], values[i], floor_obj, floor);
+        if (careful && before != NULL && stored >= 0) {
+            PyObject *after = quiet(map, &error);
+            int same = after == NULL ? 0 : PyObject_RichCompareBool(after, before, Py_EQ);
+            Py_XDECREF(after);
+            if (same < 0) error = 1;
+            else if (!same) Py_CLEAR(before);
+        }
+        Py_DECREF(map);
+        int changing = careful && before == NULL;
+        Py_XDECREF(before);
+        if (error || stored < 0) goto done;
+        if (changing) unsure = 1;
+        else if (stored) {
+            result = Py_NewRef(Py_True);
+            goto done;
+        }
+    }
+    result = Py_NewRef(unsure ? Py_None : Py_False);
+done:
+    if (values != small_values) PyMem_Free(values);
+    if (in_range != small_in_range) PyMem_Free(in_range);
+    Py_DECREF(seq);
+    return result;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
      "setup(Span, MaterializationPlan, PlanDecision, sum, (decay, floor, rope, displacement weight, tokens))"},
@@ -460,6 +701,13 @@ static PyMethodDef methods[] = {
     {"spans", (PyCFunction)(void (*)(void))spans, METH_FASTCALL,
      "spans(sa_align address, argument block address, hold_gil, work address, donor ids, target): the aligner's "
      "spans"},
+    {"setup_gate", setup_gate, METH_VARARGS, "setup_gate(U64Map)"},
+    {"levels", (PyCFunction)(void (*)(void))levels, METH_FASTCALL,
+     "levels(over keys, over values, over live, frozen keys, frozen values, frozen live, base keys, base values): a "
+     "block map's view of its levels"},
+    {"stored_together", (PyCFunction)(void (*)(void))stored_together, METH_FASTCALL,
+     "stored_together(workers, hashes, floor, careful): whether one worker's block map holds every hash above floor "
+     "(None: careful, and a map it read was changing)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -38,6 +38,13 @@ directory search a few probes at a time, a merge a linear pass that writes a rew
 base): the numpy code here is the reference they match exactly, and the path without the library.
 ``SEMBLEND_NATIVE_MAP=0`` turns them off.
 
+The router's exact-wins gate reads a few keys of every worker rank's map on each request
+(:meth:`~semblend_dynamo.router.residency.Residency.stored_together`); where the planner's extension module is built
+(``_native/planner.c``, :mod:`semblend_dynamo.native_planner`) it does so in one compiled call (:data:`NATIVE_GATE`),
+and each map keeps the addresses and lengths of its sorted levels for it (``_view``, made by :data:`NATIVE_LEVELS`
+wherever a level is replaced: an array's address costs microseconds to read from Python, a dozen per map). The same
+variable turns it off.
+
 Reads without a lock: every change marks the map busy while it runs and counts itself (:meth:`U64Map.quiet`), so a
 reader on another thread can tell whether a change overlapped its reads (a seqlock under the GIL).
 """
@@ -47,6 +54,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sysconfig
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +64,8 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from semblend_dynamo._native import array_address, held_library
+from semblend_dynamo._native.build import PLANNER_SOURCE
+from semblend_dynamo._native.modules import ExtensionModule
 from semblend_dynamo._native.modules import disabled as switched_off
 
 _U64 = np.uint64
@@ -244,6 +254,7 @@ class U64Map:
         "_over_keys",
         "_over_values",
         "_values",
+        "_view",
         "_written",
     )
 
@@ -262,6 +273,7 @@ class U64Map:
         self._located: _Located | None = None  # the last bulk lookup's positions, while the levels stay as they are
         self._busy = 0  # changes running (nested calls count each)
         self._changes = 0  # changes started
+        self._view: tuple[Any, ...] | None = None  # the levels' addresses for the compiled gate (_levels_replaced)
         self._reset_rewrite()
 
     def _reset_rewrite(self) -> None:
@@ -276,6 +288,22 @@ class U64Map:
         self._next_dir: np.ndarray | None = None  # the new base's directory, written up to run _next_dir_at
         self._next_dir_shift = _U64(0)
         self._next_dir_at = 0
+        self._levels_replaced()
+
+    def _levels_replaced(self) -> None:
+        """A sorted level's arrays were replaced: the compiled gate's view of them (where it is used) follows. Every
+        assignment of a level's arrays is followed by this (an array written in place keeps its address)."""
+        if NATIVE_LEVELS is not None:
+            self._view = NATIVE_LEVELS(
+                self._over_keys,
+                self._over_values,
+                self._live,
+                self._frozen_keys,
+                self._frozen_values,
+                self._frozen_live,
+                self._keys,
+                self._values,
+            )
 
     def __len__(self) -> int:
         return self._len
@@ -404,6 +432,7 @@ class U64Map:
     def _set_base(self, keys: np.ndarray, values: np.ndarray) -> None:
         self._keys, self._values = keys, values
         self._dir, self._dir_steps = None, 0
+        self._levels_replaced()
 
     def get(self, key: int) -> int | None:
         held = self._delta.get(key)
@@ -646,6 +675,7 @@ class U64Map:
             self._over_keys, self._over_values, self._live = _interleave(held, (keys, values, live))
         else:
             self._over_keys, self._over_values, self._live = _merged(held, (keys, values, live))
+        self._levels_replaced()
         bound = max(_MIN_OVERLAY, _OVERLAY_PER_ROOT * isqrt(len(self._keys)))
         if not len(self._frozen_keys):
             if len(self._over_keys) > bound:
@@ -666,6 +696,7 @@ class U64Map:
         self._located = None
         self._frozen_keys, self._frozen_values, self._frozen_live = self._over_keys, self._over_values, live
         self._over_keys, self._over_values, self._live = _empty(), _empty(), np.empty(0, dtype=bool)
+        self._levels_replaced()
         size = len(self._keys) + int(np.count_nonzero(live))  # at most: frozen keys may replace base keys
         self._next_keys = np.empty(size, dtype=_U64)
         self._next_values = np.empty(size, dtype=_U64)
@@ -715,3 +746,24 @@ class U64Map:
                 self._take_dir(starts, self._next_dir_shift)
             self._located = None
             self._reset_rewrite()
+
+
+def _load_gate() -> tuple[Any, Any, str]:
+    """The compiled gate's ``levels`` and ``stored_together`` (``_native/planner.c``; None each where not used), and
+    why (not)."""
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None, None, "free-threaded Python: the compiled gate reads the maps under the GIL"
+    levels, reason = _LEVELS.use((U64Map,))
+    if levels is None:
+        return None, None, reason
+    gate, reason = _GATE.use((U64Map,))
+    return (levels, gate, reason) if gate is not None else (None, None, reason)
+
+
+_LEVELS, _GATE = (
+    ExtensionModule(PLANNER_SOURCE, NATIVE_ENV, "python -m semblend_dynamo.native_planner", entry, "setup_gate")
+    for entry in ("levels", "stored_together")
+)
+NATIVE_LEVELS, NATIVE_GATE, NATIVE_GATE_REASON = _load_gate()
+"""The compiled gate (:meth:`~semblend_dynamo.router.residency.Residency.stored_together`) and the maps' views of
+their levels for it (None each: the gate's Python path), and why."""

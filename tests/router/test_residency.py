@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from semblend_dynamo.events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored
+from semblend_dynamo.router import residency, u64map
 from semblend_dynamo.router.residency import SHARED, DonorEntry, Residency
+from semblend_dynamo.router.u64map import U64Map
 
 W1, W2 = 11, 22
 
@@ -331,6 +333,137 @@ def test_random_events_and_donors_agree_with_a_plain_model() -> None:
     for w in stored:
         r.apply(events[w].cleared())
     assert all(len(blocks.hashes) == 0 and not blocks.shared for blocks in r._workers.values())
+
+
+needs_compiled_gate = pytest.mark.skipif(
+    u64map.NATIVE_GATE is None, reason=f"no compiled gate: {u64map.NATIVE_GATE_REASON}"
+)
+
+
+def _small_levels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block maps whose levels fill, merge and are rewritten within a few events."""
+    for name, bound in (("_MIN_DELTA", 2), ("_MAX_DELTA", 4), ("_MIN_OVERLAY", 8), ("_OVERLAY_PER_ROOT", 1)):
+        monkeypatch.setattr(u64map, name, bound)
+    for name, bound in (("_BULK", 6), ("_MIN_STEP", 3), ("_MAX_STEP", 5)):
+        monkeypatch.setattr(u64map, name, bound)
+
+
+def _gate_answers(r: Residency, probe: list[int]) -> tuple[object, object]:
+    """The gate's answers, locked and lock-free, on the compiled path and on the Python one (each pair must match)."""
+    compiled = r.stored_together(probe), r.read_stored_together(probe)
+    return compiled, (r._stored_together_python(probe), r._read_stored_together_python(probe))
+
+
+@needs_compiled_gate
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_compiled_gate_answers_as_the_python_gate(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores (single and bulk, engine blocks re-stored with another hash), removals, clears, donors posting hashes
+    (stored or not: a posting alone is no stored block) and leaving, ranks leaving, on six ranks with small map levels
+    (dict changes, overlays, rewrites of the base in steps): after each step both gates give the same answer for
+    hashes held or not on any rank, out of u64 range, none or several, and the lock-free one the same None while a
+    change runs on some of the maps (their ``_busy`` set, as a running change leaves it). The plain model agrees."""
+    _small_levels(monkeypatch)
+    rng = random.Random(seed)
+    r = Residency(capacity=60)
+    ranks = [(w, dp) for w in (W1, W2, 33) for dp in (0, 1)]
+    event_ids = dict.fromkeys(ranks, 0)
+    engine: dict[tuple[int, int], dict[int, int]] = {rank: {} for rank in ranks}  # engine block -> tokens_hash
+    pool = list(range(1, 150))
+    odd = [0, (1 << 64) - 1, 1 << 64, -1, 1 << 70]
+    donors = 0
+    answers: Counter[object] = Counter()
+    for step in range(1200):
+        op, rank = rng.random(), rng.choice(ranks)
+        data: KvStored | KvRemoved | KvCleared | None = None
+        if op < 0.4:
+            blocks = rng.sample(range(400), rng.randrange(1, 9) if rng.random() < 0.8 else rng.randrange(64, 120))
+            data = KvStored(block_hashes=blocks, tokens_hashes=[rng.choice(pool) for _ in blocks])
+            engine[rank].update(zip(blocks, data.tokens_hashes, strict=True))
+        elif op < 0.6:
+            blocks = rng.sample(range(400), rng.randrange(1, 40))
+            data = KvRemoved(block_hashes=blocks)
+            for block in blocks:
+                engine[rank].pop(block, None)
+        elif op < 0.62:
+            data = KvCleared()
+            engine[rank].clear()
+        elif op < 0.85:
+            batch = []
+            for _ in range(rng.randrange(1, 4)):
+                worker, dp = rng.choice(ranks)
+                donor = _donor(f"d{donors}", worker, rng.sample(pool, rng.randrange(1, 6)))
+                batch.append(donor.model_copy(update={"dp_rank": dp}))
+                donors += 1
+            r.add_many(batch)
+        elif op < 0.97 and len(r):
+            r.remove_donor(rng.choice(sorted(entry.donor_id for entry in r.donors())))
+        else:
+            r.remove_worker(rank)
+            engine[rank].clear()
+        if data is not None:
+            event_ids[rank] += 1
+            r.apply(KvEvent(worker_id=rank[0], dp_rank=rank[1], event_id=event_ids[rank], data=data))
+        maps = [blocks.hashes for blocks in r._workers.values()]
+        for _ in range(6):
+            probe = rng.sample(pool, 2) if rng.random() < 0.8 else rng.sample(pool + odd, rng.randrange(0, 12))
+            compiled, python = _gate_answers(r, probe)
+            assert compiled == python, (step, probe)
+            model = any(set(probe) <= set(held.values()) for held in engine.values() if held)
+            assert compiled[0] is model, (step, probe)
+            answers[compiled] += 1
+            changing = rng.sample(maps, rng.randrange(1, len(maps) + 1)) if maps else []
+            for m in changing:
+                m._busy += 1
+            compiled, python = _gate_answers(r, probe)
+            assert compiled == python and compiled[0] is model, (step, probe)
+            answers["changing" if changing else "no rank", compiled[1]] += 1
+            for m in changing:
+                m._busy -= 1
+    assert answers[True, True] > 100 and answers[False, False] > 100
+    assert answers["changing", None] > 100 and answers["changing", True] > 20
+    assert answers["changing", False] == 0  # a map changing may hold them all
+
+
+@needs_compiled_gate
+def test_the_compiled_gate_is_unsure_only_of_a_map_a_change_is_running_on() -> None:
+    r = Residency(capacity=10)
+    r.apply(Events(W1).stored(1, 2))
+    r.apply(Events(W2).stored(1, 3))
+    first, second = (r._workers[W1, 0].hashes, r._workers[W2, 0].hashes)
+    assert _gate_answers(r, [1, 2]) == ((True, True), (True, True))
+    first._busy = 1  # a change running on the rank holding both
+    assert _gate_answers(r, [1, 2]) == ((True, None), (True, None))
+    assert _gate_answers(r, [1, 3]) == ((True, True), (True, True))  # the other rank holds both: known
+    second._busy = 1
+    assert _gate_answers(r, [1, 3]) == ((True, None), (True, None))
+    first._busy = second._busy = 0
+    assert _gate_answers(r, [1, 4]) == ((False, False), (False, False))
+
+
+def test_the_python_gate_is_unsure_of_a_map_whose_changes_moved_during_its_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the lock, a change may start and end on another thread during the reads: the map's count moved (the
+    compiled gate holds the GIL through its reads, so none can)."""
+    r = Residency(capacity=10)
+    r.apply(Events(W1).stored(1, 2))
+    counts = iter(range(100))
+    monkeypatch.setattr(U64Map, "quiet", lambda self: next(counts))
+    assert r._read_stored_together_python([1, 2]) is None
+    assert r._stored_together_python([1, 2]) is True
+
+
+def test_without_the_compiled_map_the_gate_takes_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SEMBLEND_NATIVE_MAP=0`` turns the compiled gate off with the maps' other compiled parts (and says so): the
+    maps keep no view of their levels and the gate reads them in Python."""
+    monkeypatch.setenv(u64map.NATIVE_ENV, "0")
+    assert u64map._load_gate() == (None, None, f"{u64map.NATIVE_ENV}=0")
+    monkeypatch.setattr(u64map, "NATIVE_LEVELS", None)
+    monkeypatch.setattr(residency, "NATIVE_GATE", None)
+    r = Residency(capacity=10)
+    r.apply(Events(W1).stored(1, 2))
+    assert r._workers[W1, 0].hashes._view is None
+    assert r.stored_together([1, 2]) is True and r.read_stored_together([2, 3]) is False
 
 
 def test_an_entry_packs_hashes_and_embedding_and_drops_only_the_embedding() -> None:

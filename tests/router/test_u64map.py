@@ -62,9 +62,33 @@ def test_the_map_behaves_as_a_dict_through_merges() -> None:
         else:
             assert dict(m.items()) == d
         assert len(m) == len(d), step
+        assert view_is_current(m), step
     assert dict(m.items()) == d
     m.clear()
     assert len(m) == 0 and m.get(keys[0]) is None and list(m.items()) == []
+    assert view_is_current(m)
+
+
+def view_is_current(m: U64Map) -> bool:
+    """Whether the compiled gate's view of the map (if it is used) is of the map's levels as they are now."""
+    if u64map.NATIVE_LEVELS is None:
+        return m._view is None
+    levels = (
+        m._over_keys,
+        m._over_values,
+        m._live,
+        m._frozen_keys,
+        m._frozen_values,
+        m._frozen_live,
+        m._keys,
+        m._values,
+    )
+    view = m._view
+    return (
+        view is not None
+        and all(held is level for held, level in zip(view[1:], levels, strict=True))
+        and view[0] == u64map.NATIVE_LEVELS(*levels)[0]
+    )
 
 
 def test_bulk_inserts_keep_every_level_bounded() -> None:
@@ -406,6 +430,7 @@ def test_bulk_changes_through_many_rewrites_read_as_a_dict(path: str, monkeypatc
         found, held = m.lookup(probe)
         assert found.tolist() == [k in d for k in probe.tolist()], step
         assert held.tolist() == [d.get(k, 0) for k in probe.tolist()], step
+        assert view_is_current(m), step
     assert rewrites > 10
     assert dict(m.items()) == d
 
