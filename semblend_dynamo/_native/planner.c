@@ -352,6 +352,28 @@ static PyTypeObject *spans_type;
 static Py_ssize_t slot_offset[4]; /* donor_id, donor_start, target_start, length */
 static Py_ssize_t target_word = -1;
 
+/* The offsets of cls's own object slots named fields[0..n) in out; -1 with TypeError when one is not such a slot. */
+static int slot_offsets(PyObject *cls, const char *const *fields, int n, Py_ssize_t *out) {
+#ifdef Py_T_OBJECT_EX
+    const int object_ex = Py_T_OBJECT_EX;
+#else
+    const int object_ex = T_OBJECT_EX;
+#endif
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString(cls, fields[i]);
+        if (d == NULL) return -1;
+        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == object_ex &&
+                   PyDescr_TYPE(d) == (PyTypeObject *)cls;
+        if (slot) out[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!slot) {
+            PyErr_Format(PyExc_TypeError, "%s is not a slot of its own", fields[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *setup_spans(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *cls;
@@ -362,23 +384,7 @@ static PyObject *setup_spans(PyObject *self, PyObject *args) {
         return NULL;
     }
     static const char *const fields[4] = {"donor_id", "donor_start", "target_start", "length"};
-#ifdef Py_T_OBJECT_EX
-    const int object_ex = Py_T_OBJECT_EX;
-#else
-    const int object_ex = T_OBJECT_EX;
-#endif
-    for (int i = 0; i < 4; i++) {
-        PyObject *d = PyObject_GetAttrString(cls, fields[i]);
-        if (d == NULL) return NULL;
-        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == object_ex &&
-                   PyDescr_TYPE(d) == (PyTypeObject *)cls;
-        if (slot) slot_offset[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_DECREF(d);
-        if (!slot) {
-            PyErr_Format(PyExc_TypeError, "%s is not a slot of its own", fields[i]);
-            return NULL;
-        }
-    }
+    if (slot_offsets(cls, fields, 4, slot_offset) < 0) return NULL;
     Py_XSETREF(spans_type, (PyTypeObject *)Py_NewRef(cls));
     target_word = word;
     Py_RETURN_NONE;
@@ -469,23 +475,7 @@ static PyObject *setup_gate(PyObject *self, PyObject *args) {
     PyObject *cls;
     if (!PyArg_ParseTuple(args, "O!", &PyType_Type, &cls)) return NULL;
     static const char *const fields[M_SLOTS] = {"_busy", "_changes", "_delta", "_gone", "_view"};
-#ifdef Py_T_OBJECT_EX
-    const int object_ex = Py_T_OBJECT_EX;
-#else
-    const int object_ex = T_OBJECT_EX;
-#endif
-    for (int i = 0; i < M_SLOTS; i++) {
-        PyObject *d = PyObject_GetAttrString(cls, fields[i]);
-        if (d == NULL) return NULL;
-        int slot = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == object_ex &&
-                   PyDescr_TYPE(d) == (PyTypeObject *)cls;
-        if (slot) map_offset[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_DECREF(d);
-        if (!slot) {
-            PyErr_Format(PyExc_TypeError, "%s is not a slot of its own", fields[i]);
-            return NULL;
-        }
-    }
+    if (slot_offsets(cls, fields, M_SLOTS, map_offset) < 0) return NULL;
     if (hashes_name == NULL && (hashes_name = PyUnicode_InternFromString("hashes")) == NULL) return NULL;
     Py_XSETREF(map_type, (PyTypeObject *)Py_NewRef(cls));
     Py_RETURN_NONE;
