@@ -280,3 +280,26 @@ def test_a_chunk_at_every_bit_of_a_filter_word_passes_the_screen(u32: bool) -> N
         assert [(s.donor_start, s.target_start, s.length) for s in expected] == [(4 * j, 8, 4)], j
         assert native_path.align("ns", target) == expected, j
     assert native_path.align("ns", filler.astype(numpy_path.dtype)) == []
+
+
+@pytest.mark.parametrize("u32", [False, True], ids=["int64", "uint32"])
+def test_a_target_whose_every_window_is_a_chunk_on_every_stretch(u32: bool) -> None:
+    """The compiled screen asks for a passing window's id-table bucket as it passes and the lookups follow the screen:
+    targets in which every window of every stretch passes (chunks at every donor offset, many donors, so buckets
+    overflow into their neighbours), copied from one donor or stitched from several at shifted offsets, find what the
+    numpy path finds."""
+    numpy_path, native_path = _pair(u32, block_size=1, min_span_tokens=8, anchor_tokens=3, max_diagonals=16)
+    rng = np.random.default_rng(9)
+    texts = [rng.integers(0, 5_000, 300) for _ in range(20)]
+    for i, text in enumerate(texts):
+        for aligner in (numpy_path, native_path):
+            aligner.add_donor(f"d{i}", "ns", _donor_array(text, u32))
+    buckets = native_path._tables["ns"].id_table.ids
+    assert (buckets >= 0).all(axis=1).any()  # some buckets are full: lookups probe the next ones
+    for n in (3, 4, 11, 64, 257, 300):
+        for parts in (1, 3):
+            pieces = [texts[(n + k) % len(texts)][5 * k : 5 * k + n // parts + 9] for k in range(parts)]
+            target = np.concatenate(pieces)[:n].astype(numpy_path.dtype)
+            expected = numpy_path.align("ns", target, max_spans=4)
+            assert native_path.align("ns", target, max_spans=4) == expected, (n, parts)
+            assert expected or n < 8
