@@ -1,10 +1,10 @@
-"""The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension; the
-connector's prompt unboxing (trtllm_connector/unbox.c), the planner's accepting path (semblend_dynamo/_native/planner.c),
-the sync's donor entries (semblend_dynamo/_native/entries.c) and validate_load's passing path
-(trtllm_connector/validation.c), built for the installing Python (they use its C API).
+"""The span aligner's compiled core (semblend_dynamo/_native): a plain C shared library, not a Python extension; and
+extension modules built for the installing Python (they use its C API): the connector's prompt unboxing
+(trtllm_connector/unbox.c), the planner's accepting path (semblend_dynamo/_native/planner.c), the sync's donor entries
+(semblend_dynamo/_native/entries.c) and validate_load's passing path (trtllm_connector/validation.c).
 
-Everything else is in pyproject.toml. All are optional: without a working C compiler (or, for the last three, the
-Python headers) the install still succeeds (setuptools prints why), the aligner uses its numpy path, the connector
+Everything else is in pyproject.toml. All are optional: without a working C compiler (or, for the modules, the Python
+headers) the install still succeeds (setuptools prints why), the aligner uses its numpy path, the connector
 ``array.fromlist`` and the planner, the entries and validation their Python code.
 """
 
@@ -24,17 +24,12 @@ _spec = importlib.util.spec_from_file_location(
 assert _spec is not None and _spec.loader is not None
 native_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(native_build)
-_unbox_spec = importlib.util.spec_from_file_location(
-    "_unbox_build", Path(__file__).parent / "trtllm_connector/unbox_build.py"
-)
-assert _unbox_spec is not None and _unbox_spec.loader is not None
-unbox_build = importlib.util.module_from_spec(_unbox_spec)
-_unbox_spec.loader.exec_module(unbox_build)
-UNBOX = "trtllm_connector.unbox"
+UNBOX = "trtllm_connector._unbox"
 PLANNER = "semblend_dynamo._native._planner"
 ENTRIES = "semblend_dynamo._native._entries"
 VALIDATION = "trtllm_connector._validation"
 MODULES = {
+    UNBOX: Path(__file__).parent / "trtllm_connector/unbox.c",
     PLANNER: native_build.PLANNER_SOURCE,
     ENTRIES: native_build.ENTRIES_SOURCE,
     VALIDATION: Path(__file__).parent / "trtllm_connector/validation.c",
@@ -43,26 +38,18 @@ MODULES = {
 
 class BuildNativeLibrary(build_ext):
     """Builds the library with ``native_build.build`` (the same command as ``python -m semblend_dynamo._native
-    build``) under its plain name: no ABI tag, because it does not depend on the Python version."""
+    build``) under its plain name: no ABI tag, because it does not depend on the Python version; and each module with
+    ``native_build.build_module`` (the same as its ``python -m ... build``) under this Python's extension suffix."""
 
     def get_ext_filename(self, fullname: str) -> str:
         package = fullname.rpartition(".")[0]
         # Called with the full dotted name and with its last part alone (get_ext_fullpath).
         last = fullname.rpartition(".")[2]
-        if last in {m.rpartition(".")[2] for m in MODULES}:
-            name = native_build.module_file_name(last)
-        else:
-            unbox = last == UNBOX.rpartition(".")[2]
-            name = unbox_build.library_name() if unbox else native_build.LIBRARY_NAME
+        module = last in {m.rpartition(".")[2] for m in MODULES}
+        name = native_build.module_file_name(last) if module else native_build.LIBRARY_NAME
         return str(Path(*package.split(".")) / name)
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name == UNBOX:
-            try:
-                unbox_build.build(Path(self.get_ext_fullpath(ext.name)))
-            except unbox_build.BuildError as exc:
-                raise CompileError(f"{exc}; the connector will unbox prompts with array.fromlist") from exc
-            return
         if ext.name in MODULES:
             try:
                 native_build.build_module(MODULES[ext.name], Path(self.get_ext_fullpath(ext.name)))

@@ -15,8 +15,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 STAMP=.venv/.semblend-bootstrap
-# setup.py and the C sources too: the editable install compiles the span aligner's and the prompt unboxing's libraries
-# and the planner's and load validation's modules into the source tree.
+# setup.py and the C sources too: the editable install compiles the span aligner's library and the prompt unboxing's,
+# the planner's and load validation's modules into the source tree.
 HASH="$(cat pyproject.toml setup.py scripts/bootstrap.sh semblend_dynamo/_native/*.c trtllm_connector/*.c | sha256sum | cut -d' ' -f1)"
 WITH_TORCH="${WITH_TORCH:-0}"
 needs_nats() { [ "$EXTRAS" = "dev" ] || [ "$EXTRAS" = "bench" ]; }

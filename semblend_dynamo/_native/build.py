@@ -1,6 +1,6 @@
 """Compile ``span_aligner.c`` into a plain shared library (no Python API, no libpython: any CPython can load it), and
-extension modules for the building Python (the planner's, :mod:`semblend_dynamo.native_planner`, and the connector's
-load validation's, :mod:`trtllm_connector.native_validation`).
+extension modules for the building Python (the planner's, :mod:`semblend_dynamo.native_planner`, the connector's
+load validation's, :mod:`trtllm_connector.native_validation`, and its prompt unboxing's, :mod:`trtllm_connector.unbox`).
 
 Standard library only: ``setup.py`` loads this file by path inside pip's isolated build environment, where the
 package's dependencies are not installed.
@@ -62,8 +62,7 @@ def build_module(source: Path, output: Path, compiler: str | None = None) -> Pat
 def compile_library(source: Path, output: Path, flags: Sequence[str], compiler: str | None = None) -> Path:
     """Compile one C file with :data:`CFLAGS` and ``flags`` into the shared library ``output``, replaced atomically.
 
-    ``compiler``: a command line (it may carry extra flags, e.g. ``cc -I<headers>``), default ``$CC`` or ``cc``. Also
-    used by the connector's prompt-unboxing build (``trtllm_connector/unbox_build.py``).
+    ``compiler``: a command line (it may carry extra flags, e.g. ``cc -I<headers>``), default ``$CC`` or ``cc``.
     """
     command = shlex.split(compiler or os.environ.get("CC") or "cc")
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Loading the per-version extension modules (the planner's, the connector's load validation's) beside their source.
+"""Loading the per-version extension modules (planner, donor entries, load validation, unboxing) beside their source.
 
 Each is built from one C file by :func:`semblend_dynamo._native.build.build_module` into ``<stem><extension
 suffix>`` next to it, reports the digest of the source it was built from (``SOURCE_DIGEST``) and is refused when that
