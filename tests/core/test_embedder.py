@@ -114,11 +114,11 @@ def test_cuda_request_without_cuda_provider_falls_back_to_cpu(
 
 
 @pytest.mark.gpu
-def test_cuda_provider_runs_on_gpu(onnx_cache: Path, minilm: MiniLMEmbedder) -> None:
-    import onnxruntime as ort
-
+def test_cuda_provider_runs_on_gpu(onnx_cache: Path, request: pytest.FixtureRequest) -> None:
+    ort = pytest.importorskip("onnxruntime")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip("needs onnxruntime-gpu with CUDA (the onnx-gpu extra)")
+    minilm: MiniLMEmbedder = request.getfixturevalue("minilm")  # only where the test runs: it needs the model package
     emb = MiniLMEmbedder(cache_dir=onnx_cache, provider="cuda")
     assert emb.provider == "CUDAExecutionProvider"
     assert ((emb.embed(TEXTS) * minilm.embed(TEXTS)).sum(axis=1) > 0.999).all()
