@@ -130,6 +130,16 @@ def test_trace_ids_are_random_hex_and_never_repeat_across_refills() -> None:
     assert len(set(ids)) == len(ids)
 
 
+def test_trace_ids_do_not_follow_the_global_random_seed() -> None:
+    import random
+
+    random.seed(1234)
+    first = [new_trace_id() for _ in range(200)]
+    random.seed(1234)  # an application seeding `random` must not make two processes' trace ids repeat
+    again = [new_trace_id() for _ in range(200)]
+    assert not set(first) & set(again)
+
+
 def test_a_forked_child_never_draws_the_trace_ids_its_parent_will_draw() -> None:
     new_trace_id()  # the pool holds ids drawn before the fork
     read, write = os.pipe()
