@@ -162,7 +162,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._tags: dict[int, dict[str, Any]] = {}  # request id -> its audit role and trace id, until it is gone
         self._engine_blocks: dict[int, tuple[list[int], str | None]] = {}  # 1.3+: block_hashes and cache_salt
         self._prompts: dict[int, array.array[int]] = {}  # the prompt as decided on (u32), a donor's tokens at finish
-        self._promised_counter = metrics.decisions("promised")  # the series, looked up once
+        self._stats = metrics.BOOK.stats()  # the per-decision metrics, summed over schedulers when scraped
 
     # --- TensorRT-LLM API ------------------------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
@@ -187,7 +187,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 logger.exception("semblend connector: could not audit the decline of request %s", request_id)
                 with contextlib.suppress(Exception):
                     self.audit.flush()  # the lookup record it would have sent
-        metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
+        self._stats.observe(time.perf_counter() - started)
         return tokens, False
 
     def update_state_after_alloc(self, request: Any, block_ids: list[int]) -> None:
@@ -323,7 +323,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
                 if donor_id not in kept:
                     self.registry.unlease(donor_id)
             promise.donor_ids = tuple(d for d in promise.donor_ids if d in kept)
-            metrics.decisions("cancelled", DeclineReason.LOAD_CANCELLED.value).inc()
+            self._stats.count("cancelled", DeclineReason.LOAD_CANCELLED.value)
         except Exception as exc:
             logger.exception("semblend connector: cancel_load failed for request %s", request_id)
             self._drop_promise(request_id, DeclineReason.INTERNAL_ERROR, f"cancel_load: {type(exc).__name__}: {exc}")
@@ -440,8 +440,9 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         self._promises[request_id] = _Promise(load, key, namespace, started, lineage, donor_ids=donor_ids)
         for donor in donors.values():  # one lease per donor, returned once in build_connector_meta
             self.registry.lease(donor)
-        self._promised_counter.inc()
-        metrics.PROMISED_TOKENS.inc(load.tokens)
+        stats = self._stats
+        stats.promised += 1
+        stats.promised_tokens += load.tokens
         record = AuditRecord(
             event=AuditEvent.PROMISED,
             role=role,
@@ -744,7 +745,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         key: str | None = None,
         detail: str = "",
     ) -> int:
-        metrics.decisions("declined", reason.value).inc()
+        self._stats.count("declined", reason.value)
         role, trace_id = self._tag(request_id)
         record = AuditRecord(
             event=AuditEvent.DECLINED,
