@@ -132,7 +132,7 @@ class _Family(Collector):
 
     def collect(self) -> Iterable[Metric]:
         metric = Metric(self._name, self._help, self._kind)
-        self._samples(metric, prometheus_metrics._use_created)
+        self._samples(metric, getattr(prometheus_metrics, "_use_created", True))  # disable_created_metrics() clears it
         return [metric]
 
 
