@@ -7,7 +7,9 @@ kept here as the oracle, and both must accept and refuse the same values and ser
 from __future__ import annotations
 
 import math
+import tempfile
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,18 +107,28 @@ def test_same_bytes_and_same_refusals_as_the_pydantic_record(event: Any, ts: Any
         with pytest.raises(ValidationError):
             AuditRecord(event=event, ts=ts, **fields)
     else:
-        assert AuditRecord(event=event, ts=ts, **fields).to_json() == expected
+        record = AuditRecord(event=event, ts=ts, **fields)
+        assert record.to_json() == expected
+        with tempfile.TemporaryDirectory() as tmp:  # and the writer's line is those bytes
+            with AuditWriter(Path(tmp) / "audit.jsonl") as writer:
+                writer.write(record)
+            assert (Path(tmp) / "audit.jsonl").read_bytes() == expected.encode() + b"\n"
 
 
 def test_held_lines_go_out_with_the_next_write(tmp_path) -> None:
     path = tmp_path / "audit.jsonl"
     writer = AuditWriter(path)
-    writer.write(flush=False, event=AuditEvent.LOOKUP, request_id="r1", found=True)
+    records = [writer.write(flush=False, event=AuditEvent.LOOKUP, request_id="r1", found=True)]
     assert path.read_text() == ""  # still in the buffer: the verdict's write sends it
-    writer.write(event=AuditEvent.DECLINED, request_id="r1", rejection_reason=DeclineReason.NO_CANDIDATE)
+    records.append(
+        writer.write(
+            event=AuditEvent.DECLINED, request_id="r1", rejection_reason=DeclineReason.NO_CANDIDATE, detail="é"
+        )
+    )
     assert [r["event"] for r in read_audit(path)] == ["lookup", "declined"]
-    writer.write(flush=False, event=AuditEvent.LOOKUP, request_id="r2", found=False)
+    records.append(writer.write(flush=False, event=AuditEvent.LOOKUP, request_id="r2", found=False))
     writer.flush()
     assert [r["request_id"] for r in read_audit(path)] == ["r1", "r1", "r2"]
+    assert path.read_bytes() == "".join(r.to_json() + "\n" for r in records).encode()  # the lines, byte for byte
     assert writer.by_event == {"lookup": 2, "declined": 1} and writer.by_reason == {"no_candidate": 1}
     writer.close()
