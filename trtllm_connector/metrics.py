@@ -18,6 +18,8 @@ bytes each).
 from __future__ import annotations
 
 import bisect
+import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -136,6 +138,17 @@ class _Family(Collector):
         return [metric]
 
 
+def multiprocess_warning() -> str | None:
+    """The line to log when prometheus_client runs in multiprocess mode, which reads only its own metrics' files."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    return (
+        "semblend connector metrics: PROMETHEUS_MULTIPROC_DIR is set, but the per-decision families "
+        f"({DECISIONS_NAME}, {TOKENS_NAME}, {LATENCY_NAME}) are kept in this process, not in multiprocess files: "
+        "scrape this process's default registry to see them"
+    )
+
+
 BOOK = DecisionBook()
 DECISIONS, PROMISED_TOKENS, DECISION_LATENCY = BOOK.families()
 REGISTRY.register(DECISIONS)
@@ -148,3 +161,5 @@ MATERIALIZED_TOKENS = Counter(
 DONORS = Counter("semblend_connector_donors_total", "donor lifecycle transitions", ["event"])
 PINNED_BLOCKS = Gauge("semblend_connector_pinned_blocks", "blocks held by pinned donors (incl. pending release)")
 REGISTRY.register(DECISION_LATENCY)
+if (_MULTIPROCESS := multiprocess_warning()) is not None:
+    logging.getLogger(__name__).warning(_MULTIPROCESS)

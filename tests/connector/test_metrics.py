@@ -217,3 +217,11 @@ def test_scrape_concurrent_with_decisions_loses_nothing() -> None:
         sys.setswitchinterval(interval)
     assert scrapes > 1
     assert totals() == (rounds, rounds, rounds * 16, 2 * rounds)
+
+
+def test_multiprocess_mode_gets_a_warning_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    assert metrics.multiprocess_warning() is None
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent-metrics-dir")
+    line = metrics.multiprocess_warning()
+    assert line is not None and "PROMETHEUS_MULTIPROC_DIR" in line and "semblend_connector_decisions" in line
