@@ -8,7 +8,10 @@ is needed for a scheduler decision). Each measured request goes through the real
 (``get_num_new_matched_tokens`` timed; ``update_state_after_alloc``, ``build_connector_meta`` and ``request_finished``
 untimed, so leases, promises and the per-request state are settled as in PyExecutor; a request finishes without
 offering its blocks, so the donors stay the same; ``--no-finish`` leaves every request unfinished, the flow before
-issue 16.2's third pass, in which the scheduler's per-request state grows for the whole run). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
+issue 16.2's third pass, in which the scheduler's per-request state grows for the whole run). ``--get-tokens convert``
+makes the request's ``get_tokens`` build a new list of new ints from an int32 vector on every read, as TensorRT-LLM's
+binding does (its ``LlmRequest`` holds the tokens in C++); the default ``copy`` copies a Python list, which costs
+several times less (the figures of earlier sessions). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
 a donor's first 3/4), and a hit named by a router hint; in ``--mode shifted`` (the span aligner runs, isolation
 ``no_block_reuse``) also a shifted hit (3/4 of a donor taken from its token 40 on, so its KV moves by -40 positions). The no-op connector (returns ``(0, False)``) is the baseline
 measured in the same run. Audit records go to a real JSONL file, as in production (``--audit memory`` shows how much
@@ -174,11 +177,12 @@ def measure(
     prompts: list[list[int]],
     counter: GcCounter,
     busy: BusyThread | None = None,
+    tokens_from: str = "list",
 ) -> CaseResult:
     """Each request's decision timed (wall clock and thread CPU), then settled untimed."""
     out = CaseResult()
     for i, tokens in enumerate(prompts):
-        request = HarnessRequest(10_000_000 + i, tokens)
+        request = HarnessRequest(10_000_000 + i, tokens, tokens_from=tokens_from)
         switches = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
         ticks = busy.ticks if busy is not None else 0
         counter.active = out
@@ -208,7 +212,15 @@ def main() -> None:
     parser.add_argument("--gc-threshold", type=int, default=0, help="generation-0 GC threshold (0: Python's default)")
     parser.add_argument("--no-finish", action="store_true", help="never call request_finished (the earlier flow)")
     parser.add_argument("--busy-thread-us", type=int, default=0, help="another Python thread's work bursts (0: none)")
+    parser.add_argument(
+        "--get-tokens",
+        choices=("copy", "convert"),
+        default="copy",
+        help="the request's get_tokens: a copy of a Python list, or a new list converted from an int32 vector as "
+        "TensorRT-LLM's binding makes it",
+    )
     args = parser.parse_args()
+    tokens_from = "list" if args.get_tokens == "copy" else "vector"
     if args.heap_objects < 0 or args.gc_threshold < 0 or args.busy_thread_us < 0:
         parser.error("--heap-objects, --gc-threshold and --busy-thread-us must be >= 0")
     rng = random.Random(1)
@@ -262,11 +274,13 @@ def main() -> None:
         busy = BusyThread(args.busy_thread_us) if args.busy_thread_us else None
 
         def semblend(prompts: list[list[int]]) -> CaseResult:
-            return measure(lambda r: sched.get_num_new_matched_tokens(r, 0), settle, prompts, counter, busy)
+            return measure(
+                lambda r: sched.get_num_new_matched_tokens(r, 0), settle, prompts, counter, busy, tokens_from
+            )
 
         results: dict[str, CaseResult] = {}
         results["no-op connector (baseline)"] = measure(
-            lambda r: noop.get_num_new_matched_tokens(r, 0), lambda r: None, misses, counter, busy
+            lambda r: noop.get_num_new_matched_tokens(r, 0), lambda r: None, misses, counter, busy, tokens_from
         )
         results["SemBlend, miss"] = semblend(misses)
         results["SemBlend, hit (local lookup)"] = semblend(hits)
@@ -285,7 +299,7 @@ def main() -> None:
     base_p99 = percentiles(results["no-op connector (baseline)"].wall)[1]
     print(
         f"prompt {args.prompt_tokens} tokens, {pinned} pinned blocks in {len(donors)} donors, "
-        f"tokens_per_block {TPB}, mode {args.mode}, audit to {args.audit}, "
+        f"tokens_per_block {TPB}, mode {args.mode}, audit to {args.audit}, get_tokens {args.get_tokens}, "
         f"requests {'left unfinished' if args.no_finish else 'finished after their iteration'}"
     )
     print(f"heap: {args.heap_objects} extra live objects, gc thresholds {thresholds}")

@@ -222,14 +222,29 @@ def salt_id(cache_salt: str) -> int:
     return int.from_bytes(hashlib.blake2b(cache_salt.encode(), digest_size=8).digest(), "little")
 
 
+TOKENS_FROM = ("list", "vector")
+
+
 class HarnessRequest:
-    """The part of ``LlmRequest`` the connector reads (bound attributes only)."""
+    """The part of ``LlmRequest`` the connector reads (bound attributes only).
+
+    ``tokens_from``: how ``get_tokens`` makes its list. ``"list"`` copies a Python list of the tokens. ``"vector"``
+    holds them as TensorRT-LLM does, an int32 vector, and builds a new list of new ints on every read, as its binding
+    does (a C++ vector returned to Python is converted element by element): the engine's cost of each read.
+    """
 
     def __init__(
-        self, request_id: int, prompt: Sequence[int], cache_salt: str | None = None, salt_shape: str = "cache_salt"
+        self,
+        request_id: int,
+        prompt: Sequence[int],
+        cache_salt: str | None = None,
+        salt_shape: str = "cache_salt",
+        tokens_from: str = "list",
     ) -> None:
         if salt_shape not in SALT_SHAPES:
             raise ValueError(f"salt_shape {salt_shape!r}: one of {SALT_SHAPES}")
+        if tokens_from not in TOKENS_FROM:
+            raise ValueError(f"tokens_from {tokens_from!r}: one of {TOKENS_FROM}")
         self.request_id = request_id
         self.prompt_len = len(prompt)
         if salt_shape in ("cache_salt", "py_cache_salt"):
@@ -239,11 +254,12 @@ class HarnessRequest:
         self.salt_shape = salt_shape
         self.cache_salt_string = cache_salt
         self.lora_task_id: int | None = None
-        self._tokens = list(prompt)
+        self._tokens: list[int] | array[int] = list(prompt) if tokens_from == "list" else array("i", prompt)
         self.context_current_position = 0
 
     def get_tokens(self, beam: int) -> list[int]:
-        return list(self._tokens)
+        tokens = self._tokens
+        return list(tokens) if isinstance(tokens, list) else tokens.tolist()
 
     def append(self, token: int) -> None:
         self._tokens.append(token)

@@ -244,3 +244,21 @@ def test_request_reset_forgets_the_decided_prompt(make_harness) -> None:
     h.scheduler.get_num_new_matched_tokens(request, 0)
     h.scheduler.request_reset(request)
     assert _finish(h, request, 100) is not None and request.reads == 2
+
+
+def test_harness_tokens_as_a_vector_come_back_as_a_fresh_list_each_read() -> None:
+    """``tokens_from="vector"`` holds the prompt as TensorRT-LLM does (a C++ int32 vector) and makes every read a new
+    list of new ints, as its binding's ``get_tokens`` does; ``"list"`` copies a Python list."""
+    prompt = [5, 300_000, 70_000, 1 << 30]
+    for kind in ("list", "vector"):
+        request = HarnessRequest(1, prompt, tokens_from=kind)
+        first, second = request.get_tokens(0), request.get_tokens(0)
+        assert first == second == prompt and first is not second
+        request.append(9)
+        assert request.get_tokens(0) == [*prompt, 9]
+    vector = HarnessRequest(2, prompt, tokens_from="vector")
+    assert vector.get_tokens(0)[1] is not vector.get_tokens(0)[1]  # new int objects, not the held ones
+    with pytest.raises(ValueError, match="tokens_from"):
+        HarnessRequest(3, prompt, tokens_from="tuple")  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        HarnessRequest(4, [1 << 31], tokens_from="vector")  # token ids are int32 in TensorRT-LLM
