@@ -11,7 +11,8 @@ offering its blocks, so the donors stay the same; ``--no-finish`` leaves every r
 issue 16.2's third pass, in which the scheduler's per-request state grows for the whole run). ``--get-tokens convert``
 makes the request's ``get_tokens`` build a new list of new ints from an int32 vector on every read, as TensorRT-LLM's
 binding does (its ``LlmRequest`` holds the tokens in C++); the default ``copy`` copies a Python list, which costs
-several times less (the figures of earlier sessions). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
+several times less (the figures of earlier sessions); ``view`` hands over a read-only int32 view of that vector, what
+a binding exposing it as a buffer would give (TensorRT-LLM has none today). Cases: a miss (no donor shares the prompt), a hit (the prompt starts with
 a donor's first 3/4), and a hit named by a router hint; in ``--mode shifted`` (the span aligner runs, isolation
 ``no_block_reuse``) also a shifted hit (3/4 of a donor taken from its token 40 on, so its KV moves by -40 positions). The no-op connector (returns ``(0, False)``) is the baseline
 measured in the same run. Audit records go to a real JSONL file, as in production (``--audit memory`` shows how much
@@ -56,6 +57,7 @@ from trtllm_connector.harness import HarnessLlmArgs, HarnessRequest
 from trtllm_connector.hints import HintInbox
 
 TPB = 32
+GET_TOKENS = {"copy": "list", "convert": "vector", "view": "view"}  # --get-tokens -> HarnessRequest(tokens_from=...)
 LLAMA_3_8B_ROPE = json.dumps(
     {
         "model_type": "llama",
@@ -214,13 +216,13 @@ def main() -> None:
     parser.add_argument("--busy-thread-us", type=int, default=0, help="another Python thread's work bursts (0: none)")
     parser.add_argument(
         "--get-tokens",
-        choices=("copy", "convert"),
+        choices=tuple(GET_TOKENS),
         default="copy",
-        help="the request's get_tokens: a copy of a Python list, or a new list converted from an int32 vector as "
-        "TensorRT-LLM's binding makes it",
+        help="the request's get_tokens: a copy of a Python list, a new list converted from an int32 vector as "
+        "TensorRT-LLM's binding makes it, or a zero-copy int32 view of that vector",
     )
     args = parser.parse_args()
-    tokens_from = "list" if args.get_tokens == "copy" else "vector"
+    tokens_from = GET_TOKENS[args.get_tokens]
     if args.heap_objects < 0 or args.gc_threshold < 0 or args.busy_thread_us < 0:
         parser.error("--heap-objects, --gc-threshold and --busy-thread-us must be >= 0")
     rng = random.Random(1)
@@ -250,7 +252,7 @@ def main() -> None:
                 sched.request_finished(request, [])  # no blocks offered: not a donor
 
         def hinted(request: HarnessRequest) -> Any:
-            tokens = request.get_tokens(0)
+            tokens = request.engine_tokens()
             donor_index = next(i for i, d in enumerate(donors) if d[:TPB] == tokens[:TPB])
             sched.hints.submit(
                 DonorHint(

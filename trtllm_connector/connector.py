@@ -77,13 +77,14 @@ _LINEAGE_VALUES = {lineage: lineage.value for lineage in Lineage}
 _U32 = np.dtype(np.uint32)  # a dtype object: np.frombuffer resolves a scalar type on every call
 
 
-def read_prompt(request: Any) -> list[int]:
-    """The prompt token ids of an ``LlmRequest`` (beam 0, without generated tokens)."""
+def read_prompt(request: Any) -> Sequence[int]:
+    """The prompt token ids of an ``LlmRequest`` (beam 0, without generated tokens), as ``get_tokens`` hands them over:
+    a list from TensorRT-LLM's binding, or any sequence or integer buffer, which :func:`u32_prompt` converts."""
     tokens = request.get_tokens(0)
     prompt_len = getattr(request, "prompt_len", None)
     if isinstance(prompt_len, int) and prompt_len < len(tokens):
         tokens = tokens[:prompt_len]
-    return tokens if isinstance(tokens, list) else list(tokens)
+    return tokens  # type: ignore[no-any-return]
 
 
 def read_lora(request: Any) -> str:
@@ -637,7 +638,7 @@ class SemBlendConnectorScheduler(KvCacheConnectorScheduler):
         if decided_prompt is not None and isinstance(prompt_len, int) and len(decided_prompt) == prompt_len:
             prompt = decided_prompt
         else:
-            prompt = read_prompt(request)
+            prompt = u32_prompt(read_prompt(request))
         tpb = self.tokens_per_block
         if len(prompt) < self.cfg.min_donor_tokens or -(-len(prompt) // tpb) > len(block_ids):
             return False

@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 import xxhash
 from semblend_kernels.layout import PagedKVLayout
@@ -222,15 +223,18 @@ def salt_id(cache_salt: str) -> int:
     return int.from_bytes(hashlib.blake2b(cache_salt.encode(), digest_size=8).digest(), "little")
 
 
-TOKENS_FROM = ("list", "vector")
+TOKENS_FROM = ("list", "vector", "view")
 
 
 class HarnessRequest:
     """The part of ``LlmRequest`` the connector reads (bound attributes only).
 
-    ``tokens_from``: how ``get_tokens`` makes its list. ``"list"`` copies a Python list of the tokens. ``"vector"``
-    holds them as TensorRT-LLM does, an int32 vector, and builds a new list of new ints on every read, as its binding
-    does (a C++ vector returned to Python is converted element by element): the engine's cost of each read.
+    ``tokens_from``: how ``get_tokens`` hands the tokens over. ``"list"`` copies a Python list of the tokens.
+    ``"vector"`` holds them as TensorRT-LLM does, an int32 vector, and builds a new list of new ints on every read, as
+    its binding does (a C++ vector returned to Python is converted element by element): the engine's cost of each
+    read. ``"view"`` holds the same vector and returns a read-only numpy int32 view of it (no copy): what a binding
+    that exposed the vector as a buffer would return; TensorRT-LLM has no such read today. A view handed out keeps
+    the tokens it was given: appending grows a copy.
     """
 
     def __init__(
@@ -254,14 +258,27 @@ class HarnessRequest:
         self.salt_shape = salt_shape
         self.cache_salt_string = cache_salt
         self.lora_task_id: int | None = None
+        self.tokens_from = tokens_from
         self._tokens: list[int] | array[int] = list(prompt) if tokens_from == "list" else array("i", prompt)
         self.context_current_position = 0
 
-    def get_tokens(self, beam: int) -> list[int]:
+    def get_tokens(self, beam: int) -> list[int] | np.ndarray:
         tokens = self._tokens
-        return list(tokens) if isinstance(tokens, list) else tokens.tolist()
+        if isinstance(tokens, list):
+            return list(tokens)
+        if self.tokens_from == "vector":
+            return tokens.tolist()
+        view = np.frombuffer(tokens, dtype=np.int32)
+        view.flags.writeable = False
+        return view
+
+    def engine_tokens(self) -> list[int]:
+        """The tokens as the engine reads them itself (the harness's engine side; the connector reads ``get_tokens``)."""
+        return list(self._tokens)
 
     def append(self, token: int) -> None:
+        if self.tokens_from == "view":  # a view handed out may still be alive: grow a copy, leave the old one to it
+            self._tokens = array("i", self._tokens)
         self._tokens.append(token)
 
 
@@ -513,6 +530,7 @@ class PyExecutorHarness:
         cancel_tail: int = 0,
         reset_once: bool = False,
         engine_extra_key: str = "",
+        tokens_from: str = "list",
     ) -> RequestResult:
         """One request end to end: a prefill iteration, ``output_tokens`` decode iterations, then finish.
 
@@ -520,11 +538,12 @@ class PyExecutorHarness:
         keys blocks by the salt whatever the shape. API 1.3 only: ``cancel_tail`` tokens at the end of the offer are
         cancelled (``cancel_load``) and computed by the "model" instead; ``reset_once`` releases the first
         allocation (``request_reset``) and runs the request again from the start; ``engine_extra_key`` is mixed into
-        the engine's block hashes only (what the connector cannot see, e.g. multimodal content).
+        the engine's block hashes only (what the connector cannot see, e.g. multimodal content); ``tokens_from``: how
+        the request's ``get_tokens`` hands its tokens over (:class:`HarnessRequest`).
         """
         if self.api == "1.2" and (cancel_tail or reset_once or salt_shape == "request_data"):
             raise ValueError("cancel_load, request_reset and RequestData.cache_salt are TensorRT-LLM 1.3+ only")
-        request = HarnessRequest(self._next_id, prompt, cache_salt, salt_shape)
+        request = HarnessRequest(self._next_id, prompt, cache_salt, salt_shape, tokens_from)
         request.lora_task_id = lora_task_id
         self._next_id += 1
         tpb = self.layout.tokens_per_block
@@ -568,14 +587,14 @@ class PyExecutorHarness:
         if before is not None:
             changed = (self.pool[fresh].view(torch.uint8) != before).flatten(1).any(dim=1).tolist()
             written = [b for b, c in zip(fresh, changed, strict=True) if c]
-        self._forward(block_ids, request.get_tokens(0), num_computed + consumed)
+        self._forward(block_ids, request.engine_tokens(), num_computed + consumed)
         if self.pool.is_cuda:  # the first token needs the prefill done: the host waits for it, as the engine does
             torch.cuda.synchronize(self.pool.device)
         first_token_at = time.perf_counter()
         kv = gather_tokens(self.pool, self.layout, block_ids, range(len(prompt))) if capture_kv else None
         for _ in range(output_tokens):
-            request.append(int(request.get_tokens(0)[-1]) + 1)
-            tokens = request.get_tokens(0)
+            request.append(request.engine_tokens()[-1] + 1)
+            tokens = request.engine_tokens()
             if len(tokens) > len(block_ids) * tpb:
                 block_ids += self.allocator.allocate(1)
             cached = self._new_request_data(
@@ -591,7 +610,7 @@ class PyExecutorHarness:
             self._start_batch(self._scheduler_output(new_requests=[], cached_requests=[cached]))
             self._forward(block_ids, tokens, len(tokens) - 1)
         pinned = bool(self.scheduler.request_finished(request, list(block_ids)))
-        self.allocator.store_for_reuse(block_ids, request.get_tokens(0)[: len(prompt)], cache_key)
+        self.allocator.store_for_reuse(block_ids, request.engine_tokens()[: len(prompt)], cache_key)
         if pinned:  # like store_blocks_for_reuse(pin_on_release=True): matchable, but kept until reported
             self._pinned[request.request_id] = list(block_ids)
             self.max_pinned_blocks = max(self.max_pinned_blocks, self.pinned_blocks)

@@ -4,7 +4,8 @@
  * (~4 ns an item; 8,192 ids ~34 µs in the connector's decision); this reads a small int's value from the object.
  * u32(tokens) returns the new array('I'), or None without raising for anything it does not take as it is (not an
  * exact list, an item that is not exactly an int, negative, >= 2**32): the caller then converts with fromlist, which
- * accepts what it accepts (e.g. numpy integers) and raises what it raises.
+ * accepts what it accepts (e.g. numpy integers) and raises what it raises. It also copies a one-dimensional buffer of
+ * native 4-byte integers without a negative one (a zero-copy int32 view of the tokens, should a binding give one).
  *
  * A CPython extension module (built per Python version by trtllm_connector.unbox); a function of the module, not a
  * ctypes call, because ctypes' argument conversion ran cold on every decision (~7-10 µs of the decision's u32_prompt,
@@ -69,7 +70,69 @@ static PyObject *setup(PyObject *self, PyObject *template) {
     Py_RETURN_NONE;
 }
 
-/* u32(tokens): array('I', tokens) for an exact list of exact ints in [0, 2**32), else None (nothing raised). */
+/* Whether a buffer's struct format is one native 4-byte integer: *is_signed says which kind. */
+static int int32_format(const char *f, int *is_signed) {
+    if (f[0] == '@' || f[0] == '=' || (f[0] == '<' && PY_LITTLE_ENDIAN) || (f[0] == '>' && PY_BIG_ENDIAN)) f++;
+    if (f[0] == '\0' || f[1] != '\0') return 0;
+    int int32 = f[0] == 'i' || (f[0] == 'l' && sizeof(long) == 4);
+    int uint32 = f[0] == 'I' || (f[0] == 'L' && sizeof(long) == 4);
+    *is_signed = int32;
+    return int32 || uint32;
+}
+
+/* A new array('I') of the n items from `from`, copied; NULL with an exception when out of memory. */
+static PyObject *new_u32(Py_ssize_t n, const void *from) {
+    PyObject *out = PySequence_Repeat(zero, n);
+    if (out == NULL || n == 0) return out;
+    Py_buffer view;
+    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    memcpy(view.buf, from, (size_t)n * 4);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* A one-dimensional, C-contiguous buffer of native 4-byte integers, none negative (a zero-copy view of the request's
+ * int32 tokens, should a binding hand one over), as a new array('I'): one copy, no int object per token; None for
+ * any other buffer (the caller converts it), NULL with an exception only when out of memory. bytes and bytearray are
+ * left to the caller: array() reads them as raw bytes. */
+static PyObject *u32_of_buffer(PyObject *tokens) {
+    if (PyBytes_Check(tokens) || PyByteArray_Check(tokens)) Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(tokens, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int is_signed = 0;
+    if (view.ndim != 1 || view.itemsize != 4 || view.format == NULL || !int32_format(view.format, &is_signed)) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = view.len / 4;
+    if (is_signed) { /* the sign bits of all items, or-ed two items at a time (the loop a third as long) */
+        const unsigned char *bytes = view.buf;
+        uint64_t any = 0, word = 0;
+        Py_ssize_t i = 0;
+        for (; i + 8 <= view.len; i += 8) {
+            memcpy(&word, bytes + i, 8);
+            any |= word;
+        }
+        uint32_t last = 0;
+        if (i < view.len) memcpy(&last, bytes + i, 4);
+        if ((any & 0x8000000080000000ull) || (last & 0x80000000u)) {
+            PyBuffer_Release(&view);
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = new_u32(n, view.buf);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* u32(tokens): array('I', tokens) for an exact list of exact ints in [0, 2**32) or a buffer u32_of_buffer takes,
+ * else None (nothing raised). */
 static PyObject *u32(PyObject *self, PyObject *list) {
     (void)self;
 #ifdef Py_GIL_DISABLED
@@ -80,7 +143,7 @@ static PyObject *u32(PyObject *self, PyObject *list) {
         PyErr_SetString(PyExc_TypeError, "u32() is called after setup()");
         return NULL;
     }
-    if (!PyList_CheckExact(list)) Py_RETURN_NONE;
+    if (!PyList_CheckExact(list)) return PyObject_CheckBuffer(list) ? u32_of_buffer(list) : Py_NewRef(Py_None);
     Py_ssize_t n = PyList_GET_SIZE(list);
     PyObject *out = PySequence_Repeat(zero, n);
     if (out == NULL) return NULL;
@@ -107,7 +170,8 @@ static PyObject *u32(PyObject *self, PyObject *list) {
 static PyMethodDef methods[] = {
     {"setup", setup, METH_O, "setup(array('I', [0]))"},
     {"u32", u32, METH_O,
-     "u32(tokens): array('I', tokens) for an exact list of exact ints in [0, 2**32), else None (nothing raised)"},
+     "u32(tokens): array('I', tokens) for an exact list of exact ints in [0, 2**32) or a native int32 / uint32 "
+     "buffer without negative items, else None (nothing raised)"},
     {NULL, NULL, 0, NULL},
 };
 

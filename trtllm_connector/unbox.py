@@ -3,7 +3,8 @@
 ``get_tokens`` gives a Python list of ints; the connector converts it once per decision. :func:`u32_prompt` does it
 with ``unbox.c`` (one pass reading each int's value; ~4x faster than ``array("I").fromlist``, which took ~34 µs of an
 8K decision on the development VM) and otherwise with :func:`~semblend_dynamo.events.schemas.u32_tokens` (same result,
-same errors).
+same errors). A binding that exposed the request's int32 vector as a buffer would hand that over instead: ``unbox.c``
+copies it whole, with no int object per token.
 
 A CPython extension (it reads int objects), built per Python version (``_unbox`` with this interpreter's extension
 suffix, beside ``unbox.c``): at install (``setup.py``, optional: without a compiler or the Python headers the install
@@ -50,7 +51,8 @@ if _U32 is None:
 
 def u32_prompt(tokens: Sequence[int], unboxer: Unboxer | None = _U32) -> array.array[int]:
     """``tokens`` as a native u32 array: :func:`u32_tokens`'s result and errors, in one C pass for a list of ints
-    (``unboxer``: the module's ``u32``, this process's by default; None: :func:`u32_tokens` only)."""
+    (``unboxer``: the module's ``u32``, this process's by default; None: :func:`u32_tokens` only), in one copy for a
+    buffer of native 4-byte integers (the module's too)."""
     if unboxer is not None:
         out = unboxer(tokens)
         if out is not None:

@@ -246,6 +246,27 @@ def test_request_reset_forgets_the_decided_prompt(make_harness) -> None:
     assert _finish(h, request, 100) is not None and request.reads == 2
 
 
+def test_a_prompt_read_as_a_list_a_fresh_list_or_a_buffer_gives_the_same_decisions(make_harness) -> None:
+    """``get_tokens`` as the harness copies it, as TensorRT-LLM's binding converts it, and as a zero-copy int32 view:
+    the same donors, promises, loads and audit trail."""
+
+    def trail(tokens_from: str) -> list[tuple[Any, ...]]:
+        h = make_harness()
+        donor = prompt(31, 100)
+        first = h.run_request(donor, tokens_from=tokens_from)
+        assert first.pinned
+        pinned = h.scheduler.registry.get(h.scheduler.registry.donor_id_for(first.request_id))
+        assert pinned is not None and pinned.tokens.tolist() == donor
+        hit = h.run_request(donor[:72] + prompt(32, 30), tokens_from=tokens_from)
+        miss = h.run_request(prompt(33, 90), tokens_from=tokens_from)
+        assert hit.promised > 0 and miss.promised == 0
+        fields = ("event", "request_id", "donor_id", "tokens", "delta", "lineage", "rejection_reason", "found")
+        audit = [tuple(getattr(r, f) for f in fields) for r in records(h)]
+        return [(r.promised, r.connector_written_blocks) for r in (first, hit, miss)] + audit
+
+    assert trail("list") == trail("vector") == trail("view")
+
+
 def test_harness_tokens_as_a_vector_come_back_as_a_fresh_list_each_read() -> None:
     """``tokens_from="vector"`` holds the prompt as TensorRT-LLM does (a C++ int32 vector) and makes every read a new
     list of new ints, as its binding's ``get_tokens`` does; ``"list"`` copies a Python list."""
@@ -256,6 +277,9 @@ def test_harness_tokens_as_a_vector_come_back_as_a_fresh_list_each_read() -> Non
         assert first == second == prompt and first is not second
         request.append(9)
         assert request.get_tokens(0) == [*prompt, 9]
+    view = HarnessRequest(5, prompt, tokens_from="view").get_tokens(0)
+    assert isinstance(view, np.ndarray) and view.dtype == np.int32 and not view.flags.writeable
+    assert view.tolist() == prompt
     vector = HarnessRequest(2, prompt, tokens_from="vector")
     assert vector.get_tokens(0)[1] is not vector.get_tokens(0)[1]  # new int objects, not the held ones
     with pytest.raises(ValueError, match="tokens_from"):

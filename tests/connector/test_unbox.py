@@ -88,6 +88,24 @@ EDGES = [
     range(5),
     None,
     5,
+    # buffers, as a binding exposing the request's int32 vector without a list would hand them over
+    np.array([0, 5, 2**31 - 1], dtype=np.int32),
+    np.array([], dtype=np.int32),
+    np.array([3, -1], dtype=np.int32),
+    np.array([1, 2, -3], dtype=np.int32),  # an odd count: the last item is read on its own
+    np.array([-(2**31), 1, 2], dtype=np.int32),
+    np.array([2**32 - 1, 0], dtype=np.uint32),
+    np.array([2**32 - 1, 2**32], dtype=np.uint64),
+    np.array([1, 2], dtype=">i4"),  # not the native byte order
+    np.array([[1, 2], [3, 4]], dtype=np.int32),  # not one-dimensional
+    np.arange(10, dtype=np.int32)[::2],  # not contiguous
+    np.array([1.0, 2.0]),
+    np.array([True, False]),
+    memoryview(array.array("i", [4, 5, 6])),
+    memoryview(array.array("i", [4, -5])),
+    array.array("i", [7, 8]),
+    array.array("I", [9]),
+    b"\x01\x02",  # bytes: array() reads them as raw bytes, not one item each
 ]
 
 
@@ -102,11 +120,37 @@ def test_the_module_answers_none_for_what_it_does_not_take(unboxer: unbox.Unboxe
     taken = [[], [0, 2**30 - 1, 2**30, 2**32 - 1]]
     for tokens in taken:
         out = unboxer(tokens)
-        assert out is not None and out.typecode == "I" and out.tolist() == tokens
-    refused = [[2**32], [-1], [True], [Int(1)], [np.int64(1)], [1.0], List([1]), (1,), None, np.arange(3)]
+        assert out is not None and out.typecode == "I" and out.tolist() == list(tokens)
+    taken.append(np.array([0, 2**31 - 1, 5], dtype=np.int32))  # a buffer of native 4-byte integers, copied
+    refused = [
+        [2**32],
+        [-1],
+        [True],
+        [Int(1)],
+        [np.int64(1)],
+        [1.0],
+        List([1]),
+        (1,),
+        None,
+        np.arange(3, dtype=np.int64),
+    ]
+    refused += [
+        np.array([1, -1], dtype=np.int32),
+        np.array([1], dtype=">u4"),
+        np.arange(6, dtype=np.int32)[::2],
+        b"abcd",
+    ]
     for tokens in refused:
         assert unboxer(tokens) is None, tokens
     assert unboxer([1, 2]) is not unboxer([1, 2])  # a new array each time
+
+
+def test_an_int32_buffer_is_copied_not_viewed() -> None:
+    """A zero-copy view of the request's tokens is converted into an array of its own: the request may change them."""
+    held = np.array([1, 2, 3], dtype=np.int32)
+    out = unbox.u32_prompt(memoryview(held).toreadonly())
+    held[0] = 9
+    assert out.typecode == "I" and out.tolist() == [1, 2, 3]
 
 
 def test_random_prompts_match_u32_tokens_and_give_the_same_request_key(unboxer: unbox.Unboxer) -> None:
