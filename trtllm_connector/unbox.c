@@ -111,9 +111,9 @@ static PyObject *u32_of_buffer(PyObject *tokens) {
         Py_RETURN_NONE;
     }
     Py_ssize_t n = view.len / 4;
-    if (is_signed) { /* the sign bits of all items, or-ed two items at a time (the loop a third as long) */
+    if (is_signed) { /* the sign bits of all items, or-ed two items at a time */
         const unsigned char *bytes = view.buf;
-        uint64_t any = 0, word = 0;
+        uint64_t any = 0, word;
         Py_ssize_t i = 0;
         for (; i + 8 <= view.len; i += 8) {
             memcpy(&word, bytes + i, 8);

@@ -117,11 +117,10 @@ def test_edge_cases_match_u32_tokens(unboxer: unbox.Unboxer, tokens: Any) -> Non
 
 
 def test_the_module_answers_none_for_what_it_does_not_take(unboxer: unbox.Unboxer) -> None:
-    taken = [[], [0, 2**30 - 1, 2**30, 2**32 - 1]]
-    for tokens in taken:
+    buffers = [np.array([0, 2**31 - 1, 5], dtype=np.int32), memoryview(array.array("I", [2**32 - 1, 7]))]
+    for tokens in [[], [0, 2**30 - 1, 2**30, 2**32 - 1], *buffers]:  # buffers of native 4-byte integers: copied
         out = unboxer(tokens)
         assert out is not None and out.typecode == "I" and out.tolist() == list(tokens)
-    taken.append(np.array([0, 2**31 - 1, 5], dtype=np.int32))  # a buffer of native 4-byte integers, copied
     refused = [
         [2**32],
         [-1],
