@@ -80,11 +80,11 @@ _U32 = np.dtype(np.uint32)  # a dtype object: np.frombuffer resolves a scalar ty
 def read_prompt(request: Any) -> Sequence[int]:
     """The prompt token ids of an ``LlmRequest`` (beam 0, without generated tokens), as ``get_tokens`` hands them over:
     a list from TensorRT-LLM's binding, or any sequence or integer buffer, which :func:`u32_prompt` converts."""
-    tokens = request.get_tokens(0)
+    tokens: Sequence[int] = request.get_tokens(0)
     prompt_len = getattr(request, "prompt_len", None)
     if isinstance(prompt_len, int) and prompt_len < len(tokens):
         tokens = tokens[:prompt_len]
-    return tokens  # type: ignore[no-any-return]
+    return tokens
 
 
 def read_lora(request: Any) -> str:

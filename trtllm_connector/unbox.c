@@ -80,17 +80,11 @@ static int int32_format(const char *f, int *is_signed) {
     return int32 || uint32;
 }
 
-/* A new array('I') of the n items from `from`, copied; NULL with an exception when out of memory. */
-static PyObject *new_u32(Py_ssize_t n, const void *from) {
+/* A new array('I') of n zeros, its writable buffer in *view (the caller releases it); NULL with an exception when out
+ * of memory. */
+static PyObject *new_u32(Py_ssize_t n, Py_buffer *view) {
     PyObject *out = PySequence_Repeat(zero, n);
-    if (out == NULL || n == 0) return out;
-    Py_buffer view;
-    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    memcpy(view.buf, from, (size_t)n * 4);
-    PyBuffer_Release(&view);
+    if (out != NULL && PyObject_GetBuffer(out, view, PyBUF_WRITABLE) < 0) Py_CLEAR(out);
     return out;
 }
 
@@ -126,7 +120,12 @@ static PyObject *u32_of_buffer(PyObject *tokens) {
             Py_RETURN_NONE;
         }
     }
-    PyObject *out = new_u32(n, view.buf);
+    Py_buffer into;
+    PyObject *out = new_u32(n, &into);
+    if (out != NULL) {
+        memcpy(into.buf, view.buf, (size_t)n * 4);
+        PyBuffer_Release(&into);
+    }
     PyBuffer_Release(&view);
     return out;
 }
@@ -145,13 +144,9 @@ static PyObject *u32(PyObject *self, PyObject *list) {
     }
     if (!PyList_CheckExact(list)) return PyObject_CheckBuffer(list) ? u32_of_buffer(list) : Py_NewRef(Py_None);
     Py_ssize_t n = PyList_GET_SIZE(list);
-    PyObject *out = PySequence_Repeat(zero, n);
-    if (out == NULL) return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
+    PyObject *out = new_u32(n, &view);
+    if (out == NULL) return NULL;
     uint32_t *o = view.buf;
     PyObject **items = ((PyListObject *)list)->ob_item;
     for (Py_ssize_t i = 0; i < n; i++) {
