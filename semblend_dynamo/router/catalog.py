@@ -34,7 +34,7 @@ from ..events.schemas import DonorRegistration, KvEvent, SyncRows
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
 from ..vector_codes import i8_codes
-from .indexer import PipelineIndexer
+from .indexer import MAX_PENDING, PipelineIndexer
 from .residency import DonorEntry, Residency, WorkerKey
 
 PENDING_LOCAL_DONORS = 4096
@@ -64,8 +64,15 @@ class DonorCatalog:
         """Exact-wins gates answered None (not known) because a block map they read was changing on another thread."""
         index = None if discovery is None else discovery.index
         self._residency = Residency(capacity, codes=index.stores_codes if index is not None else index_dtype == "i8")
+        # A peer's queued add costs a reference to its entry: room for two full catalogs (a late replica's sync, and
+        # the donors replaced while it is indexed) before an add is dropped.
         self.indexer = (
-            PipelineIndexer(discovery, self._pipeline_evicted, self._pipeline_indexed)
+            PipelineIndexer(
+                discovery,
+                self._pipeline_evicted,
+                self._pipeline_indexed,
+                max_pending=max(MAX_PENDING, 2 * capacity),
+            )
             if discovery is not None
             else None
         )
@@ -485,7 +492,7 @@ class DonorCatalog:
                 vector = entry.vector() if entry.embedding_dim else None
                 self.indexer.add_local(donor_id, local[0], local[1], vector, owner=entry)
             elif index is not None and entry.embedding_dim == index.dim:
-                self.indexer.add_peer(donor_id, entry.namespace, entry.vector(), owner=entry)
+                self.indexer.add_peer(entry)
 
     def _pipeline_indexed(self, entries: list[object]) -> None:
         """The pipeline indexed these entries' donors (indexer thread): an entry still the catalog's keeps no copy of

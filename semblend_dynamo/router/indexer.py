@@ -11,6 +11,8 @@ overtaken by an older add), and the one ``semblend-indexer`` thread applies them
 
 Bounds: at most ``max_pending`` queued adds, of which at most ``max_local`` carry a prompt's tokens; an add beyond
 them is dropped and counted (the donor stays in the catalog, out of the pipeline: it is not found, never wrong).
+A peer's add holds only the catalog's entry, whose vector is read when the add is applied: the catalog sizes
+``max_pending`` to its capacity, so a late replica's whole sync queues and its search index ends with every donor.
 Removals are never dropped: one is queued only for a donor an add was queued for, so they are bounded by the
 donors the pipeline can hold. :meth:`close` applies what is queued (within its timeout) and counts what is left.
 
@@ -29,6 +31,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -118,14 +121,18 @@ class _Local:
     owner: object = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Peer:
-    """A peer's donor: its embedding only."""
+class PeerDonor(Protocol):
+    """A peer's donor as the catalog keeps it: indexed by its embedding only."""
 
-    donor_id: str
-    namespace: str
-    vector: np.ndarray
-    owner: object = None
+    @property
+    def donor_id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    def vector(self) -> np.ndarray:
+        """The embedding as float32 (read on the indexer thread when the add is applied)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +140,7 @@ class _Remove:
     donor_id: str
 
 
-_Change = _Local | _Peer | _Remove
+_Change = _Local | _Remove | PeerDonor
 
 
 class PipelineIndexer:
@@ -184,8 +191,9 @@ class PipelineIndexer:
         """``owner`` (if any) goes back through ``on_indexed`` once the add is applied."""
         self._add(_Local(donor_id, namespace, tokens, vector, owner))
 
-    def add_peer(self, donor_id: str, namespace: str, vector: np.ndarray, owner: object = None) -> None:
-        self._add(_Peer(donor_id, namespace, vector, owner))
+    def add_peer(self, donor: PeerDonor) -> None:
+        """Queues the donor itself, no copy of its vector; it goes back through ``on_indexed`` once applied."""
+        self._add(donor)
 
     def remove(self, donor_id: str) -> None:
         with self._cond:
@@ -197,7 +205,7 @@ class PipelineIndexer:
                 return
             self._put(_Remove(donor_id))
 
-    def _add(self, change: _Local | _Peer) -> None:
+    def _add(self, change: _Local | PeerDonor) -> None:
         local = isinstance(change, _Local)
         with self._cond:
             reason = None
@@ -288,7 +296,7 @@ class PipelineIndexer:
                 except Exception:
                     self.counters["errors"] += 1
                     log.exception("pipeline indexer: reporting %d evictions failed", len(evicted))
-            owners = [c.owner for c in batch if not isinstance(c, _Remove) and c.owner is not None]
+            owners = [_owner(c) for c in batch if _owner(c) is not None]
             if owners and self._on_indexed is not None:
                 try:
                     self._on_indexed(owners)
@@ -323,14 +331,9 @@ class PipelineIndexer:
             waiting.clear()
 
         for change in batch:
-            if change.donor_id in waiting or not isinstance(change, _Peer):
-                flush()
-            if isinstance(change, _Peer):
-                peers.setdefault(change.namespace, {})[change.donor_id] = change.vector
-                waiting.add(change.donor_id)
-                continue
-            self._defer()
             if isinstance(change, _Local):
+                flush()
+                self._defer()
                 evicted.extend(
                     discovery.register_donor(
                         change.donor_id,
@@ -340,8 +343,15 @@ class PipelineIndexer:
                         before_commit=self._defer,
                     )
                 )
-            else:
+            elif isinstance(change, _Remove):
+                flush()
+                self._defer()
                 discovery.remove_donor(change.donor_id)
+            else:
+                if change.donor_id in waiting:
+                    flush()
+                peers.setdefault(change.namespace, {})[change.donor_id] = change.vector()
+                waiting.add(change.donor_id)
         flush()
         self.counters["applied"] += len(batch)
 
@@ -350,5 +360,12 @@ class PipelineIndexer:
             self.gate.wait()
 
 
+def _owner(change: _Change) -> object:
+    """What goes back through ``on_indexed`` once the change is applied: a peer itself, a local add's owner."""
+    if isinstance(change, _Local):
+        return change.owner
+    return None if isinstance(change, _Remove) else change
+
+
 def _kind(change: _Change) -> str:
-    return "local" if isinstance(change, _Local) else "peer" if isinstance(change, _Peer) else "remove"
+    return "local" if isinstance(change, _Local) else "remove" if isinstance(change, _Remove) else "peer"

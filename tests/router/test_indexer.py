@@ -58,19 +58,32 @@ def _indexer(discovery: RecordingDiscovery, **bounds: int) -> tuple[PipelineInde
     return PipelineIndexer(discovery, reported.append, **bounds), reported  # type: ignore[arg-type]
 
 
-def _vector() -> np.ndarray:
-    return np.ones(4, dtype=np.float32)
+class PeerStub:
+    """Stands in for a catalog entry: a peer donor whose vector reads are counted."""
+
+    def __init__(self, donor_id: str, namespace: str = "ns") -> None:
+        self.donor_id = donor_id
+        self.namespace = namespace
+        self.reads = 0
+
+    def vector(self) -> np.ndarray:
+        self.reads += 1
+        return np.full(4, len(self.donor_id), dtype=np.float32)
+
+
+def _peer(donor_id: str) -> PeerStub:
+    return PeerStub(donor_id)
 
 
 def test_changes_apply_in_the_order_queued_and_peers_batch_between_other_changes() -> None:
     discovery = RecordingDiscovery()
     discovery.gate.clear()
     indexer, _ = _indexer(discovery)
-    indexer.add_peer("p0", "ns", _vector())  # taken alone while the gate is shut
+    indexer.add_peer(_peer("p0"))  # taken alone while the gate is shut
     assert discovery.entered.wait(10)
     for change in (("peer", "p1"), ("peer", "p2"), ("local", "l1"), ("remove", "p1"), ("peer", "p1"), ("peer", "p3")):
         if change[0] == "peer":
-            indexer.add_peer(change[1], "ns", _vector())
+            indexer.add_peer(_peer(change[1]))
         elif change[0] == "local":
             indexer.add_local(change[1], NS, [1, 2, 3], None)
         else:
@@ -90,7 +103,7 @@ def test_a_removal_is_queued_only_for_a_donor_an_add_was_queued_for() -> None:
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
     indexer.remove("never-added")
-    indexer.add_peer("p", "ns", _vector())
+    indexer.add_peer(_peer("p"))
     indexer.remove("p")
     indexer.remove("p")
     assert indexer.drain(10)
@@ -103,12 +116,12 @@ def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_rem
     dropped: list[tuple[str, str]] = []
     indexer, _ = _indexer(discovery, max_pending=3, max_local=1)
     indexer.on_dropped = lambda kind, reason: dropped.append((kind, reason))
-    indexer.add_peer("p0", "ns", _vector())  # being applied (blocked at the gate): still counts
+    indexer.add_peer(_peer("p0"))  # being applied (blocked at the gate): still counts
     assert discovery.entered.wait(10)
     indexer.add_local("l1", NS, [1], None)
     indexer.add_local("l2", NS, [1], None)  # over max_local
-    indexer.add_peer("p1", "ns", _vector())
-    indexer.add_peer("p0", "ns", _vector())  # over max_pending, and p0 is fed: its older copy must go
+    indexer.add_peer(_peer("p1"))
+    indexer.add_peer(_peer("p0"))  # over max_pending, and p0 is fed: its older copy must go
     assert dropped == [("local", "queue_full"), ("peer", "queue_full")]
     assert indexer.counters["dropped:local:queue_full"] == 1 and indexer.counters["dropped:peer:queue_full"] == 1
     discovery.gate.set()
@@ -121,10 +134,10 @@ def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_rem
 def test_close_applies_what_is_queued_or_counts_what_it_could_not() -> None:
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
-    indexer.add_peer("a", "ns", _vector())
+    indexer.add_peer(_peer("a"))
     indexer.close()
     assert discovery.calls == [("peers", ("a",))] and indexer.backlog == 0
-    indexer.add_peer("b", "ns", _vector())
+    indexer.add_peer(_peer("b"))
     indexer.remove("a")
     assert indexer.counters["dropped:peer:closed"] == 1 and indexer.counters["dropped:remove:closed"] == 1
 
@@ -144,8 +157,26 @@ def test_close_applies_what_is_queued_or_counts_what_it_could_not() -> None:
 def test_evictions_the_pipeline_reports_go_to_the_callback_outside_any_pipeline_call() -> None:
     discovery = RecordingDiscovery(evict=["old"])
     indexer, reported = _indexer(discovery)
-    indexer.add_peer("new", "ns", _vector())
+    indexer.add_peer(_peer("new"))
     assert indexer.drain(10) and reported == [["old"]] and indexer.counters["evicted"] == 1
+
+
+def test_a_queued_peer_holds_no_copy_of_its_vector_and_goes_back_once_indexed() -> None:
+    discovery = RecordingDiscovery()
+    discovery.gate.clear()
+    indexed: list[object] = []
+    indexer = PipelineIndexer(discovery, lambda ids: None, indexed.extend)  # type: ignore[arg-type]
+    first = _peer("p0")
+    indexer.add_peer(first)
+    assert discovery.entered.wait(10)
+    queued = [_peer(f"p{i}") for i in range(1, 6)]
+    for peer in queued:
+        indexer.add_peer(peer)
+    assert [peer.reads for peer in queued] == [0] * 5
+    discovery.gate.set()
+    assert indexer.drain(10)
+    assert [peer.reads for peer in (first, *queued)] == [1] * 6
+    assert len(indexed) == 6 and all(a is b for a, b in zip(indexed, (first, *queued), strict=True))
 
 
 def test_background_steps_wait_while_a_request_is_decided_but_never_for_ever() -> None:
@@ -172,14 +203,18 @@ class GatedDiscovery(DonorDiscovery):
         return super().register_embeddings(donor_ids, namespace_digest, vectors)
 
 
-def _gated(capacity: int = 100) -> tuple[DonorCatalog, GatedDiscovery]:
-    plain = build_discovery(SemblendConfig(block_size=16, embedder="hash", index_capacity=capacity))
+def _gated(
+    capacity: int = 100, catalog_capacity: int = 1000, backend: str = "auto"
+) -> tuple[DonorCatalog, GatedDiscovery]:
+    plain = build_discovery(
+        SemblendConfig(block_size=16, embedder="hash", index_capacity=capacity, index_backend=backend)
+    )
     assert plain is not None and plain.embedder is not None and plain.index is not None
     discovery = GatedDiscovery(
         plain.cfg, embedder=plain.embedder, index=plain.index, aligner=plain.aligner, background=False
     )
     discovery.gate = threading.Event()
-    return DonorCatalog(1000, discovery), discovery
+    return DonorCatalog(catalog_capacity, discovery), discovery
 
 
 def test_a_donor_added_then_removed_before_the_indexer_runs_never_stays_in_the_pipeline() -> None:
@@ -196,6 +231,27 @@ def test_a_donor_added_then_removed_before_the_indexer_runs_never_stays_in_the_p
     assert catalog.drain(10)
     assert "gone" not in discovery and "gone" not in discovery.index
     assert {"first", "kept"} == {d for d in ("first", "gone", "kept") if d in discovery and d in discovery.index}
+
+
+def test_a_sync_larger_than_the_old_fixed_bound_indexes_every_resident_donor() -> None:
+    """A late replica adds a peer's whole catalog at once, far faster than the index takes it. The indexer's queue
+    was bounded at 65,536 adds whatever the catalog held (each held a float32 copy of the vector), so a larger sync
+    left most donors out of the search index for good. Now every resident donor reaches it, none is dropped, and the
+    catalog keeps no copy of a vector the index holds."""
+    n = 70_000
+    catalog, discovery = _gated(capacity=n, catalog_capacity=n, backend="numpy")
+    index = discovery.index
+    assert index is not None and catalog.indexer is not None
+    catalog.apply_kv_events([stored(1, *range(1, n + 1))])
+    catalog.add(registration("first", [1], index.dim))  # the indexer takes it and waits at the gate
+    catalog.add_many(registration(f"p{i}", [i], index.dim) for i in range(2, n + 1))
+    assert len(catalog.resident("ns")) == n
+    discovery.gate.set()
+    assert catalog.drain(60)
+    assert not [k for k in catalog.indexer.counters if k.startswith("dropped")]
+    resident = catalog.resident("ns")
+    assert len(resident) == n and all(d in index for d in resident)
+    assert not any(e is not None and e.embedded for e in map(catalog.resident_donor, resident))
 
 
 def test_donors_the_index_evicts_leave_the_catalog() -> None:
@@ -218,13 +274,13 @@ def test_the_heap_is_trimmed_once_a_bulk_of_changes_is_applied_and_the_queue_is_
     monkeypatch.setattr(indexer_module, "trim_heap", lambda: trims.append(1) or True)
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
-    indexer.add_peer("p0", "ns", _vector())
-    indexer.add_peer("p1", "ns", _vector())
+    indexer.add_peer(_peer("p0"))
+    indexer.add_peer(_peer("p1"))
     assert indexer.drain(10) and trims == []  # 2 changes: not yet
-    indexer.add_peer("p2", "ns", _vector())
+    indexer.add_peer(_peer("p2"))
     indexer.remove("p0")
     assert indexer.drain(10) and trims == [1] and indexer.counters["heap_trims"] == 1
-    indexer.add_peer("p3", "ns", _vector())
+    indexer.add_peer(_peer("p3"))
     assert indexer.drain(10) and trims == [1]  # counted afresh after a trim
     assert trim_heap() is True  # glibc here: the real call runs
 
