@@ -13,7 +13,9 @@ handler, catalog, pipeline, codec and NATS link; only Dynamo's KvRouter is a tes
   namespaces, block counts and residency, ``DonorCatalog.snapshot``) must equal A's, or the run fails.
 
 ``--index`` is replica B's donor search index (``none``: semantic search off, the catalog only; ``numpy``/``usearch``:
-the pipeline indexes every resident donor's embedding while it syncs). Replica A never indexes (it only serves).
+the pipeline indexes every resident donor's embedding on its indexer thread, behind the sync). With an index, B is
+also timed until its indexer has applied everything (the index caught up), and reports how many resident donors the
+index holds and how many adds the indexer dropped. Replica A never indexes (it only serves).
 The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-registration-per-row v1 sync,
 ``git archive``d to a temporary directory), in the same run.
 
@@ -177,6 +179,10 @@ async def late(args: argparse.Namespace) -> None:
     from tests.adversarial.router_harness import InProcessRouter
 
     want = json.loads(args.expect)
+    if args.indexer_batch:
+        from semblend_dynamo.router import indexer
+
+        indexer.BATCH = args.indexer_batch
     replica = InProcessRouter(router_config(args.nats, args.index, args.n + 1000, args.sync_window))
     catalog = replica.router.catalog
     started = time.perf_counter()
@@ -207,9 +213,13 @@ async def late(args: argparse.Namespace) -> None:
         profiler.disable()
         profiler.dump_stats(args.profile)
     rss, peak = rss_mb()
+    indexed = await index_caught_up(catalog, deadline - time.perf_counter())
+    if indexed:
+        indexed["indexed_s"] -= connect
+        indexed["indexed_rss_mb"], indexed["indexed_peak_mb"] = rss_mb()
     state = catalog_state(catalog)
     metrics = replica.metrics
-    result = {
+    result = indexed | {
         "blocks_s": blocks_s,
         "converged_s": converged_s,
         "cpu_s": cpu_s,
@@ -225,6 +235,24 @@ async def late(args: argparse.Namespace) -> None:
     }
     print("LATE_DONE " + json.dumps(result), flush=True)
     await replica.close()
+
+
+async def index_caught_up(catalog: Any, timeout: float) -> dict[str, Any]:
+    """With a search index: wait (up to ``timeout`` s) for the catalog's indexer to apply what the sync queued; then
+    when (``perf_counter``), how many resident donors the index holds, and the adds the indexer dropped."""
+    indexer = getattr(catalog, "indexer", None)
+    if indexer is None:
+        return {}
+    drained = await asyncio.to_thread(indexer.drain, max(0.0, timeout))
+    at = time.perf_counter()
+    index = indexer.discovery.index
+    resident = set().union(*(catalog.resident(ns) for ns in NAMESPACES))
+    return {
+        "indexed_s": at,
+        "index_drained": drained,
+        "in_index": sum(1 for donor_id in resident if donor_id in index),
+        "index_dropped": sum(n for key, n in indexer.counters.items() if key.startswith("dropped")),
+    }
 
 
 def breakdown(n: int) -> None:
@@ -326,7 +354,13 @@ def read_line(proc: subprocess.Popen[str], prefixes: tuple[str, ...], timeout: f
 
 
 def measure(
-    tree: Path, n: int, index: str, timeout: float, sync_window: int | None = None, profile: str | None = None
+    tree: Path,
+    n: int,
+    index: str,
+    timeout: float,
+    sync_window: int | None = None,
+    profile: str | None = None,
+    indexer_batch: int | None = None,
 ) -> dict[str, Any]:
     from tests.support.nats import NatsServer
     from tests.support.processes import stop_process
@@ -340,6 +374,7 @@ def measure(
             late_cmd = [*base, "--role", "late", "--nats", nats.url, "--index", index, "--expect", json.dumps(ready)]
             late_cmd += ["--sync-window", str(sync_window)] if sync_window is not None else []
             late_cmd += ["--profile", profile] if profile else []
+            late_cmd += ["--indexer-batch", str(indexer_batch)] if indexer_batch else []
             late_proc = subprocess.Popen([*late_cmd, "--timeout", str(timeout)], stdout=subprocess.PIPE, text=True)
             try:
                 kind, done = read_line(late_proc, ("LATE_DONE", "LATE_TIMEOUT"), timeout + 600)
@@ -380,6 +415,9 @@ def main() -> None:
     p.add_argument(
         "--profile", metavar="FILE", help="cProfile replica B (CPU time) from connect to converged into FILE"
     )
+    p.add_argument(
+        "--indexer-batch", type=int, help="replica B's indexer: changes taken per turn (default: the module's BATCH)"
+    )
     p.add_argument("--breakdown", type=int, metavar="N", help="only: where the CPU goes per donor, in one process")
     p.add_argument("--role", choices=("peer", "late"), help=argparse.SUPPRESS)
     p.add_argument("--tree", help=argparse.SUPPRESS)
@@ -406,13 +444,19 @@ def main() -> None:
             rows.append(("v1 " + args.baseline_ref, measure(old, n, args.index, args.baseline_timeout)))
             print(json.dumps(rows[-1][1]), flush=True)
     for n in args.donors:
-        rows.append(("v2 (this tree)", measure(ROOT, n, args.index, args.timeout, args.sync_window, args.profile)))
+        rows.append(
+            (
+                "v2 (this tree)",
+                measure(ROOT, n, args.index, args.timeout, args.sync_window, args.profile, args.indexer_batch),
+            )
+        )
         print(json.dumps(rows[-1][1]), flush=True)
     print(
         "\n| sync | donors | B index | B blocks recovered s | B converged s | donors/s | B CPU s | A CPU s | pages "
         "| B RSS MB (peak) | A RSS MB |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    indexed = [(name, r) for name, r in rows if "indexed_s" in r]
     for name, r in rows:
         if r["converged_s"] is None:
             print(
@@ -426,6 +470,18 @@ def main() -> None:
             f"| {r['rss_mb']:.0f} ({r['peak_mb']:.0f}) "
             f"| {r['peer_rss_mb']:.0f} |"
         )
+    if indexed:  # B's search index after the catalog converged
+        print(
+            "\n| sync | donors | B converged s | B index caught up s | resident donors in the index | adds dropped "
+            "| B RSS MB after indexing (peak) |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for name, r in indexed:
+            print(
+                f"| {name} | {r['donors']:,} | {r['converged_s']:.1f} | "
+                f"{r['indexed_s']:.1f}{'' if r['index_drained'] else ' (timed out)'} | {r['in_index']:,} "
+                f"| {r['index_dropped']:,} | {r['indexed_rss_mb']:.0f} ({r['indexed_peak_mb']:.0f}) |"
+            )
 
 
 if __name__ == "__main__":
