@@ -931,7 +931,15 @@ class SemanticRouter:
                 await asyncio.sleep(0)
                 self._add_held_chunk()
         session = self._sync
-        self._sync_gc.page_added(session is not None and session.active)
+        self._syncing(session is not None and session.active)
+
+    def _syncing(self, syncing: bool) -> None:
+        """Whether more sync pages are awaited: while they are, the collector stays off what the sync added and the
+        catalog's indexer stays held (from the sync's first add: the catalog converges first, its search index
+        follows)."""
+        self._sync_gc.page_added(syncing)
+        if self.catalog.indexer is not None:
+            self.catalog.indexer.hold(syncing)
 
     def _add_held_chunk(self) -> bool:
         """Add the next chunk of held donors; False if there was none."""
@@ -939,7 +947,10 @@ class SemanticRouter:
         if chunk is None:
             return False
         session = self._sync
-        with self._sync_gc.adding(session is not None and session.active):
+        syncing = session is not None and session.active
+        if syncing and self.catalog.indexer is not None:
+            self.catalog.indexer.hold(True)
+        with self._sync_gc.adding(syncing):
             self.catalog.add_rows(chunk, skip_router=self.router_id)
         if self._sync is not None:
             self._sync.touch()

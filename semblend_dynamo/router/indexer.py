@@ -41,15 +41,18 @@ from ..pipeline import DonorDiscovery
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 65_536
-"""Queued adds at most (a peer's costs a reference to its catalog entry's vector)."""
+"""Queued adds at most by default (the catalog allows twice its capacity: a peer's add is a reference to its entry)."""
 MAX_LOCAL = 4096
 """Queued adds carrying a prompt's tokens at most (an 8K-token prompt's list holds ~300 KB)."""
-BATCH = 256
-"""Changes taken per turn; peers' embeddings of one namespace among them are inserted in one batch."""
+BATCH = 2048
+"""Changes taken per turn; peers' embeddings of one namespace among them are inserted in one batch (usearch adds a
+batch on every core: 2,048 took a late replica's 300K donors 28% faster than 256 on a 16-core host)."""
 MAX_DEFER_S = 0.005
 """Longest a background step waits for the loop to finish deciding requests (so it cannot starve under load)."""
 TRIM_AFTER = 10_000
 """Changes applied before the heap is trimmed, the next time the queue is empty."""
+MAX_HOLD_S = 30.0
+"""Longest the indexer stays held by one :meth:`PipelineIndexer.hold` (a sync that never ends cannot starve it)."""
 
 
 def trim_heap() -> bool:
@@ -178,6 +181,7 @@ class PipelineIndexer:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._since_trim = 0
+        self._held_until = 0.0
 
     # --- called by the catalog (its lock held): never waits for the pipeline -----------------------
     def add_local(
@@ -236,6 +240,19 @@ class PipelineIndexer:
             self._thread.start()
         self._cond.notify_all()
 
+    def hold(self, held: bool) -> None:
+        """Held (a late replica's sync adding its peers' donors), the thread takes no new batch, for at most
+        :data:`MAX_HOLD_S`: the catalog converges first, undisturbed, and what it queued meanwhile is indexed after.
+        Changes are still queued; :meth:`drain` waits through a hold, :meth:`close` does not."""
+        with self._cond:
+            self._held_until = time.monotonic() + MAX_HOLD_S if held else 0.0
+            self._cond.notify_all()
+
+    @property
+    def held(self) -> bool:
+        with self._cond:
+            return self._held_until > time.monotonic()
+
     # --- waiting and stopping ------------------------------------------------------------------------
     @property
     def backlog(self) -> int:
@@ -274,8 +291,11 @@ class PipelineIndexer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
+                while not self._closed:
+                    held = self._held_until - time.monotonic()
+                    if self._queue and held <= 0:
+                        break
+                    self._cond.wait(held if self._queue else None)
                 if not self._queue:
                     return
                 batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]

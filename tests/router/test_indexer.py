@@ -179,6 +179,25 @@ def test_a_queued_peer_holds_no_copy_of_its_vector_and_goes_back_once_indexed() 
     assert len(indexed) == 6 and all(a is b for a, b in zip(indexed, (first, *queued), strict=True))
 
 
+def test_a_held_indexer_takes_no_batch_until_released_or_the_hold_runs_out_and_closes_anyway(monkeypatch) -> None:
+    discovery = RecordingDiscovery()
+    indexer, _ = _indexer(discovery)
+    indexer.hold(True)
+    indexer.add_peer(_peer("p0"))
+    assert indexer.held and not indexer.drain(0.1) and discovery.calls == []
+    indexer.hold(False)
+    assert not indexer.held and indexer.drain(10) and discovery.calls == [("peers", ("p0",))]
+    monkeypatch.setattr(indexer_module, "MAX_HOLD_S", 0.05)
+    indexer.hold(True)
+    indexer.add_peer(_peer("p1"))
+    assert indexer.drain(10) and discovery.calls[-1] == ("peers", ("p1",)) and not indexer.held  # it ran out
+    monkeypatch.setattr(indexer_module, "MAX_HOLD_S", 30.0)
+    indexer.hold(True)
+    indexer.add_peer(_peer("p2"))
+    indexer.close()
+    assert discovery.calls[-1] == ("peers", ("p2",)) and indexer.backlog == 0
+
+
 def test_background_steps_wait_while_a_request_is_decided_but_never_for_ever() -> None:
     gate = RequestGate(max_wait_s=30)
     stepped = threading.Event()

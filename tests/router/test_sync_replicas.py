@@ -87,6 +87,7 @@ async def test_late_replicas_end_with_the_peers_donors_and_resident_sets(nats_se
     b.router.catalog.merge_dump(events)  # the blocks a late replica recovers from Dynamo's KV index
     await b.start()
     await converged(b, a)
+    assert b.router.catalog.indexer is not None and not b.router.catalog.indexer.held  # released once synced
     c = InProcessRouter(cfg)
     c.router.catalog.merge_dump(events)
     await c.start()
