@@ -483,6 +483,7 @@ class DonorCatalog:
         if self.indexer is None:
             return
         index = self.indexer.discovery.index
+        peers: list[DonorEntry] = []  # distinct donors: queued together after the locals, one wake-up of the indexer
         for donor_id in dict.fromkeys(d for d, resident in changes if resident and d not in left):
             entry = self._residency.donor(donor_id)
             if entry is None:
@@ -492,7 +493,9 @@ class DonorCatalog:
                 vector = entry.vector() if entry.embedding_dim else None
                 self.indexer.add_local(donor_id, local[0], local[1], vector, owner=entry)
             elif index is not None and entry.embedding_dim == index.dim:
-                self.indexer.add_peer(entry)
+                peers.append(entry)
+        if peers:
+            self.indexer.add_peers(peers)
 
     def _pipeline_indexed(self, entries: list[object]) -> None:
         """The pipeline indexed these entries' donors (indexer thread): an entry still the catalog's keeps no copy of

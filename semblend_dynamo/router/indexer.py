@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -149,7 +149,7 @@ _Change = _Local | _Remove | PeerDonor
 class PipelineIndexer:
     """The one writer of a :class:`DonorDiscovery`'s donors once the router runs; see the module docstring.
 
-    ``add_local``/``add_peer``/``remove`` never block on the pipeline: callers hold the catalog's lock.
+    ``add_local``/``add_peers``/``remove`` never block on the pipeline: callers hold the catalog's lock.
     """
 
     def __init__(
@@ -193,11 +193,17 @@ class PipelineIndexer:
         owner: object = None,
     ) -> None:
         """``owner`` (if any) goes back through ``on_indexed`` once the add is applied."""
-        self._add(_Local(donor_id, namespace, tokens, vector, owner))
+        with self._cond:
+            self._add_locked(_Local(donor_id, namespace, tokens, vector, owner))
+            self._wake()
 
-    def add_peer(self, donor: PeerDonor) -> None:
-        """Queues the donor itself, no copy of its vector; it goes back through ``on_indexed`` once applied."""
-        self._add(donor)
+    def add_peers(self, donors: Iterable[PeerDonor]) -> None:
+        """Queues each donor itself, no copy of its vector (one hold of the lock and one wake-up of the thread for
+        all); each goes back through ``on_indexed`` once applied."""
+        with self._cond:
+            for donor in donors:
+                self._add_locked(donor)
+            self._wake()
 
     def remove(self, donor_id: str) -> None:
         with self._cond:
@@ -207,34 +213,34 @@ class PipelineIndexer:
             if self._closed:
                 self._dropped("remove", "closed")
                 return
-            self._put(_Remove(donor_id))
+            self._queue.append(_Remove(donor_id))
+            self._wake()
 
-    def _add(self, change: _Local | PeerDonor) -> None:
+    def _add_locked(self, change: _Local | PeerDonor) -> None:
         local = isinstance(change, _Local)
-        with self._cond:
-            reason = None
-            if self._closed:
-                reason = "closed"
-            elif self._adds >= self.max_pending or (local and self._locals >= self.max_local):
-                reason = "queue_full"
-            if reason is not None:
-                self._dropped("local" if local else "peer", reason)
-                if change.donor_id in self._fed and not self._closed:  # an older copy must not stay behind
-                    self._fed.discard(change.donor_id)
-                    self._put(_Remove(change.donor_id))
-                return
-            self._fed.add(change.donor_id)
-            self._adds += 1
-            self._locals += local
-            self._put(change)
+        reason = None
+        if self._closed:
+            reason = "closed"
+        elif self._adds >= self.max_pending or (local and self._locals >= self.max_local):
+            reason = "queue_full"
+        if reason is not None:
+            self._dropped("local" if local else "peer", reason)
+            if change.donor_id in self._fed and not self._closed:  # an older copy must not stay behind
+                self._fed.discard(change.donor_id)
+                self._queue.append(_Remove(change.donor_id))
+            return
+        self._fed.add(change.donor_id)
+        self._adds += 1
+        self._locals += local
+        self._queue.append(change)
 
     def _dropped(self, kind: str, reason: str) -> None:
         self.counters[f"dropped:{kind}:{reason}"] += 1
         if self.on_dropped is not None:
             self.on_dropped(kind, reason)
 
-    def _put(self, change: _Change) -> None:
-        self._queue.append(change)
+    def _wake(self) -> None:
+        """The lock held: start the thread if it is not running and tell it there is work."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="semblend-indexer", daemon=True)
             self._thread.start()

@@ -79,11 +79,11 @@ def test_changes_apply_in_the_order_queued_and_peers_batch_between_other_changes
     discovery = RecordingDiscovery()
     discovery.gate.clear()
     indexer, _ = _indexer(discovery)
-    indexer.add_peer(_peer("p0"))  # taken alone while the gate is shut
+    indexer.add_peers([_peer("p0")])  # taken alone while the gate is shut
     assert discovery.entered.wait(10)
     for change in (("peer", "p1"), ("peer", "p2"), ("local", "l1"), ("remove", "p1"), ("peer", "p1"), ("peer", "p3")):
         if change[0] == "peer":
-            indexer.add_peer(_peer(change[1]))
+            indexer.add_peers([_peer(change[1])])
         elif change[0] == "local":
             indexer.add_local(change[1], NS, [1, 2, 3], None)
         else:
@@ -103,7 +103,7 @@ def test_a_removal_is_queued_only_for_a_donor_an_add_was_queued_for() -> None:
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
     indexer.remove("never-added")
-    indexer.add_peer(_peer("p"))
+    indexer.add_peers([_peer("p")])
     indexer.remove("p")
     indexer.remove("p")
     assert indexer.drain(10)
@@ -116,12 +116,12 @@ def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_rem
     dropped: list[tuple[str, str]] = []
     indexer, _ = _indexer(discovery, max_pending=3, max_local=1)
     indexer.on_dropped = lambda kind, reason: dropped.append((kind, reason))
-    indexer.add_peer(_peer("p0"))  # being applied (blocked at the gate): still counts
+    indexer.add_peers([_peer("p0")])  # being applied (blocked at the gate): still counts
     assert discovery.entered.wait(10)
     indexer.add_local("l1", NS, [1], None)
     indexer.add_local("l2", NS, [1], None)  # over max_local
-    indexer.add_peer(_peer("p1"))
-    indexer.add_peer(_peer("p0"))  # over max_pending, and p0 is fed: its older copy must go
+    indexer.add_peers([_peer("p1")])
+    indexer.add_peers([_peer("p0")])  # over max_pending, and p0 is fed: its older copy must go
     assert dropped == [("local", "queue_full"), ("peer", "queue_full")]
     assert indexer.counters["dropped:local:queue_full"] == 1 and indexer.counters["dropped:peer:queue_full"] == 1
     discovery.gate.set()
@@ -134,10 +134,10 @@ def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_rem
 def test_close_applies_what_is_queued_or_counts_what_it_could_not() -> None:
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
-    indexer.add_peer(_peer("a"))
+    indexer.add_peers([_peer("a")])
     indexer.close()
     assert discovery.calls == [("peers", ("a",))] and indexer.backlog == 0
-    indexer.add_peer(_peer("b"))
+    indexer.add_peers([_peer("b")])
     indexer.remove("a")
     assert indexer.counters["dropped:peer:closed"] == 1 and indexer.counters["dropped:remove:closed"] == 1
 
@@ -157,7 +157,7 @@ def test_close_applies_what_is_queued_or_counts_what_it_could_not() -> None:
 def test_evictions_the_pipeline_reports_go_to_the_callback_outside_any_pipeline_call() -> None:
     discovery = RecordingDiscovery(evict=["old"])
     indexer, reported = _indexer(discovery)
-    indexer.add_peer(_peer("new"))
+    indexer.add_peers([_peer("new")])
     assert indexer.drain(10) and reported == [["old"]] and indexer.counters["evicted"] == 1
 
 
@@ -167,11 +167,11 @@ def test_a_queued_peer_holds_no_copy_of_its_vector_and_goes_back_once_indexed() 
     indexed: list[object] = []
     indexer = PipelineIndexer(discovery, lambda ids: None, indexed.extend)  # type: ignore[arg-type]
     first = _peer("p0")
-    indexer.add_peer(first)
+    indexer.add_peers([first])
     assert discovery.entered.wait(10)
     queued = [_peer(f"p{i}") for i in range(1, 6)]
     for peer in queued:
-        indexer.add_peer(peer)
+        indexer.add_peers([peer])
     assert [peer.reads for peer in queued] == [0] * 5
     discovery.gate.set()
     assert indexer.drain(10)
@@ -183,17 +183,17 @@ def test_a_held_indexer_takes_no_batch_until_released_or_the_hold_runs_out_and_c
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
     indexer.hold(True)
-    indexer.add_peer(_peer("p0"))
+    indexer.add_peers([_peer("p0")])
     assert indexer.held and not indexer.drain(0.1) and discovery.calls == []
     indexer.hold(False)
     assert not indexer.held and indexer.drain(10) and discovery.calls == [("peers", ("p0",))]
     monkeypatch.setattr(indexer_module, "MAX_HOLD_S", 0.05)
     indexer.hold(True)
-    indexer.add_peer(_peer("p1"))
+    indexer.add_peers([_peer("p1")])
     assert indexer.drain(10) and discovery.calls[-1] == ("peers", ("p1",)) and not indexer.held  # it ran out
     monkeypatch.setattr(indexer_module, "MAX_HOLD_S", 30.0)
     indexer.hold(True)
-    indexer.add_peer(_peer("p2"))
+    indexer.add_peers([_peer("p2")])
     indexer.close()
     assert discovery.calls[-1] == ("peers", ("p2",)) and indexer.backlog == 0
 
@@ -293,13 +293,13 @@ def test_the_heap_is_trimmed_once_a_bulk_of_changes_is_applied_and_the_queue_is_
     monkeypatch.setattr(indexer_module, "trim_heap", lambda: trims.append(1) or True)
     discovery = RecordingDiscovery()
     indexer, _ = _indexer(discovery)
-    indexer.add_peer(_peer("p0"))
-    indexer.add_peer(_peer("p1"))
+    indexer.add_peers([_peer("p0")])
+    indexer.add_peers([_peer("p1")])
     assert indexer.drain(10) and trims == []  # 2 changes: not yet
-    indexer.add_peer(_peer("p2"))
+    indexer.add_peers([_peer("p2")])
     indexer.remove("p0")
     assert indexer.drain(10) and trims == [1] and indexer.counters["heap_trims"] == 1
-    indexer.add_peer(_peer("p3"))
+    indexer.add_peers([_peer("p3")])
     assert indexer.drain(10) and trims == [1]  # counted afresh after a trim
     assert trim_heap() is True  # glibc here: the real call runs
 
