@@ -775,10 +775,13 @@ class SemanticRouter:
             self.metrics.donors.labels(f"{worker_id:x}", str(dp_rank), "resident").set(resident)
 
     async def drain_registrations(self, timeout: float = 10.0) -> None:
-        """Wait for donor registrations still being computed, then for the catalog's indexer (tests, shutdown)."""
+        """Wait for donor registrations still being computed, then for the catalog's indexer (tests, shutdown); an
+        indexer held by a sync is let go first (the sync's next add holds it again)."""
         deadline = time.monotonic() + timeout
         if self._registrations:
             await asyncio.wait(list(self._registrations), timeout=timeout)
+        if self.catalog.indexer is not None:
+            self.catalog.indexer.hold(False)
         await asyncio.to_thread(self.catalog.drain, max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:

@@ -426,6 +426,36 @@ async def test_chain_runs_its_steps_on_the_donor_worker_under_one_salt_then_the_
         assert router.metrics.stage_latency.labels(stage)._sum.get() == pytest.approx(stages[stage] / 1e6)
 
 
+async def test_draining_registrations_lets_go_of_an_indexer_a_sync_holds() -> None:
+    router, _ = _router()
+    indexer = router.catalog.indexer
+    assert indexer is not None and router.discovery is not None
+    indexer.hold(True)  # as during a sync's adds
+    tokens = _prompt((0, 1, 2))
+    routed = router.parse({"token_ids": tokens})
+    hashes = compute_block_hash_for_seq(tokens, BLOCK)
+    router.catalog.add(
+        DonorRegistration(
+            donor_id="held",
+            donor_key=request_key(tokens),
+            worker_id=W1,
+            deployment="dep",
+            namespace=routed.namespace.digest(),
+            num_tokens=len(tokens),
+            block_size=BLOCK,
+            block_hashes=hashes,
+            embedding=b"",
+            embedding_dim=0,
+        ),
+        local=(routed.namespace, tokens),
+    )
+    stored = KvStored(block_hashes=list(range(1, len(hashes) + 1)), tokens_hashes=hashes)
+    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=1, data=stored)]))
+    assert indexer.backlog == 1 and not router.catalog.drain(0.1)  # held: nothing applied
+    await router.drain_registrations(timeout=10)
+    assert not indexer.held and indexer.backlog == 0 and "held" in router.discovery
+
+
 async def test_only_the_chained_request_becomes_a_donor_under_the_salt_it_ran_with() -> None:
     router, kv = _chain_router()
     _make_resident_donor(router, CHAIN_DONOR, W1)
