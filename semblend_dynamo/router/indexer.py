@@ -322,7 +322,7 @@ class PipelineIndexer:
                 except Exception:
                     self.counters["errors"] += 1
                     log.exception("pipeline indexer: reporting %d evictions failed", len(evicted))
-            owners = [_owner(c) for c in batch if _owner(c) is not None]
+            owners = [owner for c in batch if (owner := _owner(c)) is not None]
             if owners and self._on_indexed is not None:
                 try:
                     self._on_indexed(owners)
