@@ -105,13 +105,16 @@ def _prompt(order: tuple[int, ...]) -> list[int]:
     return [RNG.randrange(100, 7000) for _ in range(32)] + [t for i in order for t in DOCS[i]]
 
 
-def _make_resident_donor(router: SemanticRouter, tokens: list[int], worker: int) -> None:
-    """What the router does after serving ``tokens`` on ``worker``, then the worker's stored event."""
+def _make_resident_donor(
+    router: SemanticRouter, tokens: list[int], worker: int, donor_id: str = "donor", *, drain: bool = True
+) -> None:
+    """What the router does after serving ``tokens`` on ``worker``, then the worker's stored event (then, with
+    ``drain``, waits for the indexer)."""
     routed = router.parse({"token_ids": tokens})
     hashes = compute_block_hash_for_seq(tokens, BLOCK)
     router.catalog.add(
         DonorRegistration(
-            donor_id="donor",
+            donor_id=donor_id,
             donor_key=request_key(tokens),
             worker_id=worker,
             deployment="dep",
@@ -126,7 +129,8 @@ def _make_resident_donor(router: SemanticRouter, tokens: list[int], worker: int)
     )
     stored = KvStored(block_hashes=list(range(1, len(hashes) + 1)), tokens_hashes=hashes)
     router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=worker, event_id=1, data=stored)]))
-    assert router.catalog.drain(10)  # the pipeline follows the catalog on the indexer thread
+    if drain:
+        assert router.catalog.drain(10)  # the pipeline follows the catalog on the indexer thread
 
 
 async def _run(router: SemanticRouter, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -431,26 +435,7 @@ async def test_draining_registrations_lets_go_of_an_indexer_a_sync_holds() -> No
     indexer = router.catalog.indexer
     assert indexer is not None and router.discovery is not None
     indexer.hold(True)  # as during a sync's adds
-    tokens = _prompt((0, 1, 2))
-    routed = router.parse({"token_ids": tokens})
-    hashes = compute_block_hash_for_seq(tokens, BLOCK)
-    router.catalog.add(
-        DonorRegistration(
-            donor_id="held",
-            donor_key=request_key(tokens),
-            worker_id=W1,
-            deployment="dep",
-            namespace=routed.namespace.digest(),
-            num_tokens=len(tokens),
-            block_size=BLOCK,
-            block_hashes=hashes,
-            embedding=b"",
-            embedding_dim=0,
-        ),
-        local=(routed.namespace, tokens),
-    )
-    stored = KvStored(block_hashes=list(range(1, len(hashes) + 1)), tokens_hashes=hashes)
-    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=1, data=stored)]))
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1, "held", drain=False)
     assert indexer.backlog == 1 and not router.catalog.drain(0.1)  # held: nothing applied
     await router.drain_registrations(timeout=10)
     assert not indexer.held and indexer.backlog == 0 and "held" in router.discovery
