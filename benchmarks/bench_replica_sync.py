@@ -25,7 +25,7 @@ pages at a time as the handler does, ``router/sync.py`` ``HeldPages``), with Pyt
 add and what is alive frozen after it as the handler does (``router/gc_freeze.py``), and off.
 
 Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
-[--baseline-donors 10000] [--index none]`` or ``... --breakdown 300000``
+[--baseline-donors 10000] [--index none|numpy|usearch] [--indexer-batch N]`` or ``... --breakdown 300000``
 """
 
 from __future__ import annotations
