@@ -1,13 +1,15 @@
 """Does a busy Python thread slow usearch's multi-threaded add? The product's i8 settings (``DonorIndex``, usearch),
 10K random unit 384-d vectors into an index that already holds 10K, once alone and once while another thread runs
 Python (a counting loop, as an event loop adding a sync's donors would), three rounds each. Wall time of the add, and
-how far the other thread got (it runs only while the add has let the GIL go).
+how far the other thread got (it runs only while the add has let the GIL go). An argument sets the interpreter's
+switch interval in seconds (Python's default: 0.005).
 
-    python benchmarks/results/session22/usearch_gil.py
+    python benchmarks/results/session22/usearch_gil.py [SWITCH_INTERVAL_S]
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -15,6 +17,9 @@ import numpy as np
 
 from semblend_dynamo.donor_index import DonorIndex, IndexBackend
 
+if len(sys.argv) > 1:
+    sys.setswitchinterval(float(sys.argv[1]))
+print(f"# switch interval {sys.getswitchinterval() * 1e3:.1f} ms", flush=True)
 rng = np.random.default_rng(3)
 vectors = rng.standard_normal((20_000, 384)).astype(np.float32)
 vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
