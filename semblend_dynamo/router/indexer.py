@@ -16,6 +16,10 @@ A peer's add holds only the catalog's entry, whose vector is read when the add i
 Removals are never dropped: one is queued only for a donor an add was queued for, so they are bounded by the
 donors the pipeline can hold. :meth:`close` applies what is queued (within its timeout) and counts what is left.
 
+While a late replica's sync adds its peers' donors the router *holds* the thread (:meth:`PipelineIndexer.hold`): it
+takes no batch, so the catalog converges first, then indexes what was queued. The two side by side slowed each other:
+usearch's add takes the GIL again between items, and the sync's adds run Python on the event loop.
+
 Memory: a bulk of changes (a late replica's sync, a burst of registrations) leaves freed heap that glibc keeps (at
 1M donors ~470 B a donor of a replica's RSS, docs/benchmarks.md); once the queue is empty after ``TRIM_AFTER``
 applied changes the thread hands it back to the OS (``malloc_trim``; nothing where the C library is not glibc).
