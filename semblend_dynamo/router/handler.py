@@ -765,6 +765,7 @@ class SemanticRouter:
         """Called before each metrics scrape: the donor gauges cost a pass over the catalog, so not per event."""
         if self.catalog.indexer is not None:
             self.metrics.indexer_backlog.set(self.catalog.indexer.backlog)
+            self.metrics.indexer_held.set(self.catalog.indexer.held)
         if not self.catalog.changed:
             return
         self.catalog.changed = False

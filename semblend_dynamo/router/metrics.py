@@ -89,6 +89,11 @@ class RouterMetrics:
         self.indexer_backlog = Gauge(
             "semblend_router_indexer_backlog", "donor changes queued for the discovery pipeline's indexer", registry=r
         )
+        self.indexer_held = Gauge(
+            "semblend_router_indexer_held",
+            "1 while a donor sync holds the indexer (its backlog waits until the catalog has the peers' donors)",
+            registry=r,
+        )
         self.nats_connected = Gauge("semblend_router_nats_connected", "1 while NATS is connected", registry=r)
         self.embeddings = Counter(
             "semblend_router_prompt_embeddings",

@@ -437,8 +437,12 @@ async def test_draining_registrations_lets_go_of_an_indexer_a_sync_holds() -> No
     indexer.hold(True)  # as during a sync's adds
     _make_resident_donor(router, _prompt((0, 1, 2)), W1, "held", drain=False)
     assert indexer.backlog == 1 and not router.catalog.drain(0.1)  # held: nothing applied
+    router.refresh_gauges()
+    assert router.metrics.indexer_held._value.get() == 1 and router.metrics.indexer_backlog._value.get() == 1
     await router.drain_registrations(timeout=10)
     assert not indexer.held and indexer.backlog == 0 and "held" in router.discovery
+    router.refresh_gauges()
+    assert router.metrics.indexer_held._value.get() == 0 and router.metrics.indexer_backlog._value.get() == 0
 
 
 async def test_only_the_chained_request_becomes_a_donor_under_the_salt_it_ran_with() -> None:
