@@ -930,6 +930,9 @@ class SemanticRouter:
             self._held_wait.cancel()
             self._held_wait = None
         self._held.seal()
+        session = self._sync
+        if self._held and session is not None and session.active and self.catalog.indexer is not None:
+            self.catalog.indexer.hold(True)  # before the first chunk: the catalog takes the sync's donors first
         if self._add_held_chunk():
             while self._held:
                 await asyncio.sleep(0)
@@ -951,10 +954,7 @@ class SemanticRouter:
         if chunk is None:
             return False
         session = self._sync
-        syncing = session is not None and session.active
-        if syncing and self.catalog.indexer is not None:
-            self.catalog.indexer.hold(True)
-        with self._sync_gc.adding(syncing):
+        with self._sync_gc.adding(session is not None and session.active):
             self.catalog.add_rows(chunk, skip_router=self.router_id)
         if self._sync is not None:
             self._sync.touch()
