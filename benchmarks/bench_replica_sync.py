@@ -167,10 +167,12 @@ async def peer(args: argparse.Namespace) -> None:
     fill_s = time.perf_counter() - started
     state = catalog_state(catalog)
     await replica.start()
+    fill_rss = rss_mb()[0]
+    await settled(replica.router, started + args.timeout)  # as a serving replica does after its kv-events
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    print("PEER_READY " + json.dumps(state | {"fill_s": fill_s, "rss_mb": rss_mb()[0]}), flush=True)
+    print("PEER_READY " + json.dumps(state | {"fill_s": fill_s, "fill_rss_mb": fill_rss, "rss_mb": rss_mb()[0]}), flush=True)
     await stop.wait()
     await replica.close()
 
@@ -217,9 +219,11 @@ async def late(args: argparse.Namespace) -> None:
     if indexed:
         indexed["indexed_s"] -= connect
         indexed["indexed_rss_mb"], indexed["indexed_peak_mb"] = rss_mb()
+    settled_at = await settled(replica.router, deadline)
+    settle = {"settled_s": settled_at - connect, "settled_rss_mb": rss_mb()[0]} if settled_at else {}
     state = catalog_state(catalog)
     metrics = replica.metrics
-    result = indexed | {
+    result = indexed | settle | {
         "blocks_s": blocks_s,
         "converged_s": converged_s,
         "cpu_s": cpu_s,
@@ -235,6 +239,20 @@ async def late(args: argparse.Namespace) -> None:
     }
     print("LATE_DONE " + json.dumps(result), flush=True)
     await replica.close()
+
+
+async def settled(router: Any, deadline: float) -> float | None:
+    """Once the router's loop has finished the block maps' rewrites left in progress and handed the freed heap back
+    (``SemanticRouter.settling``; trees before it have none): when (``perf_counter``), or None."""
+    settle = getattr(router, "_settle_soon", None)
+    if settle is None:
+        return None
+    settle()
+    while router.settling:
+        if time.perf_counter() > deadline:
+            return None
+        await asyncio.sleep(0.02)
+    return time.perf_counter()
 
 
 async def index_caught_up(catalog: Any, timeout: float) -> dict[str, Any]:
@@ -391,9 +409,14 @@ def measure(
         "donors": n,
         "index": index,
         "peer_fill_s": ready["fill_s"],
+        "peer_fill_rss_mb": ready.get("fill_rss_mb"),
         "peer_rss_mb": peer_rss,
         "peer_cpu_s": peer_cpu,
     }
+
+
+def _mb(value: float | None) -> str:
+    return "" if value is None else f"{value:.0f}"
 
 
 def baseline_tree(ref: str, into: str) -> Path:
@@ -453,9 +476,9 @@ def main() -> None:
         print(json.dumps(rows[-1][1]), flush=True)
     print(
         "\n| sync | donors | B index | B blocks recovered s | B converged s | donors/s | B CPU s | A CPU s | pages "
-        "| B RSS MB (peak) | A RSS MB |"
+        "| B RSS MB (peak) | B RSS MB settled | A RSS MB filled / settled |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     indexed = [(name, r) for name, r in rows if "indexed_s" in r]
     for name, r in rows:
         if r["converged_s"] is None:
@@ -467,8 +490,8 @@ def main() -> None:
         print(
             f"| {name} | {r['donors']:,} | {r['index']} | {r['blocks_s']:.1f} | **{r['converged_s']:.1f}** "
             f"| {r['donors'] / r['converged_s']:,.0f} | {r['cpu_s']:.1f} | {r['peer_cpu_s']:.1f} | {r['pages']} "
-            f"| {r['rss_mb']:.0f} ({r['peak_mb']:.0f}) "
-            f"| {r['peer_rss_mb']:.0f} |"
+            f"| {r['rss_mb']:.0f} ({r['peak_mb']:.0f}) | {_mb(r.get('settled_rss_mb'))} "
+            f"| {_mb(r.get('peer_fill_rss_mb'))} / {r['peer_rss_mb']:.0f} |"
         )
     if indexed:  # B's search index after the catalog converged
         print(

@@ -202,6 +202,17 @@ class DonorCatalog:
                 self._lock.release()
         return self._new_gaps()
 
+    def settle_maps(self, entries: int) -> tuple[int, int] | None:
+        """Write up to ``entries`` of the block maps' base rewrites that changes left in progress
+        (:meth:`Residency.settle`); ``(written, left)``, or None while another thread holds the lock (never waits: the
+        event loop calls it). It changes no donor and no block, only how the maps hold them."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._residency.settle(entries)
+        finally:
+            self._lock.release()
+
     @property
     def kv_queued(self) -> bool:
         """Whether kv-event batches wait to be applied (see :meth:`apply_kv_events`)."""

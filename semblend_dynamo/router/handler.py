@@ -79,7 +79,7 @@ from ..span_aligner import Span
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .gc_freeze import SyncGcFreeze
-from .indexer import RequestGate
+from .indexer import RequestGate, trim_heap
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
 from .sync import (
@@ -101,6 +101,13 @@ GAP_RESYNC_DELAY_S = 1.0
 KV_FLUSH_RETRY_S = 0.001
 """A kv-event batch that found the catalog's lock held by another thread is applied this soon after (or by the next
 batch), retried until the lock is free."""
+SETTLE_DELAY_S = 0.5
+"""How soon after a change of the block maps the loop starts finishing the base rewrites changes left in progress
+(while changes go on they pace the rewrites themselves)."""
+SETTLE_ENTRIES = 65_536
+"""Block-map entries written per loop turn while settling (~1 MiB copied; a turn, not a whole map, at a time)."""
+TRIM_AFTER_SETTLED = 1 << 20
+"""Entries settled (each rewrite frees an old base of 16 B an entry) before the heap is handed back to the OS."""
 MAX_PENDING_REGISTRATIONS = 1024
 """Finished prompts waiting to become donors at most (embedding, hashing); one beyond is dropped and counted."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
@@ -265,6 +272,9 @@ class SemanticRouter:
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
         self._kv_flush: asyncio.TimerHandle | None = None
+        self._settle: asyncio.Handle | None = None
+        self._settled = 0  # entries settled since the heap was last trimmed
+        self._trim: asyncio.Future[bool] | None = None
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -726,6 +736,7 @@ class SemanticRouter:
         loop = asyncio.get_running_loop()
         registration = await loop.run_in_executor(self._donor_executor, self._add_donor, routed, served, vector)
         self.publisher.offer(self.subjects.donors, registration)
+        self._settle_soon()
 
     def _add_donor(self, routed: RoutedRequest, served: tuple[int, int], vector: Any) -> DonorRegistration:
         """The donor's registration, added to the catalog (``semblend-donors`` thread: hashing 8K tokens takes
@@ -790,6 +801,8 @@ class SemanticRouter:
         self._donor_executor.shutdown(wait=True, cancel_futures=True)
         if self._kv_flush is not None:
             self._kv_flush.cancel()
+        if self._settle is not None:
+            self._settle.cancel()
         if self._held_wait is not None:
             self._held_wait.cancel()
         self._held.seal()
@@ -824,6 +837,7 @@ class SemanticRouter:
         they came: the loop does not wait for it), try again shortly."""
         if gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
+        self._settle_soon()
         if self.catalog.kv_queued and self._kv_flush is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -835,12 +849,49 @@ class SemanticRouter:
         self._kv_flush = None
         self._kv_applied(self.catalog.flush_kv_events())
 
+    def _settle_soon(self) -> None:
+        """After a change of the block maps: finish the base rewrites it leaves in progress soon (a map whose changes
+        stop mid-rewrite holds its old base and the part of the new one written; at 1M donors ~0.4 KB a donor)."""
+        if self._settle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the loop (tests): the next change on the loop schedules it
+            return
+        self._settle = loop.call_later(SETTLE_DELAY_S, self._settle_maps)
+
+    @property
+    def settling(self) -> bool:
+        """Whether the loop is still finishing block-map rewrites, or handing the heap they freed back to the OS."""
+        return self._settle is not None or (self._trim is not None and not self._trim.done())
+
+    def _settle_maps(self) -> None:
+        """A step of the rewrites (:meth:`DonorCatalog.settle_maps`), the next on the next loop turn; later while a
+        sync adds its peers' donors (they pace the rewrites) or another thread holds the catalog. Once none is left
+        after a large settle, the freed heap goes back to the OS (off the loop)."""
+        loop = asyncio.get_running_loop()
+        session = self._sync
+        settled = None if session is not None and session.active else self.catalog.settle_maps(SETTLE_ENTRIES)
+        if settled is None:
+            self._settle = loop.call_later(SETTLE_DELAY_S, self._settle_maps)
+            return
+        written, left = settled
+        self._settled += written
+        if left:
+            self._settle = loop.call_soon(self._settle_maps)
+            return
+        self._settle = None
+        if self._settled >= TRIM_AFTER_SETTLED and (self._trim is None or self._trim.done()):
+            self._settled = 0
+            self._trim = asyncio.ensure_future(asyncio.to_thread(trim_heap))
+
     def on_kv_index(self, events: Sequence[KvEvent]) -> None:
         """Called with Dynamo's whole KV index (zmq event plane): residency becomes exactly what it holds."""
         self.metrics.events_in.labels("kv_index").inc()
         changed = self.catalog.reconcile(events)
         if changed:
             self.metrics.kv_blocks_in.inc(changed)
+            self._settle_soon()
 
     async def _resync_after_gap(self) -> None:
         """Missed kv-events (an event-id gap): recover from Dynamo's index once it has recovered them."""
@@ -855,6 +906,7 @@ class SemanticRouter:
         if isinstance(event, DonorRegistration):
             if event.router_id != self.router_id:
                 self.catalog.add(event)
+                self._settle_soon()
         elif isinstance(event, DonorLifecycle) and event.event == "evicted":
             self.catalog.forget(event.donor_id)
 
@@ -939,6 +991,7 @@ class SemanticRouter:
                 self._add_held_chunk()
         session = self._sync
         self._syncing(session is not None and session.active)
+        self._settle_soon()
 
     def _syncing(self, syncing: bool) -> None:
         """Whether more sync pages are awaited: while they are, the collector stays off what the sync added and the
@@ -1002,6 +1055,7 @@ class SemanticRouter:
             log.warning("KV index dump unusable (%s); keeping the live mirror", exc)
             return False
         self.catalog.merge_dump(events)
+        self._settle_soon()
         return True
 
     def retain_workers(self, live_worker_ids: Sequence[int]) -> None:
@@ -1012,6 +1066,7 @@ class SemanticRouter:
         removed = self.catalog.retain_workers(live_worker_ids)
         if removed:
             log.info("workers left: %d donors removed", len(removed))
+            self._settle_soon()
 
 
 @functools.lru_cache(maxsize=1 << 14)

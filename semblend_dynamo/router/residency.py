@@ -631,6 +631,17 @@ class Residency:
             self._worker_resident[worker] += len(entries)
         self._changes += zip(map(_DONOR_ID, entries), repeat(True))
 
+    def settle(self, entries: int) -> tuple[int, int]:
+        """Write up to ``entries`` (and the frozen entries of their ranges) of the block maps' base rewrites left in
+        progress (:meth:`U64Map.settle`): ``(written, left)`` over every worker's maps."""
+        written = left = 0
+        for blocks in self._workers.values():
+            for blocks_map in (blocks.by_block, blocks.hashes):
+                if written < entries:
+                    written += blocks_map.settle(entries - written)[0]
+                left += blocks_map.rewrite_left
+        return written, left
+
     def take_changes(self) -> list[tuple[str, bool]]:
         """``(donor_id, now_resident)`` transitions since the last call, in order."""
         changes, self._changes = self._changes, []

@@ -705,6 +705,34 @@ class U64Map:
             self._next_dir = np.empty(1 << (64 - int(self._next_dir_shift)), dtype=np.int64)
         self._rewrite_step(_MIN_STEP)
 
+    @property
+    def rewriting(self) -> bool:
+        """Whether a base rewrite is in progress (the old base and the part of the new one written are both held)."""
+        return bool(len(self._frozen_keys))
+
+    @property
+    def rewrite_left(self) -> int:
+        """Entries of the base and of the frozen level a rewrite in progress has still to write (0: none)."""
+        if not len(self._frozen_keys):
+            return 0
+        base_at, frozen_at = self._done
+        return len(self._keys) - base_at + len(self._frozen_keys) - frozen_at
+
+    def settle(self, entries: int) -> tuple[int, int]:
+        """Write the next ``entries`` base entries (and the frozen ones of their range) of a rewrite in progress:
+        changes that stop mid-rewrite would leave it, and both bases, in place. ``(written, left)`` in entries;
+        ``(0, 0)`` with no rewrite in progress (then it is not a change)."""
+        left = self.rewrite_left
+        if not left:
+            return 0, 0
+        self._settle_step(entries)
+        now = self.rewrite_left
+        return left - now, now
+
+    @_change
+    def _settle_step(self, entries: int) -> None:
+        self._rewrite_step(entries)
+
     def _finish_rewrite(self) -> None:
         if len(self._frozen_keys):
             self._rewrite_step(len(self._keys))

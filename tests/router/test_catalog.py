@@ -384,3 +384,55 @@ def test_gaps_found_by_queued_kv_events_are_reported_when_they_are_applied() -> 
     assert stall.released and queued == 0
     assert _flushed(catalog) == 1 and catalog.flush_kv_events() == 0
     assert catalog.apply_kv_events([_stored(6, 6)]) == 0 and catalog.event_gaps == 1
+
+
+def test_settling_the_block_maps_finishes_their_rewrites_and_changes_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kv-events that stop mid-rewrite leave block maps holding two bases; ``settle_maps`` writes the rest a bounded
+    slice per call, the catalog reads the same throughout, and it never waits for the lock (None while another
+    thread holds it, nothing written)."""
+    from semblend_dynamo.router import u64map
+
+    monkeypatch.setattr(u64map, "_MIN_OVERLAY", 256)
+    monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
+    monkeypatch.setattr(u64map, "_MIN_STEP", 64)
+    monkeypatch.setattr(u64map, "_MAX_STEP", 128)
+    monkeypatch.setattr(u64map, "_STEP_PER_CHANGE", 0)
+    catalog, dim = _catalog(capacity=5_000)
+    for first in range(1, 3_001, 100):
+        hashes = list(range(first, first + 100))
+        catalog.add_many(_donor(f"d{h}", [h], dim) for h in hashes)
+        catalog.apply_kv_events([_stored(first, *hashes)])
+    maps = [m for blocks in catalog._residency._workers.values() for m in (blocks.by_block, blocks.hashes)]
+    assert any(m.rewriting for m in maps)
+    before, left = catalog.snapshot(), sum(m.rewrite_left for m in maps)
+    catalog._lock.acquire()
+    try:
+        assert _other_thread(lambda: catalog.settle_maps(100)) is None
+    finally:
+        catalog._lock.release()
+    assert sum(m.rewrite_left for m in maps) == left
+    while True:
+        frozen = sum(len(m._frozen_keys) for m in maps)
+        settled = catalog.settle_maps(100)
+        assert settled is not None
+        written, now = settled
+        assert now == left - written and now == sum(m.rewrite_left for m in maps)
+        assert 0 < written <= 100 + frozen  # 100 base entries at most, and the frozen entries of their ranges
+        left = now
+        assert catalog.stored_together([1, 2, 2_999]) and catalog.is_resident("d1500")
+        if not now:
+            break
+    assert not any(m.rewriting for m in maps) and catalog.settle_maps(100) == (0, 0)
+    assert catalog.snapshot() == before and len(catalog.resident("ns")) == 3_000
+    catalog.close()
+
+
+def _other_thread(call: object) -> object:
+    """What ``call()`` returns on another thread."""
+    out: list[object] = []
+    worker = threading.Thread(target=lambda: out.append(call()))  # type: ignore[operator]
+    worker.start()
+    worker.join(10)
+    return out[0]

@@ -534,6 +534,50 @@ async def test_a_kv_event_batch_queued_behind_another_threads_hold_is_applied_by
     router._gap_resync.cancel()
 
 
+async def test_the_loop_settles_block_maps_the_kv_events_left_mid_rewrite_and_trims_the_heap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kv-events that stop while block maps rewrite their bases leave two bases held; soon after, the loop writes the
+    rest a bounded step per turn (not while a sync is adding its peers' donors), then hands the freed heap back."""
+    from semblend_dynamo.router import handler as handler_module
+    from semblend_dynamo.router import u64map
+    from semblend_dynamo.router.sync import SyncSession
+
+    monkeypatch.setattr(u64map, "_MIN_OVERLAY", 256)
+    monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
+    monkeypatch.setattr(u64map, "_MIN_STEP", 64)
+    monkeypatch.setattr(u64map, "_MAX_STEP", 128)
+    monkeypatch.setattr(u64map, "_STEP_PER_CHANGE", 0)
+    monkeypatch.setattr(handler_module, "SETTLE_DELAY_S", 0.01)
+    monkeypatch.setattr(handler_module, "SETTLE_ENTRIES", 100)
+    monkeypatch.setattr(handler_module, "TRIM_AFTER_SETTLED", 1)
+    trims: list[int] = []
+    monkeypatch.setattr(handler_module, "trim_heap", lambda: trims.append(1) or True)
+    steps: list[int] = []
+    settle = DonorCatalog.settle_maps
+    monkeypatch.setattr(DonorCatalog, "settle_maps", lambda self, n: steps.append(n) or settle(self, n))
+    router, _ = _router()
+    session = router._sync = SyncSession(4)
+    session._peers["peer"] = object()  # type: ignore[assignment]  # a peer still being synced
+    for event_id, first in enumerate(range(0, 6_000, 200), start=1):
+        stored = KvStored(list(range(first, first + 200)), list(range(10**6 + first, 10**6 + first + 200)))
+        router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=event_id, data=stored)]))
+    blocks = router.catalog._residency._workers[(W1, 0)]
+    assert blocks.by_block.rewriting or blocks.hashes.rewriting
+    await asyncio.sleep(0.1)
+    assert not steps and (blocks.by_block.rewriting or blocks.hashes.rewriting)  # the sync adds first
+    session._peers.clear()
+    for _ in range(2_000):
+        if not router.settling:
+            break
+        await asyncio.sleep(0.002)
+    assert not blocks.by_block.rewriting and not blocks.hashes.rewriting
+    assert len(steps) > 2 and set(steps) == {100}  # in bounded steps, one a loop turn
+    assert trims == [1] and not router.settling
+    assert router.catalog.stored_together(list(range(10**6, 10**6 + 6_000, 97)))
+    router.close()
+
+
 # --- background donor work held off while a request is on its way ----------------------------------------------------
 async def test_background_steps_stay_held_off_until_the_hint_is_written() -> None:
     """The hint's write is on the request's path: the donor and indexer threads start no step before it is out."""

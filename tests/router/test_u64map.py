@@ -244,6 +244,41 @@ def test_assign_during_a_rewrite_leaves_the_rewrite_to_its_steps(monkeypatch: py
     assert dict(m.items()) == expected
 
 
+def test_settle_finishes_a_rewrite_the_changes_left_in_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changes that stop mid-rewrite leave the map holding two bases (the old one and the part of the new one
+    written): ``settle`` writes the rest a bounded slice per call, each call a change (for readers without a lock),
+    every lookup right after each, and then the map holds one base."""
+    monkeypatch.setattr(u64map, "_MIN_STEP", 500)
+    monkeypatch.setattr(u64map, "_MAX_STEP", 1_000)
+    rng = np.random.default_rng(9)
+    m, keys, expected = _rewriting_map(30_000, rng)
+    assert m.settle(1_000) == (0, 0)  # nothing in progress: nothing to write, and no change counted
+    changes = m.quiet()
+    new = keys[30_000:].tolist()
+    at = 0
+    while not m.rewriting:  # single changes until the overlay is frozen and the rewrite starts
+        m[new[at]] = expected[new[at]] = new[at]
+        at += 1
+    assert m.quiet() != changes
+    left = m.rewrite_left
+    assert left > 1_000
+    probe = rng.permutation(keys)
+    calls = 0
+    while m.rewriting:
+        before = m.quiet()
+        written, left_now = m.settle(700)
+        calls += 1
+        assert m.quiet() != before  # a change: a reader without the lock retries
+        assert 0 < written and left_now == left - written and left_now == m.rewrite_left
+        left = left_now
+        found, values = m.lookup(np.sort(probe[:2_000]))
+        assert values[found].tolist() == [expected[int(k)] for k in np.sort(probe[:2_000])[found].tolist()]
+    assert left == 0 and calls >= 30_000 // 700
+    assert m.settle(700) == (0, 0)
+    assert dict(m.items()) == expected and len(m) == len(expected)
+    assert not len(m._next_keys) and not len(m._frozen_keys)  # one base left: the old one and the frozen level freed
+
+
 def test_a_single_lookup_keeps_the_gil_on_every_level() -> None:
     """``get`` lets no other thread run (numpy's ``searchsorted`` lets the GIL go): the router's exact-wins gate calls
     it just before the compiled span search, and a Dynamo answer waiting for the GIL is then handed over during that
