@@ -172,7 +172,10 @@ async def peer(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    print("PEER_READY " + json.dumps(state | {"fill_s": fill_s, "fill_rss_mb": fill_rss, "rss_mb": rss_mb()[0]}), flush=True)
+    print(
+        "PEER_READY " + json.dumps(state | {"fill_s": fill_s, "fill_rss_mb": fill_rss, "rss_mb": rss_mb()[0]}),
+        flush=True,
+    )
     await stop.wait()
     await replica.close()
 
@@ -223,20 +226,24 @@ async def late(args: argparse.Namespace) -> None:
     settle = {"settled_s": settled_at - connect, "settled_rss_mb": rss_mb()[0]} if settled_at else {}
     state = catalog_state(catalog)
     metrics = replica.metrics
-    result = indexed | settle | {
-        "blocks_s": blocks_s,
-        "converged_s": converged_s,
-        "cpu_s": cpu_s,
-        "user_s": user_s,
-        "sys_s": sys_s,
-        "equal": state == {k: want[k] for k in state},
-        "pages": replica.subscriber.received["sync_pages"],
-        "requests": metrics.events_out.labels("sync")._value.get(),
-        "rejected": sum(n for (stream, _), n in replica.subscriber.rejected.items() if stream == "sync_pages"),
-        "rss_mb": rss,
-        "peak_mb": peak,
-        "rss_before_sync_mb": base_rss,
-    }
+    result = (
+        indexed
+        | settle
+        | {
+            "blocks_s": blocks_s,
+            "converged_s": converged_s,
+            "cpu_s": cpu_s,
+            "user_s": user_s,
+            "sys_s": sys_s,
+            "equal": state == {k: want[k] for k in state},
+            "pages": replica.subscriber.received["sync_pages"],
+            "requests": metrics.events_out.labels("sync")._value.get(),
+            "rejected": sum(n for (stream, _), n in replica.subscriber.rejected.items() if stream == "sync_pages"),
+            "rss_mb": rss,
+            "peak_mb": peak,
+            "rss_before_sync_mb": base_rss,
+        }
+    )
     print("LATE_DONE " + json.dumps(result), flush=True)
     await replica.close()
 

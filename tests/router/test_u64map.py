@@ -269,7 +269,7 @@ def test_settle_finishes_a_rewrite_the_changes_left_in_progress(monkeypatch: pyt
         written, left_now = m.settle(700)
         calls += 1
         assert m.quiet() != before  # a change: a reader without the lock retries
-        assert 0 < written and left_now == left - written and left_now == m.rewrite_left
+        assert written > 0 and left_now == left - written and left_now == m.rewrite_left
         left = left_now
         found, values = m.lookup(np.sort(probe[:2_000]))
         assert values[found].tolist() == [expected[int(k)] for k in np.sort(probe[:2_000])[found].tolist()]
