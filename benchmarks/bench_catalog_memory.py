@@ -5,7 +5,8 @@ blocks, 16 Dynamo block hashes each, a 384-d float16 embedding, spread over 64 w
 blocks through kv-events so all of them are resident (the worker block maps are part of what a replica holds), and
 reports the process's RSS growth per donor, once the pipeline's indexer thread has indexed them all, against the empty
 replica measured in the same run (usearch's native index included; also after glibc's ``malloc_trim``, which returns
-freed heap pages) and, with ``--trace``, the Python heap's (``tracemalloc``). Each size runs in a fresh process.
+freed heap pages, and then with the block maps' rewrites settled and trimmed as the router's loop does) and, with
+``--trace``, the Python heap's (``tracemalloc``). Each size runs in a fresh process.
 
 Usage: ``python -m benchmarks.bench_catalog_memory --donors 100000 [--trace] [--index-dtype f16]``
 """
@@ -102,6 +103,10 @@ def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str
     rss = rss_bytes()
     ctypes.CDLL(None).malloc_trim(0)  # glibc: what of the growth is freed heap (messages, dropped embeddings) kept
     trimmed = rss_bytes()
+    while (settled := catalog.settle_maps(1 << 16)) is None or settled[1]:  # as the router's loop settles the maps
+        pass
+    ctypes.CDLL(None).malloc_trim(0)
+    settled_rss = rss_bytes()
     catalog.close()
     return {
         "donors": n,
@@ -110,6 +115,7 @@ def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str
         "empty_replica_rss_mb": empty_rss / 2**20,
         "rss_bytes_per_donor": (rss - empty_rss) / n,
         "rss_bytes_per_donor_after_malloc_trim": (trimmed - empty_rss) / n,
+        "rss_bytes_per_donor_settled": (settled_rss - empty_rss) / n,
         "python_heap_bytes_per_donor": heap,
         "seconds": seconds,
     }

@@ -29,7 +29,9 @@ entry merged (so the rewrite ends by the time the new overlay is half full), at 
 change writes a bounded slice whatever the map's size. The overlay may outgrow its bound while a rewrite is still in
 progress (it is merged into the base once that rewrite ends); only past ``_OVERFLOW`` times its bound is the rest of
 the rewrite written at once. The new base's directory is
-written along with it, a slice per step, so no lookup builds one over a whole new base.
+written along with it, a slice per step, so no lookup builds one over a whole new base. Changes that stop mid-rewrite
+would leave both bases in place: :meth:`U64Map.settle` writes the rest a bounded slice per call (the router's loop
+calls it while the maps are quiet).
 
 The bulk lookup (:meth:`U64Map._locate`), :meth:`U64Map.assign`'s writes in place and the merges into the overlay and
 the new base (:func:`_merged`) run compiled where the package's library is built (``um_locate``, ``um_assign`` and
