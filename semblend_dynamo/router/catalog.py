@@ -213,6 +213,11 @@ class DonorCatalog:
         finally:
             self._lock.release()
 
+    def maps_rewrite_left(self) -> int:
+        """Entries the block maps' base rewrites in progress have still to write (a gauge's reading)."""
+        with self._lock:
+            return self._residency.rewrite_left()
+
     @property
     def kv_queued(self) -> bool:
         """Whether kv-event batches wait to be applied (see :meth:`apply_kv_events`)."""

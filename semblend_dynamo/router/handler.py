@@ -777,6 +777,7 @@ class SemanticRouter:
         if self.catalog.indexer is not None:
             self.metrics.indexer_backlog.set(self.catalog.indexer.backlog)
             self.metrics.indexer_held.set(self.catalog.indexer.held)
+        self.metrics.maps_rewrite_left.set(self.catalog.maps_rewrite_left())
         if not self.catalog.changed:
             return
         self.catalog.changed = False

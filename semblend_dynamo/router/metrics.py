@@ -89,6 +89,11 @@ class RouterMetrics:
         self.indexer_backlog = Gauge(
             "semblend_router_indexer_backlog", "donor changes queued for the discovery pipeline's indexer", registry=r
         )
+        self.maps_rewrite_left = Gauge(
+            "semblend_router_block_maps_rewrite_left",
+            "block-map entries that base rewrites in progress have still to write (the loop settles them)",
+            registry=r,
+        )
         self.indexer_held = Gauge(
             "semblend_router_indexer_held",
             "1 while a donor sync holds the indexer (its backlog waits until the catalog has the peers' donors)",

@@ -631,6 +631,10 @@ class Residency:
             self._worker_resident[worker] += len(entries)
         self._changes += zip(map(_DONOR_ID, entries), repeat(True))
 
+    def rewrite_left(self) -> int:
+        """Entries the block maps' base rewrites in progress have still to write."""
+        return sum(m.rewrite_left for blocks in self._workers.values() for m in (blocks.by_block, blocks.hashes))
+
     def settle(self, entries: int) -> tuple[int, int]:
         """Write up to ``entries`` (and the frozen entries of their ranges) of the block maps' base rewrites left in
         progress (:meth:`U64Map.settle`): ``(written, left)`` over every worker's maps."""

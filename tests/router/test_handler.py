@@ -564,6 +564,8 @@ async def test_the_loop_settles_block_maps_the_kv_events_left_mid_rewrite_and_tr
         router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=event_id, data=stored)]))
     blocks = router.catalog._residency._workers[(W1, 0)]
     assert blocks.by_block.rewriting or blocks.hashes.rewriting
+    router.refresh_gauges()
+    assert router.metrics.maps_rewrite_left._value.get() > 0
     await asyncio.sleep(0.1)
     assert not steps and (blocks.by_block.rewriting or blocks.hashes.rewriting)  # the sync adds first
     session._peers.clear()
@@ -574,6 +576,8 @@ async def test_the_loop_settles_block_maps_the_kv_events_left_mid_rewrite_and_tr
     assert not blocks.by_block.rewriting and not blocks.hashes.rewriting
     assert len(steps) > 2 and set(steps) == {100}  # in bounded steps, one a loop turn
     assert trims == [1] and not router.settling
+    router.refresh_gauges()
+    assert router.metrics.maps_rewrite_left._value.get() == 0
     assert router.catalog.stored_together(list(range(10**6, 10**6 + 6_000, 97)))
     router.close()
 
