@@ -12,9 +12,9 @@ with int8 (or f16) storage and native deletions for large ones. ``IndexBackend.A
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 # AUTO uses exact numpy search up to this capacity and usearch HNSW beyond (measured: docs/benchmarks.md).
 AUTO_NUMPY_MAX_CAPACITY = 20_000
+
+NAMESPACE_BITS = 24
+"""A key's low bits name its namespace's slot, so no map from key to namespace is kept (~50 B a donor)."""
+_SLOT_MASK = (1 << NAMESPACE_BITS) - 1
+MAX_NAMESPACES = 1 << NAMESPACE_BITS
+"""Namespaces with donors at once at most (a slot is reused once its namespace has none left)."""
 
 VectorDtype = Literal["f16", "i8"]
 """How the usearch backend stores vectors (``SEMBLEND_INDEX_DTYPE``); the numpy backend always keeps float32."""
@@ -255,11 +261,15 @@ class DonorIndex:
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         # Flat maps of strings and ints only: per-donor tuples would be objects the garbage collector must walk, and at
-        # 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search).
-        self._lru: OrderedDict[str, int] = OrderedDict()  # donor id -> key, least recently used first
+        # 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search). Plain
+        # dicts, not OrderedDicts (whose links cost ~45 B a donor): a use moves a donor to the end by popping and
+        # setting it again, and the least recently used is the first in iteration order.
+        self._lru: dict[str, int] = {}  # donor id -> key, least recently used first
         self._ids: dict[int, str] = {}  # key -> donor id
-        self._key_namespace: dict[int, str] = {}
-        self._next_key = 0
+        self._namespace_slots: dict[str, int] = {}  # namespace -> the low bits of its keys
+        self._slot_namespaces: list[str | None] = []
+        self._free_slots: list[int] = []
+        self._next_serial = 0
 
     @property
     def stores_codes(self) -> bool:
@@ -324,22 +334,42 @@ class DonorIndex:
         with self._lock:
             for donor_id in ids:
                 self._remove_locked(donor_id)
-            keys = np.arange(self._next_key, self._next_key + len(ids), dtype=np.int64)
-            self._next_key += len(ids)
             part = self._partitions.get(namespace)
             if part is None:
                 part = self._partitions[namespace] = self._new_partition()
+                self._take_slot(namespace)
+            serials = np.arange(self._next_serial, self._next_serial + len(ids), dtype=np.int64)
+            self._next_serial += len(ids)
+            keys = (serials << NAMESPACE_BITS) | self._namespace_slots[namespace]
             part.add(keys, unit)
             for donor_id, key in zip(ids, keys.tolist(), strict=True):
                 self._lru[donor_id] = key
                 self._ids[key] = donor_id
-                self._key_namespace[key] = namespace
             evicted = dropped
-            while len(self._lru) > self.capacity:
-                old_id = next(iter(self._lru))
-                self._remove_locked(old_id)
-                evicted.append(old_id)
+            excess = len(self._lru) - self.capacity
+            if excess > 0:  # the least recently used, in one pass (a dict's first entries may be holes to skip)
+                oldest = list(itertools.islice(self._lru, excess))
+                for old_id in oldest:
+                    self._remove_locked(old_id)
+                evicted += oldest
         return list(dict.fromkeys(evicted))
+
+    def _take_slot(self, namespace: str) -> None:
+        if self._free_slots:
+            slot = self._free_slots.pop()
+            self._slot_namespaces[slot] = namespace
+        elif len(self._slot_namespaces) < MAX_NAMESPACES:
+            slot = len(self._slot_namespaces)
+            self._slot_namespaces.append(namespace)
+        else:
+            del self._partitions[namespace]
+            raise DonorIndexError(f"more than {MAX_NAMESPACES} namespaces with donors at once")
+        self._namespace_slots[namespace] = slot
+
+    def _namespace(self, key: int) -> str:
+        namespace = self._slot_namespaces[key & _SLOT_MASK]
+        assert namespace is not None
+        return namespace
 
     def delete(self, donor_id: str) -> bool:
         """Remove a donor (evicted from KV, lease expired, ...); False if it was not indexed."""
@@ -351,11 +381,14 @@ class DonorIndex:
         if key is None:
             return False
         del self._ids[key]
-        namespace = self._key_namespace.pop(key)
+        namespace = self._namespace(key)
         part = self._partitions[namespace]
         part.remove(key)
         if len(part) == 0:
             del self._partitions[namespace]
+            slot = self._namespace_slots.pop(namespace)
+            self._slot_namespaces[slot] = None
+            self._free_slots.append(slot)
         return True
 
     def _new_partition(self) -> _Partition:
@@ -384,7 +417,7 @@ class DonorIndex:
                 donor_id = self._ids.get(key)
                 if donor_id is None:  # defensive: an ANN backend returning a removed key
                     continue
-                self._lru.move_to_end(donor_id)
+                self._lru[donor_id] = self._lru.pop(donor_id)  # used: now the most recently used
                 hits.append(DonorHit(donor_id=donor_id, similarity=min(1.0, max(-1.0, sim))))
         return hits
 
@@ -415,10 +448,10 @@ class DonorIndex:
         """
         with self._lock:
             key = self._lru.get(donor_id)
-            return None if key is None else self._partitions[self._key_namespace[key]].vector(key)
+            return None if key is None else self._partitions[self._namespace(key)].vector(key)
 
     def namespace_of(self, donor_id: str) -> str | None:
         """The namespace a donor is indexed under, or None."""
         with self._lock:
             key = self._lru.get(donor_id)
-            return self._key_namespace[key] if key is not None else None
+            return self._namespace(key) if key is not None else None

@@ -343,7 +343,7 @@ def seeded_state(router: SemanticRouter) -> dict[str, str]:
             )
         index = discovery.index
         if index is not None:
-            part("index", list(index._lru.items()), index._next_key)
+            part("index", list(index._lru.items()), index._next_serial)
             for donor_id in index._lru:
                 vector = index.vector(donor_id)
                 part("index", donor_id, index.namespace_of(donor_id), None if vector is None else vector.tobytes())

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from semblend_dynamo import donor_index
 from semblend_dynamo.config import ConfigError, IndexBackend, SemblendConfig
 from semblend_dynamo.donor_index import (
     AUTO_NUMPY_MAX_CAPACITY,
@@ -123,6 +124,29 @@ def test_capacity_overflow_evicts_least_recently_used(storage: Storage) -> None:
     assert index.insert("d4", NS_A, v[4]) == ["d2"]
     assert len(index) == 3 and "d1" not in index and "d0" in index
     assert {h.donor_id for h in index.search(NS_A, v[1], 8)} == {"d3", "d4"}
+
+
+def test_a_namespace_emptied_gives_its_key_bits_to_the_next_and_searches_never_cross(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key's low bits name its namespace (no map from key to namespace); an emptied namespace's bits go to the next
+    new one, and past the limit of namespaces at once an insert is refused, leaving the index as it was."""
+    monkeypatch.setattr(donor_index, "MAX_NAMESPACES", 2)
+    index = storage.index(10)
+    v = unit_rows(4)
+    index.insert("a", NS_A, v[0])
+    index.insert("b", NS_B, v[1])
+    ns_c = NamespaceKey(model_id="m", tokens_per_block=32, cache_salt="tenant-c").digest()
+    with pytest.raises(DonorIndexError, match="namespaces"):
+        index.insert("c", ns_c, v[2])
+    assert len(index) == 2 and index.namespaces() == sorted([NS_A, NS_B]) and "c" not in index
+    assert index.delete("a")
+    index.insert("c", ns_c, v[2])  # NS_A's bits, now ns_c's
+    assert index.namespace_of("c") == ns_c and index.namespace_of("b") == NS_B
+    assert [h.donor_id for h in index.search(ns_c, v[2], 8)] == ["c"]
+    assert index.search(NS_A, v[2], 8) == []
+    assert [h.donor_id for h in index.search(NS_B, v[2], 8)] == ["b"]
+    assert index.vector("c") is not None and float(index.vector("c") @ v[2]) > 0.99
 
 
 def test_batch_larger_than_capacity_keeps_the_newest(storage: Storage) -> None:
@@ -282,11 +306,12 @@ def test_i8_read_back_sent_to_a_peer_is_indexed_as_the_same_codes() -> None:
     peer.insert_batch(ids, NS_A, received)
     for d in ids:
         assert np.array_equal(peer.vector(d), here.vector(d))  # type: ignore[arg-type]
-    # Multi-threaded batch inserts build different HNSW graphs, so only the unambiguous nearest hit is compared.
-    for i in (0, 150, 299):
-        for index in (peer, here):
-            top = index.search(NS_A, vectors[i], 1)[0]
-            assert top.donor_id == ids[i] and top.similarity > 0.999
+    # usearch's multi-threaded batch add leaves a few nodes of a small new graph unreachable (here ~0.7% of 300 in
+    # one batch, against none single-threaded; 0.1 against 0.05% at 20K in batches of 2,048), so most, not every,
+    # donor must be its own nearest hit.
+    for index in (peer, here):
+        found = sum(index.search(NS_A, vectors[i], 1)[0].donor_id == ids[i] for i in range(300))
+        assert found >= 285
 
 
 def test_quantize_i8_uses_the_full_range_per_vector_and_is_stable() -> None:
