@@ -2,8 +2,9 @@
 
 Every namespace digest (:meth:`~semblend_dynamo.namespace.NamespaceKey.digest`) gets its own sub-index, so a
 search can never return a donor from another model, tokenizer, LoRA, cache salt or tenant (docs/architecture.md). The
-whole index holds at most ``capacity`` donors; inserting beyond that evicts the least-recently-used donor (inserted
-or returned by a search least recently) and reports its id, so the caller can emit a lifecycle event.
+whole index holds at most ``capacity`` donors; inserting beyond that evicts the least recently used donor and reports its
+id, so the caller can emit a lifecycle event. "Least recently used" is approximated as CLOCK does it: the oldest
+inserted goes first, unless a search returned it since it was last at the front, in which case it goes back once.
 
 Backends (chosen from docs/benchmarks.md "Donor search"): exact numpy brute force for small indexes; usearch HNSW
 with int8 (or f16) storage and native deletions for large ones. ``IndexBackend.AUTO`` picks by ``capacity``.
@@ -31,6 +32,9 @@ AUTO_NUMPY_MAX_CAPACITY = 20_000
 
 NAMESPACE_BITS = 24
 """A key's low bits name its namespace's slot, so no map from key to namespace is kept (~50 B a donor)."""
+MAX_HITS = 65_536
+"""Donors found by a search that the index remembers for their second chance at eviction, at most (a bounded set
+resizes in well under a millisecond; beyond it a hit is not remembered)."""
 _SLOT_MASK = (1 << NAMESPACE_BITS) - 1
 MAX_NAMESPACES = 1 << NAMESPACE_BITS
 """Namespaces with donors at once at most (a slot is reused once its namespace has none left)."""
@@ -232,7 +236,8 @@ def resolve_backend(backend: IndexBackend, capacity: int) -> IndexBackend:
 
 
 class DonorIndex:
-    """Namespace-partitioned, capacity-bounded (LRU) donor embedding index. All methods are thread-safe."""
+    """Namespace-partitioned, capacity-bounded (CLOCK, an approximate LRU) donor embedding index. All methods are
+    thread-safe."""
 
     def __init__(
         self,
@@ -261,10 +266,11 @@ class DonorIndex:
         self._lock = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         # Flat maps of strings and ints only: per-donor tuples would be objects the garbage collector must walk, and at
-        # 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search). Plain
-        # dicts, not OrderedDicts (whose links cost ~45 B a donor): a use moves a donor to the end by popping and
-        # setting it again, and the least recently used is the first in iteration order.
-        self._lru: dict[str, int] = {}  # donor id -> key, least recently used first
+        # 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search). A plain
+        # dict, not an OrderedDict (whose links cost ~45 B a donor), and a search does not move what it finds in it:
+        # moving means popping and setting again, and every so many moves the dict resizes (~80 ms at 1M donors).
+        self._lru: dict[str, int] = {}  # donor id -> key, in insertion order (with second chances: _hits)
+        self._hits: set[str] = set()  # found by a search since last at the front of _lru (at most MAX_HITS)
         self._ids: dict[int, str] = {}  # key -> donor id
         self._namespace_slots: dict[str, int] = {}  # namespace -> the low bits of its keys
         self._slot_namespaces: list[str | None] = []
@@ -345,14 +351,26 @@ class DonorIndex:
             for donor_id, key in zip(ids, keys.tolist(), strict=True):
                 self._lru[donor_id] = key
                 self._ids[key] = donor_id
-            evicted = dropped
-            excess = len(self._lru) - self.capacity
-            if excess > 0:  # the least recently used, in one pass (a dict's first entries may be holes to skip)
-                oldest = list(itertools.islice(self._lru, excess))
-                for old_id in oldest:
-                    self._remove_locked(old_id)
-                evicted += oldest
+            evicted = dropped + self._evict_locked(len(self._lru) - self.capacity)
         return list(dict.fromkeys(evicted))
+
+    def _evict_locked(self, excess: int) -> list[str]:
+        """The ``excess`` least recently used donors removed (CLOCK: from the oldest inserted, one found by a search
+        since it was last here goes back to the end once instead); their ids."""
+        evicted: list[str] = []
+        while excess > 0:
+            # one pass over a slice of the front (a dict's first entries may be holes to skip)
+            for donor_id in list(itertools.islice(self._lru, excess + len(self._hits))):
+                if excess == 0:
+                    break
+                if donor_id in self._hits:
+                    self._hits.discard(donor_id)
+                    self._lru[donor_id] = self._lru.pop(donor_id)
+                    continue
+                self._remove_locked(donor_id)
+                evicted.append(donor_id)
+                excess -= 1
+        return evicted
 
     def _take_slot(self, namespace: str) -> None:
         if self._free_slots:
@@ -380,6 +398,7 @@ class DonorIndex:
         key = self._lru.pop(donor_id, None)
         if key is None:
             return False
+        self._hits.discard(donor_id)
         del self._ids[key]
         namespace = self._namespace(key)
         part = self._partitions[namespace]
@@ -402,7 +421,7 @@ class DonorIndex:
     def search(self, namespace: str, vector: Any, k: int) -> list[DonorHit]:
         """Top-``k`` donors of ``namespace`` by cosine, best first; [] for an unknown namespace.
 
-        Called on the routing path. Hits count as uses for LRU eviction.
+        Called on the routing path. A hit gives its donor a second chance at eviction.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -417,7 +436,8 @@ class DonorIndex:
                 donor_id = self._ids.get(key)
                 if donor_id is None:  # defensive: an ANN backend returning a removed key
                     continue
-                self._lru[donor_id] = self._lru.pop(donor_id)  # used: now the most recently used
+                if len(self._hits) < MAX_HITS:
+                    self._hits.add(donor_id)
                 hits.append(DonorHit(donor_id=donor_id, similarity=min(1.0, max(-1.0, sim))))
         return hits
 

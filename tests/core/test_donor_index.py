@@ -149,6 +149,25 @@ def test_a_namespace_emptied_gives_its_key_bits_to_the_next_and_searches_never_c
     assert index.vector("c") is not None and float(index.vector("c") @ v[2]) > 0.99
 
 
+def test_search_hits_give_a_second_chance_at_eviction_and_are_bounded(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search does not reorder the index (a million-entry dict moved a donor per hit and stalled ~80 ms whenever it
+    resized); a donor found since it was last at the front of the order is moved back once instead of evicted, and
+    at most ``MAX_HITS`` such donors are remembered."""
+    monkeypatch.setattr(donor_index, "MAX_HITS", 2)
+    index = storage.index(4)
+    v = unit_rows(8)
+    for i in range(4):
+        index.insert(f"d{i}", NS_A, v[i])
+    for i in (0, 1, 2):
+        assert index.search(NS_A, v[i], 1)[0].donor_id == f"d{i}"  # d2's hit is past the bound: not remembered
+    assert index.insert("d4", NS_A, v[4]) == ["d2"]  # d0 and d1 moved back, behind d3 and d4: d3 d4 d0 d1
+    assert index.insert("d5", NS_A, v[5]) == ["d3"]
+    assert index.insert_batch(["d6", "d7"], NS_A, v[6:8]) == ["d4", "d0"]  # d0's second chance was spent
+    assert len(index) == 4 and all(d in index for d in ("d1", "d5", "d6", "d7"))
+
+
 def test_batch_larger_than_capacity_keeps_the_newest(storage: Storage) -> None:
     index = storage.index(4)
     index.insert("old", NS_A, unit_rows(1, seed=9)[0])
