@@ -338,6 +338,12 @@ class DonorIndex:
         if len(ids) > self.capacity:  # only the last `capacity` can stay; the rest count as evicted at once
             dropped, ids, unit = ids[: -self.capacity], ids[-self.capacity :], unit[-self.capacity :]
         with self._lock:
+            if (
+                namespace not in self._partitions
+                and not self._free_slots
+                and len(self._slot_namespaces) >= MAX_NAMESPACES
+            ):
+                raise DonorIndexError(f"more than {MAX_NAMESPACES} namespaces with donors at once")
             for donor_id in ids:
                 self._remove_locked(donor_id)
             part = self._partitions.get(namespace)
@@ -373,15 +379,13 @@ class DonorIndex:
         return evicted
 
     def _take_slot(self, namespace: str) -> None:
+        """Give a new namespace the low bits of its keys (the caller checked there is room)."""
         if self._free_slots:
             slot = self._free_slots.pop()
             self._slot_namespaces[slot] = namespace
-        elif len(self._slot_namespaces) < MAX_NAMESPACES:
+        else:
             slot = len(self._slot_namespaces)
             self._slot_namespaces.append(namespace)
-        else:
-            del self._partitions[namespace]
-            raise DonorIndexError(f"more than {MAX_NAMESPACES} namespaces with donors at once")
         self._namespace_slots[namespace] = slot
 
     def _namespace(self, key: int) -> str:

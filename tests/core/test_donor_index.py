@@ -138,8 +138,8 @@ def test_a_namespace_emptied_gives_its_key_bits_to_the_next_and_searches_never_c
     index.insert("b", NS_B, v[1])
     ns_c = NamespaceKey(model_id="m", tokens_per_block=32, cache_salt="tenant-c").digest()
     with pytest.raises(DonorIndexError, match="namespaces"):
-        index.insert("c", ns_c, v[2])
-    assert len(index) == 2 and index.namespaces() == sorted([NS_A, NS_B]) and "c" not in index
+        index.insert("b", ns_c, v[2])  # b moving to a third namespace: refused, b stays where it was
+    assert len(index) == 2 and index.namespaces() == sorted([NS_A, NS_B]) and index.namespace_of("b") == NS_B
     assert index.delete("a")
     index.insert("c", ns_c, v[2])  # NS_A's bits, now ns_c's
     assert index.namespace_of("c") == ns_c and index.namespace_of("b") == NS_B
