@@ -67,6 +67,31 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
+def fill(catalog: DonorCatalog, n: int, *, one_by_one: bool = True) -> list[str]:
+    """Register ``n`` donors with ``catalog`` (one by one, as peer registrations arrive, or a chunk at a time) and store
+    every donor's blocks through kv-events, generated a chunk at a time and dropped after (as a replica decodes and
+    drops messages); a sample of the donor ids, ~100 a chunk."""
+    next_block = [0] * WORKERS
+    ids: list[str] = []
+    for first in range(0, n, CHUNK):
+        regs = registrations(min(CHUNK, n - first), seed=first, first=first)
+        if one_by_one:
+            for r in regs:
+                catalog.add(r)
+        else:
+            catalog.add_many(regs)
+        events = []
+        for r in regs:
+            w = r.worker_id
+            blocks = list(range(next_block[w], next_block[w] + BLOCKS))
+            next_block[w] += BLOCKS
+            events.append(KvEvent(worker_id=w, event_id=next_block[w] // BLOCKS, data=KvStored(blocks, r.block_hashes)))
+        catalog.apply_kv_events(events)
+        ids += [r.donor_id for r in regs[:: max(1, len(regs) // 100)]]
+        del regs, events
+    return ids
+
+
 def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str, object]:
     """Register ``n`` donors (generated in chunks and dropped after, as a replica decodes and drops messages), store
     their blocks through kv-events, and report memory per donor against the empty replica."""
@@ -79,21 +104,7 @@ def measure(n: int, *, trace: bool, index_dtype: VectorDtype = "i8") -> dict[str
     gc.collect()
     empty_rss, empty_heap = rss_bytes(), tracemalloc.get_traced_memory()[0] if trace else 0
     started = time.perf_counter()
-    next_block = [0] * WORKERS
-    ids: list[str] = []
-    for first in range(0, n, CHUNK):
-        regs = registrations(min(CHUNK, n - first), seed=first, first=first)
-        for r in regs:
-            catalog.add(r)
-        events = []
-        for r in regs:
-            w = r.worker_id
-            blocks = list(range(next_block[w], next_block[w] + BLOCKS))
-            next_block[w] += BLOCKS
-            events.append(KvEvent(worker_id=w, event_id=next_block[w] // BLOCKS, data=KvStored(blocks, r.block_hashes)))
-        catalog.apply_kv_events(events)
-        ids += [r.donor_id for r in regs[:: max(1, len(regs) // 100)]]
-        del regs, events
+    ids = fill(catalog, n)
     catalog.drain()  # the indexer thread indexes behind the registrations: measure the replica once it caught up
     seconds = time.perf_counter() - started
     gc.collect()

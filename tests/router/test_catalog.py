@@ -17,6 +17,7 @@ from semblend_dynamo.vector_codes import i8_codes, to_f16
 from tests.support.catalog_donors import W1
 from tests.support.catalog_donors import registration as _donor
 from tests.support.catalog_donors import stored as _stored
+from tests.support.small_maps import small_block_maps
 
 
 def _catalog(capacity: int = 100) -> tuple[DonorCatalog, int]:
@@ -392,13 +393,7 @@ def test_settling_the_block_maps_finishes_their_rewrites_and_changes_nothing_els
     """kv-events that stop mid-rewrite leave block maps holding two bases; ``settle_maps`` writes the rest a bounded
     slice per call, the catalog reads the same throughout, and it never waits for the lock (None while another
     thread holds it, nothing written)."""
-    from semblend_dynamo.router import u64map
-
-    monkeypatch.setattr(u64map, "_MIN_OVERLAY", 256)
-    monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
-    monkeypatch.setattr(u64map, "_MIN_STEP", 64)
-    monkeypatch.setattr(u64map, "_MAX_STEP", 128)
-    monkeypatch.setattr(u64map, "_STEP_PER_CHANGE", 0)
+    small_block_maps(monkeypatch)
     catalog, dim = _catalog(capacity=5_000)
     for first in range(1, 3_001, 100):
         hashes = list(range(first, first + 100))

@@ -31,6 +31,7 @@ from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.handler import BadRequest, SemanticRouter
 from semblend_dynamo.router.metrics import RouterMetrics
 from tests.support.gates import GateDecidingAfterFirstWait
+from tests.support.small_maps import small_block_maps
 
 W1, W2 = 101, 202
 BLOCK = 16
@@ -540,14 +541,9 @@ async def test_the_loop_settles_block_maps_the_kv_events_left_mid_rewrite_and_tr
     """kv-events that stop while block maps rewrite their bases leave two bases held; soon after, the loop writes the
     rest a bounded step per turn (not while a sync is adding its peers' donors), then hands the freed heap back."""
     from semblend_dynamo.router import handler as handler_module
-    from semblend_dynamo.router import u64map
     from semblend_dynamo.router.sync import SyncSession
 
-    monkeypatch.setattr(u64map, "_MIN_OVERLAY", 256)
-    monkeypatch.setattr(u64map, "_OVERLAY_PER_ROOT", 1)
-    monkeypatch.setattr(u64map, "_MIN_STEP", 64)
-    monkeypatch.setattr(u64map, "_MAX_STEP", 128)
-    monkeypatch.setattr(u64map, "_STEP_PER_CHANGE", 0)
+    small_block_maps(monkeypatch)
     monkeypatch.setattr(handler_module, "SETTLE_DELAY_S", 0.01)
     monkeypatch.setattr(handler_module, "SETTLE_ENTRIES", 100)
     monkeypatch.setattr(handler_module, "TRIM_AFTER_SETTLED", 1)

@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from benchmarks import bench_catalog_memory as memory
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.embedder import HashEmbedder
-from semblend_dynamo.events.schemas import KvEvent, KvStored
 from semblend_dynamo.pipeline import DonorDiscovery
 from semblend_dynamo.router.catalog import DonorCatalog
 
@@ -26,19 +25,7 @@ def main(n: int) -> None:
     catalog = DonorCatalog(n + 16, discovery)
     gc.collect()
     before = tracemalloc.take_snapshot()
-    next_block = [0] * memory.WORKERS
-    for first in range(0, n, memory.CHUNK):
-        regs = memory.registrations(min(memory.CHUNK, n - first), seed=first, first=first)
-        catalog.add_many(regs)
-        events = []
-        for r in regs:
-            w = r.worker_id
-            blocks = list(range(next_block[w], next_block[w] + memory.BLOCKS))
-            next_block[w] += memory.BLOCKS
-            events.append(
-                KvEvent(worker_id=w, event_id=next_block[w] // memory.BLOCKS, data=KvStored(blocks, r.block_hashes))
-            )
-        catalog.apply_kv_events(events)
+    memory.fill(catalog, n, one_by_one=False)
     catalog.drain()
     gc.collect()
     stats = tracemalloc.take_snapshot().compare_to(before, "lineno")

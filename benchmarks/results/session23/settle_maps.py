@@ -14,7 +14,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks import bench_catalog_memory as memory
-from semblend_dynamo.events.schemas import KvEvent, KvStored
 from semblend_dynamo.router.catalog import DonorCatalog
 
 
@@ -27,19 +26,7 @@ def trimmed_rss() -> int:
 def main(n: int) -> None:
     catalog = DonorCatalog(n + 16, None, index_dtype="i8")
     empty = trimmed_rss()
-    next_block = [0] * memory.WORKERS
-    for first in range(0, n, memory.CHUNK):
-        regs = memory.registrations(min(memory.CHUNK, n - first), seed=first, first=first)
-        catalog.add_many(regs)
-        events = []
-        for r in regs:
-            w = r.worker_id
-            blocks = list(range(next_block[w], next_block[w] + memory.BLOCKS))
-            next_block[w] += memory.BLOCKS
-            events.append(
-                KvEvent(worker_id=w, event_id=next_block[w] // memory.BLOCKS, data=KvStored(blocks, r.block_hashes))
-            )
-        catalog.apply_kv_events(events)
+    memory.fill(catalog, n, one_by_one=False)
     maps = [m for blocks in catalog._residency._workers.values() for m in (blocks.by_block, blocks.hashes)]
     entries = sum(len(m) for m in maps)
 
