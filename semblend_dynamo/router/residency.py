@@ -17,7 +17,7 @@ import struct
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from itertools import repeat
 from operator import attrgetter, getitem
 from typing import TypeVar, cast
@@ -631,19 +631,23 @@ class Residency:
             self._worker_resident[worker] += len(entries)
         self._changes += zip(map(_DONOR_ID, entries), repeat(True))
 
+    def _block_maps(self) -> Iterator[U64Map]:
+        for blocks in self._workers.values():
+            yield blocks.by_block
+            yield blocks.hashes
+
     def rewrite_left(self) -> int:
         """Entries the block maps' base rewrites in progress have still to write."""
-        return sum(m.rewrite_left for blocks in self._workers.values() for m in (blocks.by_block, blocks.hashes))
+        return sum(m.rewrite_left for m in self._block_maps())
 
     def settle(self, entries: int) -> tuple[int, int]:
         """Write up to ``entries`` (and the frozen entries of their ranges) of the block maps' base rewrites left in
         progress (:meth:`U64Map.settle`): ``(written, left)`` over every worker's maps."""
         written = left = 0
-        for blocks in self._workers.values():
-            for blocks_map in (blocks.by_block, blocks.hashes):
-                if written < entries:
-                    written += blocks_map.settle(entries - written)[0]
-                left += blocks_map.rewrite_left
+        for blocks_map in self._block_maps():
+            done, rest = blocks_map.settle(entries - written) if written < entries else (0, blocks_map.rewrite_left)
+            written += done
+            left += rest
         return written, left
 
     def take_changes(self) -> list[tuple[str, bool]]:

@@ -736,7 +736,7 @@ class U64Map:
         self._rewrite_step(entries)
 
     def _finish_rewrite(self) -> None:
-        if len(self._frozen_keys):
+        if self.rewriting:
             self._rewrite_step(len(self._keys))
 
     def _rewrite_step(self, entries: int) -> None:
