@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
@@ -22,7 +24,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from . import index_snapshot
 from .config import IndexBackend
+from .index_snapshot import SnapshotError
 from .vector_codes import quantize_i8, unit_rows
 
 log = logging.getLogger(__name__)
@@ -174,6 +178,28 @@ class _UsearchPartition:
         stored = np.asarray(self._index.get(key), dtype=np.float32).reshape(-1)
         return stored / np.float32(np.linalg.norm(stored)) if self._i8 else stored
 
+    def save(self, path: str) -> None:
+        self.flush_removals()
+        self._index.save(path)
+
+    def load(self, blob: memoryview, keys: np.ndarray) -> None:
+        """Take a saved index (:meth:`save`) holding exactly ``keys``; raises SnapshotError otherwise."""
+        meta = self._index.metadata(blob)
+        if not meta or meta["dimensions"] != self._index.ndim or meta["count_present"] != len(keys):
+            raise SnapshotError("bad_snapshot", f"usearch blob {meta} does not hold {len(keys)} donors")
+        if meta["kind_scalar"] != self._index.dtype or meta["kind_metric"] != self._index.metric:
+            raise SnapshotError("incompatible", f"usearch blob of {meta['kind_scalar']} / {meta['kind_metric']}")
+        self._index.load(blob)
+        if not np.all(self._index.contains(keys.astype(np.uint64))):
+            raise SnapshotError("bad_snapshot", "usearch blob lacks keys its section lists")
+
+    def stored(self, keys: np.ndarray) -> np.ndarray:
+        """The stored rows of ``keys`` (present ones), as :meth:`_stored` makes them."""
+        return np.stack(self._index.get(keys.astype(np.uint64)))  # type: ignore[arg-type]  # present keys only
+
+    def as_stored(self, rows: np.ndarray) -> np.ndarray:
+        return self._stored(rows)
+
     def flush_removals(self) -> None:
         """Hand the pending removals to usearch at once and pay its post-removal pass here."""
         if not self._pending:
@@ -264,6 +290,9 @@ class DonorIndex:
         self._expansion_search = expansion_search
         self._connectivity = connectivity
         self._lock = threading.Lock()
+        # Held (outside _lock) by every change, and by a snapshot being saved: searches, which take _lock only, go on
+        # while the graphs are written out.
+        self._changing = threading.Lock()
         self._partitions: dict[str, _Partition] = {}
         # Flat maps of strings and ints only: per-donor tuples would be objects the garbage collector must walk, and at
         # 1M donors a full collection over them stalled searches for ~40 ms (docs/benchmarks.md, donor search). A plain
@@ -337,7 +366,7 @@ class DonorIndex:
         dropped: list[str] = []
         if len(ids) > self.capacity:  # only the last `capacity` can stay; the rest count as evicted at once
             dropped, ids, unit = ids[: -self.capacity], ids[-self.capacity :], unit[-self.capacity :]
-        with self._lock:
+        with self._changing, self._lock:
             if (
                 namespace not in self._partitions
                 and not self._free_slots
@@ -395,7 +424,7 @@ class DonorIndex:
 
     def delete(self, donor_id: str) -> bool:
         """Remove a donor (evicted from KV, lease expired, ...); False if it was not indexed."""
-        with self._lock:
+        with self._changing, self._lock:
             return self._remove_locked(donor_id)
 
     def _remove_locked(self, donor_id: str) -> bool:
@@ -479,3 +508,108 @@ class DonorIndex:
         with self._lock:
             key = self._lru.get(donor_id)
             return self._namespace(key) if key is not None else None
+
+    # --- snapshots: a peer's whole index loaded instead of inserted donor by donor --------------------------
+    @property
+    def saves_snapshots(self) -> bool:
+        """Whether :meth:`save_snapshot` and :meth:`load_snapshot` work here (the usearch backend)."""
+        return self.backend is IndexBackend.USEARCH
+
+    def _settings(self) -> dict[str, Any]:
+        return {"dim": self.dim, "dtype": self.dtype, "connectivity": self._connectivity}
+
+    def save_snapshot(self, path: str | os.PathLike[str]) -> int:
+        """Write every donor to ``path`` (:mod:`semblend_dynamo.index_snapshot`); the donors written.
+
+        Searches go on meanwhile (the graphs are only read); changes wait until it is written.
+        """
+        if not self.saves_snapshots:
+            raise DonorIndexError("only a usearch index saves snapshots")
+        with self._changing:
+            with self._lock:
+                for part in self._partitions.values():
+                    assert isinstance(part, _UsearchPartition)
+                    part.flush_removals()
+                lru = self._lru.copy()  # one C-level copy: the grouping below runs outside _lock
+                slots = dict(self._namespace_slots)
+                partitions = dict(self._partitions)
+            ids = list(lru)
+            keys = np.fromiter(lru.values(), dtype=np.int64, count=len(ids))
+            key_slots = keys & _SLOT_MASK
+            order = np.argsort(key_slots, kind="stable")
+            bounds = np.searchsorted(key_slots[order], sorted(slots.values()), side="right")
+            with open(path, "wb") as out, tempfile.TemporaryDirectory(dir=os.path.dirname(path) or None) as scratch:
+                writer = index_snapshot.Writer(out)
+                start = 0
+                for (namespace, slot), stop in zip(sorted(slots.items(), key=lambda kv: kv[1]), bounds, strict=True):
+                    rows = order[start:stop]
+                    start = stop
+                    part = partitions[namespace]
+                    assert isinstance(part, _UsearchPartition)
+                    graph = os.path.join(scratch, "graph")
+                    part.save(graph)
+                    writer.section(namespace, slot, keys[rows], [ids[i] for i in rows.tolist()], graph)
+                    os.unlink(graph)
+                writer.finish(self._settings())
+        return len(ids)
+
+    def load_snapshot(self, path: str | os.PathLike[str]) -> list[str]:
+        """Take a snapshot saved by a peer's :meth:`save_snapshot` into this empty index; the donors' ids.
+
+        Raises :class:`SnapshotError` (this index unchanged) when the file is not one this index can take, holds more
+        than ``capacity`` donors, or the index is not empty.
+        """
+        if not self.saves_snapshots:
+            raise SnapshotError("incompatible", "only a usearch index loads snapshots")
+        with self._changing:
+            if len(self):
+                raise SnapshotError("not_empty", f"the index holds {len(self)} donors")
+            with index_snapshot.read(path, self._settings(), NAMESPACE_BITS) as sections:
+                total = sum(len(s.ids) for s in sections)
+                if total > self.capacity:
+                    raise SnapshotError("over_capacity", f"{total} donors for a capacity of {self.capacity}")
+                partitions: dict[str, _Partition] = {}
+                for section in sections:
+                    part = self._new_partition()
+                    assert isinstance(part, _UsearchPartition)
+                    part.load(section.index, section.keys)
+                    partitions[section.namespace] = part
+            ids = [donor_id for s in sections for donor_id in s.ids]
+            keys = [key for s in sections for key in s.keys.tolist()]
+            slot_namespaces: list[str | None] = [None] * (max(s.slot for s in sections) + 1 if sections else 0)
+            for section in sections:
+                slot_namespaces[section.slot] = section.namespace
+            lru = dict(zip(ids, keys, strict=True))
+            by_key = dict(zip(keys, ids, strict=True))
+            with self._lock:
+                self._partitions = partitions
+                self._namespace_slots = {s.namespace: s.slot for s in sections}
+                self._slot_namespaces = slot_namespaces
+                self._free_slots = [slot for slot, name in enumerate(slot_namespaces) if name is None]
+                self._next_serial = (max(keys) >> NAMESPACE_BITS) + 1 if keys else 0
+                self._lru, self._ids = lru, by_key
+                self._hits.clear()
+        return ids
+
+    def holds(self, donor_ids: Sequence[str], namespace: str, vectors: np.ndarray) -> np.ndarray:
+        """Which donors are indexed in ``namespace`` with what this index would store for ``vectors`` (float32 rows,
+        as :meth:`insert_batch` takes them): those a loaded snapshot need not insert again."""
+        held = np.zeros(len(donor_ids), dtype=bool)
+        with self._lock:
+            part = self._partitions.get(namespace)
+            if not isinstance(part, _UsearchPartition):
+                return held
+            found = [(i, key) for i, d in enumerate(donor_ids) if (key := self._lru.get(d)) is not None]
+            found = [(i, key) for i, key in found if key & _SLOT_MASK == self._namespace_slots[namespace]]
+            if not found:
+                return held
+            rows, keys = (np.asarray(column) for column in zip(*found, strict=True))
+            stored = part.stored(keys)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            wanted = part.as_stored(unit_rows(np.asarray(vectors, dtype=np.float32)[rows]))
+        if self.dtype == "i8":
+            same = (stored == wanted).all(axis=1)
+        else:  # float16 of a vector normalised again: equal within a float16 step
+            same = np.abs(stored.astype(np.float32) - wanted.astype(np.float16).astype(np.float32)).max(axis=1) <= 1e-3
+        held[rows] = same
+        return held

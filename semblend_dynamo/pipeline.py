@@ -32,6 +32,7 @@ import numpy as np
 from .config import SemblendConfig
 from .donor_index import DonorIndex, DonorIndexError
 from .embedder import Embedder, EmbeddingError, embed_token_windows
+from .index_snapshot import SnapshotError
 from .namespace import NamespaceKey
 from .outcomes import DeclineReason
 from .planner import PlanDecision, Planner
@@ -275,6 +276,22 @@ class DonorDiscovery:
                 return []
             self._drop_evicted(evicted)
             return evicted
+
+    def load_snapshot(self, path: str) -> list[str]:
+        """Take a peer's saved search index (:meth:`DonorIndex.save_snapshot`) as this empty pipeline's donors (known
+        by their embeddings only, as peers' donors are); their ids. Raises SnapshotError, nothing changed, when the
+        pipeline has donors or the file is not one its index takes."""
+        if self.index is None:
+            raise SnapshotError("incompatible", "no search index")
+        with self._writer:
+            with self._lock:
+                if self._donors:
+                    raise SnapshotError("not_empty", f"the pipeline holds {len(self._donors)} donors")
+            ids = self.index.load_snapshot(path)
+            with self._lock:
+                self._donors = dict.fromkeys(ids, 0)
+                self.counters["donors_loaded"] += len(ids)
+            return ids
 
     def remove_donor(self, donor_id: str) -> bool:
         """Forget a donor (evicted or released on its worker). False if unknown."""

@@ -20,6 +20,11 @@ While a late replica's sync adds its peers' donors the router *holds* the thread
 takes no batch, so the catalog converges first, then indexes what was queued. The two side by side slowed each other:
 usearch's add takes the GIL again between items, and the sync's adds run Python on the event loop.
 
+A late replica whose pipeline is empty can instead load a peer's saved search index (:meth:`PipelineIndexer.
+load_snapshot`, ahead of the held adds): an HNSW insert costs ~0.5 ms of a core, loading a saved graph ~1 µs a donor.
+The sync's adds then skip each loaded donor the index holds with their vector, insert the others, and
+:meth:`PipelineIndexer.prune` removes the loaded donors no add confirmed (gone from the peer since it saved them).
+
 Memory: a bulk of changes (a late replica's sync, a burst of registrations) leaves freed heap that glibc keeps (at
 1M donors ~470 B a donor of a replica's RSS, docs/benchmarks.md); once the queue is empty after ``TRIM_AFTER``
 applied changes the thread hands it back to the OS (``malloc_trim``; nothing where the C library is not glibc).
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import logging
 import threading
 import time
@@ -39,6 +45,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..index_snapshot import SnapshotError, file_digest
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
 
@@ -147,7 +154,21 @@ class _Remove:
     donor_id: str
 
 
-_Change = _Local | _Remove | PeerDonor
+@dataclass(frozen=True, slots=True)
+class _Load:
+    """A peer's saved search index to load into the empty pipeline, ahead of every queued add."""
+
+    path: str
+    digest: str
+    done: Callable[[int, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Prune:
+    """Every loaded donor no add has confirmed since leaves the pipeline."""
+
+
+_Change = _Local | _Remove | _Load | _Prune | PeerDonor
 
 
 class PipelineIndexer:
@@ -186,6 +207,7 @@ class PipelineIndexer:
         self._thread: threading.Thread | None = None
         self._since_trim = 0
         self._held_until = 0.0
+        self._unconfirmed: set[str] = set()  # loaded from a snapshot, no add or removal applied since (this thread's)
 
     # --- called by the catalog (its lock held): never waits for the pipeline -----------------------
     def add_local(
@@ -258,6 +280,28 @@ class PipelineIndexer:
             self._held_until = time.monotonic() + MAX_HOLD_S if held else 0.0
             self._cond.notify_all()
 
+    def load_snapshot(self, path: str, digest: str, done: Callable[[int, str], None]) -> None:
+        """Load a peer's saved search index (xxh3-128 ``digest``) before any queued change, held or not.
+
+        Called at the start of a late replica's sync, while its pipeline is empty. ``done(donors, reason)`` is called
+        on the indexer thread: the donors loaded and ``"loaded"``, or 0 and why not (the sync's adds then index
+        every donor). The adds that follow skip a loaded donor the index holds with their vector; :meth:`prune`,
+        once the sync has queued them all, removes the loaded donors none of them confirmed.
+        """
+        with self._cond:
+            if self._closed:
+                done(0, "closed")
+                return
+            self._queue.appendleft(_Load(path, digest, done))
+            self._wake()
+
+    def prune(self) -> None:
+        """Queue the end of a loaded snapshot: its donors no add confirmed leave (after every change queued before)."""
+        with self._cond:
+            if not self._closed:
+                self._queue.append(_Prune())
+                self._wake()
+
     @property
     def held(self) -> bool:
         with self._cond:
@@ -291,7 +335,10 @@ class PipelineIndexer:
             thread.join(timeout)
         with self._cond:
             for change in self._queue:
-                self._dropped(_kind(change), "closed")
+                if isinstance(change, _Load):
+                    change.done(0, "closed")
+                elif not isinstance(change, _Prune):
+                    self._dropped(_kind(change), "closed")
             if self._queue:
                 log.warning("pipeline indexer stopped with %d changes not applied", len(self._queue))
             self._queue.clear()
@@ -303,12 +350,15 @@ class PipelineIndexer:
             with self._cond:
                 while not self._closed:
                     held = self._held_until - time.monotonic()
-                    if self._queue and held <= 0:
+                    if self._queue and (held <= 0 or isinstance(self._queue[0], _Load)):
                         break
                     self._cond.wait(held if self._queue else None)
                 if not self._queue:
                     return
-                batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
+                if isinstance(self._queue[0], _Load):
+                    batch = [self._queue.popleft()]
+                else:
+                    batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
                 self._busy = True
             evicted: list[str] = []
             try:
@@ -339,7 +389,7 @@ class PipelineIndexer:
                 self.counters["heap_trims"] += trim_heap()
             with self._cond:
                 for change in batch:
-                    if not isinstance(change, _Remove):
+                    if not isinstance(change, _Remove | _Load | _Prune):
                         self._adds -= 1
                         self._locals -= isinstance(change, _Local)
                 self._busy = False
@@ -356,11 +406,24 @@ class PipelineIndexer:
             for namespace, vectors in peers.items():
                 self._defer()
                 ids = list(vectors)
-                evicted.extend(discovery.register_embeddings(ids, namespace, np.stack(list(vectors.values()))))
+                rows = np.stack(list(vectors.values()))
+                if self._unconfirmed:
+                    ids, rows = self._unloaded(ids, namespace, rows)
+                if ids:
+                    evicted.extend(discovery.register_embeddings(ids, namespace, rows))
             peers.clear()
             waiting.clear()
 
         for change in batch:
+            if isinstance(change, _Load | _Prune):
+                flush()
+                if isinstance(change, _Load):
+                    self._load(change)
+                else:
+                    self._prune()
+                continue
+            if self._unconfirmed and isinstance(change, _Local | _Remove):
+                self._unconfirmed.discard(change.donor_id)  # a local add or a removal: not the loaded copy
             if isinstance(change, _Local):
                 flush()
                 self._defer()
@@ -385,6 +448,47 @@ class PipelineIndexer:
         flush()
         self.counters["applied"] += len(batch)
 
+    def _unloaded(self, ids: list[str], namespace: str, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """Peers' adds less the loaded donors the index holds with these vectors (confirmed: nothing to insert)."""
+        assert self.discovery.index is not None
+        loaded = np.fromiter((d in self._unconfirmed for d in ids), dtype=bool, count=len(ids))
+        if not loaded.any():
+            return ids, rows
+        for donor_id in itertools.compress(ids, loaded):
+            self._unconfirmed.discard(donor_id)
+        picked = np.flatnonzero(loaded)
+        held = np.zeros(len(ids), dtype=bool)
+        held[picked] = self.discovery.index.holds([ids[i] for i in picked], namespace, rows[picked])
+        self.counters["snapshot_confirmed"] += int(held.sum())
+        return list(itertools.compress(ids, ~held)), rows[~held]
+
+    def _load(self, load: _Load) -> None:
+        donors, reason = 0, "loaded"
+        try:
+            if file_digest(load.path) != load.digest:
+                raise SnapshotError("digest_mismatch")
+            ids = self.discovery.load_snapshot(load.path)
+            self._unconfirmed = set(ids)
+            donors = len(ids)
+        except SnapshotError as exc:
+            reason = exc.reason
+            log.warning("peer's search index not loaded (%s); indexing the sync's donors one by one", exc)
+        except OSError as exc:
+            reason = "unreadable"
+            log.warning("peer's search index not loaded (%s); indexing the sync's donors one by one", exc)
+        except Exception:  # usearch refusing a graph: the sync's donors are indexed one by one all the same
+            reason = "error"
+            self.counters["errors"] += 1
+            log.exception("peer's search index not loaded; indexing the sync's donors one by one")
+        self.counters[f"snapshot:{reason}"] += 1
+        load.done(donors, reason)
+
+    def _prune(self) -> None:
+        stale, self._unconfirmed = self._unconfirmed, set()
+        for donor_id in stale:
+            self.discovery.remove_donor(donor_id)
+        self.counters["snapshot_pruned"] += len(stale)
+
     def _defer(self) -> None:
         if self.gate is not None:
             self.gate.wait()
@@ -394,7 +498,7 @@ def _owner(change: _Change) -> object:
     """What goes back through ``on_indexed`` once the change is applied: a peer itself, a local add's owner."""
     if isinstance(change, _Local):
         return change.owner
-    return None if isinstance(change, _Remove) else change
+    return None if isinstance(change, _Remove | _Load | _Prune) else change
 
 
 def _kind(change: _Change) -> str:

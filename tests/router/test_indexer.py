@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from semblend_dynamo.config import SemblendConfig
+from semblend_dynamo.index_snapshot import file_digest
 from semblend_dynamo.namespace import NamespaceKey
 from semblend_dynamo.pipeline import DonorDiscovery
 from semblend_dynamo.router import indexer as indexer_module
@@ -327,3 +328,78 @@ def test_a_local_donor_is_committed_only_after_a_decision_that_started_while_it_
     gate.deciding_now.__exit__(None, None, None)
     assert indexer.drain(10) and discovery.calls == [("local", "d")]
     assert discovery.stepping and not gate.stepping()  # stepping while it committed, resting once the batch is done
+
+
+def _usearch_catalog(capacity: int = 1000) -> DonorCatalog:
+    discovery = build_discovery(
+        SemblendConfig(block_size=16, embedder="hash", index_capacity=capacity, index_backend="usearch")
+    )
+    assert discovery is not None
+    return DonorCatalog(capacity, discovery)
+
+
+def test_a_loaded_snapshot_skips_the_adds_it_holds_and_ends_with_exactly_the_catalogs_donors(tmp_path) -> None:
+    """A late replica loads its peer's saved index ahead of the sync's adds: a donor the index holds with the add's
+    vector is not inserted again, one with another vector is, one the sync does not bring is pruned."""
+    peer = _usearch_catalog()
+    assert peer.indexer is not None and peer.indexer.discovery.index is not None
+    dim = peer.indexer.discovery.index.dim
+    peer.apply_kv_events([stored(1, *range(1, 41))])
+    peer.add_many(registration(f"p{i}", [i], dim) for i in range(1, 41))
+    assert peer.drain(10)
+    path = str(tmp_path / "peer.snapshot")
+    peer.indexer.discovery.index.save_snapshot(path)
+
+    late = _usearch_catalog()
+    indexer = late.indexer
+    assert indexer is not None and indexer.discovery.index is not None
+    index = indexer.discovery.index
+    indexer.hold(True)  # the sync's adds queue behind the load
+    late.apply_kv_events([stored(1, *range(1, 42))])
+    late.add_many(registration(f"p{i}", [i], dim) for i in range(2, 39))  # p1 and p40 left the peer since
+    late.add(registration("p39", [39], dim, registered_at=2.0).model_copy(update={"embedding": b"\x00\x3c" * dim}))
+    late.add(registration("new", [41], dim))
+    loads: list[tuple[int, str]] = []
+    indexer.load_snapshot(path, file_digest(path), lambda donors, reason: loads.append((donors, reason)))
+    indexer.hold(False)
+    indexer.prune()
+    assert late.drain(10)
+
+    assert loads == [(40, "loaded")]
+    resident = late.resident("ns")
+    assert resident == {f"p{i}" for i in range(2, 40)} | {"new"}
+    assert {d for d in [*resident, "p1", "p40"] if d in index} == resident
+    assert {d for d in [*resident, "p1", "p40"] if d in indexer.discovery} == resident
+    assert indexer.counters["snapshot_confirmed"] == 37 and indexer.counters["snapshot_pruned"] == 2
+    assert np.allclose(index.vector("p39"), np.full(dim, dim**-0.5), atol=1e-2)  # the sync's vector, not the peer's
+    assert not any(e is not None and e.embedded for e in map(late.resident_donor, resident))
+
+
+def test_a_snapshot_that_does_not_load_leaves_the_adds_to_index_every_donor(tmp_path) -> None:
+    peer = _usearch_catalog()
+    assert peer.indexer is not None and peer.indexer.discovery.index is not None
+    dim = peer.indexer.discovery.index.dim
+    peer.apply_kv_events([stored(1, 1, 2)])
+    peer.add_many(registration(f"p{i}", [i], dim) for i in (1, 2))
+    assert peer.drain(10)
+    path = str(tmp_path / "peer.snapshot")
+    peer.indexer.discovery.index.save_snapshot(path)
+
+    for digest, reason in (("0" * 32, "digest_mismatch"), (file_digest(path), "not_empty")):
+        late = _usearch_catalog()
+        indexer = late.indexer
+        assert indexer is not None
+        late.apply_kv_events([stored(1, 1, 2, 3)])
+        if reason == "not_empty":
+            late.add(registration("mine", [3], dim))
+            assert late.drain(10)
+        indexer.hold(True)
+        late.add_many(registration(f"p{i}", [i], dim) for i in (1, 2))
+        loads: list[tuple[int, str]] = []
+        indexer.load_snapshot(path, digest, lambda donors, why, loads=loads: loads.append((donors, why)))
+        indexer.hold(False)
+        indexer.prune()
+        assert late.drain(10)
+        assert loads == [(0, reason)] and indexer.counters[f"snapshot:{reason}"] == 1
+        assert {d for d in ("p1", "p2", "mine") if d in indexer.discovery} == late.resident("ns")
+        late.close()
