@@ -15,7 +15,10 @@ handler, catalog, pipeline, codec and NATS link; only Dynamo's KvRouter is a tes
 ``--index`` is replica B's donor search index (``none``: semantic search off, the catalog only; ``numpy``/``usearch``:
 the pipeline indexes every resident donor's embedding on its indexer thread, behind the sync). With an index, B is
 also timed until its indexer has applied everything (the index caught up), and reports how many resident donors the
-index holds and how many adds the indexer dropped. Replica A never indexes (it only serves).
+index holds and how many adds the indexer dropped. Replica A indexes nothing unless ``--peer-index``: then it builds the
+same index of its donors before B starts (timed apart), and B, whose index is empty, loads A's saved whole
+(``router/index_sync.py``) unless ``--snapshots off``; ``--snapshots on off`` runs one late replica of each against
+the same A.
 The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-registration-per-row v1 sync,
 ``git archive``d to a temporary directory), in the same run.
 
@@ -25,7 +28,7 @@ pages at a time as the handler does, ``router/sync.py`` ``HeldPages``), with Pyt
 add and what is alive frozen after it as the handler does (``router/gc_freeze.py``), and off.
 
 Usage: ``.venv/bin/python benchmarks/bench_replica_sync.py [--donors 10000 100000 300000 1000000]
-[--baseline-donors 10000] [--index none|numpy|usearch] [--indexer-batch N]`` or ``... --breakdown 300000``
+[--baseline-donors 10000] [--index none|numpy|usearch] [--indexer-batch N] [--peer-index] [--snapshots on off]`` or ``... --breakdown 300000``
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,12 +139,17 @@ def resident_count(catalog: Any) -> int:
     return sum(len(catalog._residency.resident(ns)) for ns in NAMESPACES)
 
 
-def router_config(nats_url: str, index: str, capacity: int, sync_window: int | None = None) -> Any:
+def router_config(
+    nats_url: str, index: str, capacity: int, sync_window: int | None = None, snapshots: str | None = None
+) -> Any:
+    from semblend_dynamo.config import SemblendConfig
     from tests.adversarial.router_harness import router_config as harness_config
 
     settings: dict[str, Any] = {"max_message_bytes": 1 << 20, "index_capacity": capacity, "block_size": BLOCK_SIZE}
     if sync_window is not None:
         settings["sync_window"] = sync_window
+    if snapshots is not None and "sync_index_snapshots" in SemblendConfig.model_fields:  # trees before it have none
+        settings["sync_index_snapshots"] = snapshots == "on"
     if index == "none":
         settings["enabled"] = False
     else:
@@ -152,7 +161,7 @@ def router_config(nats_url: str, index: str, capacity: int, sync_window: int | N
 async def peer(args: argparse.Namespace) -> None:
     from tests.adversarial.router_harness import InProcessRouter
 
-    replica = InProcessRouter(router_config(args.nats, "none", args.n + 1000))
+    replica = InProcessRouter(router_config(args.nats, args.index if args.peer_index else "none", args.n + 1000))
     catalog = replica.router.catalog
     add_many = getattr(catalog, "add_many", None)  # the v1 tree has only add()
     started = time.perf_counter()
@@ -165,6 +174,9 @@ async def peer(args: argparse.Namespace) -> None:
                 catalog.add(registration)
         catalog.apply_kv_events(block_events(first, len(regs), hashes))
     fill_s = time.perf_counter() - started
+    drain = getattr(catalog, "drain", None)  # its own index built (with --peer-index)
+    drained = drain is None or await asyncio.to_thread(drain, args.timeout)
+    index_s = time.perf_counter() - started
     state = catalog_state(catalog)
     await replica.start()
     fill_rss = rss_mb()[0]
@@ -173,7 +185,16 @@ async def peer(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     print(
-        "PEER_READY " + json.dumps(state | {"fill_s": fill_s, "fill_rss_mb": fill_rss, "rss_mb": rss_mb()[0]}),
+        "PEER_READY "
+        + json.dumps(
+            state
+            | {
+                "fill_s": fill_s,
+                "index_s": index_s if drained else None,
+                "fill_rss_mb": fill_rss,
+                "rss_mb": rss_mb()[0],
+            }
+        ),
         flush=True,
     )
     await stop.wait()
@@ -188,7 +209,7 @@ async def late(args: argparse.Namespace) -> None:
         from semblend_dynamo.router import indexer
 
         indexer.BATCH = args.indexer_batch
-    replica = InProcessRouter(router_config(args.nats, args.index, args.n + 1000, args.sync_window))
+    replica = InProcessRouter(router_config(args.nats, args.index, args.n + 1000, args.sync_window, args.snapshots))
     catalog = replica.router.catalog
     started = time.perf_counter()
     for first in range(0, args.n, CHUNK):
@@ -226,6 +247,20 @@ async def late(args: argparse.Namespace) -> None:
     settle = {"settled_s": settled_at - connect, "settled_rss_mb": rss_mb()[0]} if settled_at else {}
     state = catalog_state(catalog)
     metrics = replica.metrics
+    snapshots = getattr(metrics, "index_snapshots", None)
+    if snapshots is not None:
+        settle["snapshot"] = (
+            ",".join(
+                f"{s.labels['outcome']}"
+                for m in snapshots.collect()
+                for s in m.samples
+                if s.name.endswith("_total") and s.labels["side"] == "fetched" and s.value
+            )
+            or "-"
+        )
+        counters = getattr(catalog.indexer, "counters", {})
+        settle["snapshot_confirmed"] = counters.get("snapshot_confirmed", 0)
+        settle["snapshot_pruned"] = counters.get("snapshot_pruned", 0)
     result = (
         indexed
         | settle
@@ -386,40 +421,59 @@ def measure(
     sync_window: int | None = None,
     profile: str | None = None,
     indexer_batch: int | None = None,
-) -> dict[str, Any]:
+    peer_index: bool = False,
+    snapshots: Sequence[str | None] = (None,),
+) -> list[dict[str, Any]]:
+    """One peer (A) and, one after the other, a late replica (B) per ``snapshots`` mode; a row per B."""
     from tests.support.nats import NatsServer
     from tests.support.processes import stop_process
 
-    base = [sys.executable, __file__, "--tree", str(tree), "--n", str(n)]
+    base = [sys.executable, __file__, "--tree", str(tree), "--n", str(n), "--index", index]
+    rows = []
     with NatsServer() as nats:
-        peer_proc = subprocess.Popen([*base, "--role", "peer", "--nats", nats.url], stdout=subprocess.PIPE, text=True)
+        peer_cmd = [*base, "--role", "peer", "--nats", nats.url, "--timeout", str(timeout)]
+        peer_proc = subprocess.Popen(
+            peer_cmd + (["--peer-index"] if peer_index else []), stdout=subprocess.PIPE, text=True
+        )
         try:
             _, ready = read_line(peer_proc, ("PEER_READY",), timeout)
-            peer_cpu = cpu_seconds(peer_proc.pid)
-            late_cmd = [*base, "--role", "late", "--nats", nats.url, "--index", index, "--expect", json.dumps(ready)]
-            late_cmd += ["--sync-window", str(sync_window)] if sync_window is not None else []
-            late_cmd += ["--profile", profile] if profile else []
-            late_cmd += ["--indexer-batch", str(indexer_batch)] if indexer_batch else []
-            late_proc = subprocess.Popen([*late_cmd, "--timeout", str(timeout)], stdout=subprocess.PIPE, text=True)
-            try:
-                kind, done = read_line(late_proc, ("LATE_DONE", "LATE_TIMEOUT"), timeout + 600)
-            finally:
-                stop_process(late_proc, timeout=30)
-            peer_rss, peer_cpu = rss_mb(peer_proc.pid)[0], cpu_seconds(peer_proc.pid) - peer_cpu
+            for mode in snapshots:
+                peer_cpu = cpu_seconds(peer_proc.pid)
+                late_cmd = [*base, "--role", "late", "--nats", nats.url, "--expect", json.dumps(ready)]
+                late_cmd += ["--sync-window", str(sync_window)] if sync_window is not None else []
+                late_cmd += ["--profile", profile] if profile else []
+                late_cmd += ["--indexer-batch", str(indexer_batch)] if indexer_batch else []
+                late_cmd += ["--snapshots", mode] if mode else []
+                late_proc = subprocess.Popen([*late_cmd, "--timeout", str(timeout)], stdout=subprocess.PIPE, text=True)
+                try:
+                    kind, done = read_line(late_proc, ("LATE_DONE", "LATE_TIMEOUT"), timeout + 600)
+                finally:
+                    stop_process(late_proc, timeout=30)
+                peer_rss, peer_cpu = rss_mb(peer_proc.pid)[0], cpu_seconds(peer_proc.pid) - peer_cpu
+                if kind == "LATE_TIMEOUT":  # a row: the v1 sync stalls for good once a request is rate-limited
+                    done = {
+                        "converged_s": None,
+                        "held": done["donors"],
+                        "pages": done["pages"],
+                        "requests": done["requests"],
+                    }
+                elif not done["equal"]:
+                    raise AssertionError(f"late replica's catalog differs from its peer's at {n} donors")
+                rows.append(
+                    done
+                    | {
+                        "donors": n,
+                        "index": index + ("" if mode is None else f" (snapshots {mode})"),
+                        "peer_fill_s": ready["fill_s"],
+                        "peer_index_s": ready.get("index_s") if peer_index else None,
+                        "peer_fill_rss_mb": ready.get("fill_rss_mb"),
+                        "peer_rss_mb": peer_rss,
+                        "peer_cpu_s": peer_cpu,
+                    }
+                )
         finally:
             stop_process(peer_proc, timeout=30)
-    if kind == "LATE_TIMEOUT":  # reported as a row: the v1 sync stalls for good once a request is rate-limited
-        done = {"converged_s": None, "held": done["donors"], "pages": done["pages"], "requests": done["requests"]}
-    elif not done["equal"]:
-        raise AssertionError(f"late replica's catalog differs from its peer's at {n} donors")
-    return done | {
-        "donors": n,
-        "index": index,
-        "peer_fill_s": ready["fill_s"],
-        "peer_fill_rss_mb": ready.get("fill_rss_mb"),
-        "peer_rss_mb": peer_rss,
-        "peer_cpu_s": peer_cpu,
-    }
+    return rows
 
 
 def _mb(value: float | None) -> str:
@@ -448,6 +502,15 @@ def main() -> None:
     p.add_argument(
         "--indexer-batch", type=int, help="replica B's indexer: changes taken per turn (default: the module's BATCH)"
     )
+    p.add_argument(
+        "--peer-index", action="store_true", help="replica A builds the same search index of its donors before B starts"
+    )
+    p.add_argument(
+        "--snapshots",
+        nargs="+",
+        choices=("on", "off"),
+        help="replica B loads A's search index whole (on) or not (off); one B of each given against the same A",
+    )
     p.add_argument("--breakdown", type=int, metavar="N", help="only: where the CPU goes per donor, in one process")
     p.add_argument("--role", choices=("peer", "late"), help=argparse.SUPPRESS)
     p.add_argument("--tree", help=argparse.SUPPRESS)
@@ -460,6 +523,7 @@ def main() -> None:
         asyncio.run(peer(args))
         return
     if args.role == "late":
+        args.snapshots = args.snapshots[0] if args.snapshots else None
         asyncio.run(late(args))
         return
     if args.breakdown:
@@ -471,16 +535,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="semblend-v1-") as tmp:
         old = baseline_tree(args.baseline_ref, tmp) if args.baseline_donors else ROOT
         for n in args.baseline_donors:
-            rows.append(("v1 " + args.baseline_ref, measure(old, n, args.index, args.baseline_timeout)))
-            print(json.dumps(rows[-1][1]), flush=True)
+            for row in measure(old, n, args.index, args.baseline_timeout):
+                rows.append(("v1 " + args.baseline_ref, row))
+                print(json.dumps(row), flush=True)
     for n in args.donors:
-        rows.append(
-            (
-                "v2 (this tree)",
-                measure(ROOT, n, args.index, args.timeout, args.sync_window, args.profile, args.indexer_batch),
-            )
-        )
-        print(json.dumps(rows[-1][1]), flush=True)
+        late_modes = args.snapshots if args.role is None and args.snapshots else [None]
+        for row in measure(
+            ROOT,
+            n,
+            args.index,
+            args.timeout,
+            args.sync_window,
+            args.profile,
+            args.indexer_batch,
+            args.peer_index,
+            late_modes,
+        ):
+            rows.append(("v2 (this tree)", row))
+            print(json.dumps(row), flush=True)
     print(
         "\n| sync | donors | B index | B blocks recovered s | B converged s | donors/s | B CPU s | A CPU s | pages "
         "| B RSS MB (peak) | B RSS MB settled | A RSS MB filled / settled |"
@@ -502,15 +574,18 @@ def main() -> None:
         )
     if indexed:  # B's search index after the catalog converged
         print(
-            "\n| sync | donors | B converged s | B index caught up s | resident donors in the index | adds dropped "
-            "| B RSS MB after indexing (peak) |"
+            "\n| sync | donors | B index | A index built s | B converged s | B index caught up s | resident donors in "
+            "the index | adds dropped | snapshot (confirmed / pruned) | B RSS MB after indexing (peak) |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for name, r in indexed:
+            peer_index = r.get("peer_index_s")
             print(
-                f"| {name} | {r['donors']:,} | {r['converged_s']:.1f} | "
-                f"{r['indexed_s']:.1f}{'' if r['index_drained'] else ' (timed out)'} | {r['in_index']:,} "
-                f"| {r['index_dropped']:,} | {r['indexed_rss_mb']:.0f} ({r['indexed_peak_mb']:.0f}) |"
+                f"| {name} | {r['donors']:,} | {r['index']} | {'-' if peer_index is None else f'{peer_index:.1f}'} "
+                f"| {r['converged_s']:.1f} | {r['indexed_s']:.1f}{'' if r['index_drained'] else ' (timed out)'} "
+                f"| {r['in_index']:,} | {r['index_dropped']:,} | {r.get('snapshot', '-')} "
+                f"({r.get('snapshot_confirmed', 0):,} / {r.get('snapshot_pruned', 0):,}) "
+                f"| {r['indexed_rss_mb']:.0f} ({r['indexed_peak_mb']:.0f}) |"
             )
 
 

@@ -217,6 +217,11 @@ class SemblendConfig(BaseModel):
     sync_window: int = Field(
         8, ge=1, le=64, description="router: sync requests in flight per peer while a replica catches up"
     )
+    sync_index_snapshots: bool = Field(
+        True,
+        description="router: a replica with an empty usearch index loads the first syncing peer's index saved whole "
+        "(a temporary file, TMPDIR) instead of inserting every donor, and sends its own to peers that ask",
+    )
     embed_queue_size: int = Field(
         64, ge=1, description="router: prompts waiting for an embedding (beyond: routed exact-only, counted)"
     )
@@ -555,6 +560,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "sync_page_donors",
         "sync_rate_per_s",
         "sync_window",
+        "sync_index_snapshots",
         "embed_queue_size",
         "embed_budget_ms",
         "gil_switch_interval_ms",

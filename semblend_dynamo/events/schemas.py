@@ -719,6 +719,53 @@ def _trusted_registration(fields: dict[str, object]) -> DonorRegistration:
     return registration
 
 
+class IndexSnapshotRequest(SemblendEvent):
+    """A late replica asks one peer for its search index saved whole (``...donors.sync``, reply to the requester's
+    sync inbox as for :class:`DonorSyncRequest`).
+
+    ``snapshot`` None asks the peer to save one (or name the one it holds) and send its first part; then each
+    request names the snapshot (its digest) and one ``part``.
+    """
+
+    KIND: ClassVar[str] = "indexsnap"
+    VERSION: ClassVar[int] = 1
+    schema_: Literal["semblend.indexsnap/v1"] = Field("semblend.indexsnap/v1", alias="schema")
+    router_id: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    deployment: Digest
+    target: Annotated[str, Field(min_length=1, max_length=64)]
+    snapshot: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | None = None
+    part: NonNeg = 0
+
+
+class IndexSnapshotPart(SemblendEvent):
+    """One part of a saved search index: bytes ``[part * part_bytes, ...)`` of a file of ``size`` bytes whose
+    xxh3-128 is ``snapshot``; ``parts`` in all. ``parts`` 0 (and no data) says the peer has none to send."""
+
+    KIND: ClassVar[str] = "indexpart"
+    VERSION: ClassVar[int] = 1
+    schema_: Literal["semblend.indexpart/v1"] = Field("semblend.indexpart/v1", alias="schema")
+    router_id: Identifier
+    deployment: Digest
+    snapshot: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] | None = None
+    part: NonNeg = 0
+    parts: NonNeg = 0
+    part_bytes: Annotated[int, Field(ge=1024)] = 1024
+    size: NonNeg = 0
+    data: bytes = b""
+
+    @model_validator(mode="after")
+    def _extent(self) -> IndexSnapshotPart:
+        if self.parts == 0:
+            if self.data or self.snapshot is not None:
+                raise ValueError("a part of no snapshot carries nothing")
+            return self
+        if self.snapshot is None or self.parts != -(-self.size // self.part_bytes) or self.part >= self.parts:
+            raise ValueError("part, parts, part_bytes and size disagree")
+        if len(self.data) != min(self.part_bytes, self.size - self.part * self.part_bytes):
+            raise ValueError("data is not the part's bytes")
+        return self
+
+
 EVENT_MODELS: tuple[type[SemblendEvent], ...] = (
     DonorHint,
     RouteEvidence,
@@ -727,6 +774,8 @@ EVENT_MODELS: tuple[type[SemblendEvent], ...] = (
     OutcomeReport,
     DonorSyncRequest,
     DonorSyncPage,
+    IndexSnapshotRequest,
+    IndexSnapshotPart,
 )
 MODEL_BY_SCHEMA: dict[str, type[SemblendEvent]] = {f"semblend.{m.KIND}/v{m.VERSION}": m for m in EVENT_MODELS}
 KIND_BY_PREFIX: dict[str, type[SemblendEvent]] = {f"semblend.{m.KIND}/": m for m in EVENT_MODELS}

@@ -28,6 +28,8 @@ TOPIC_BY_KIND: dict[str, str] = {
     "hint": HINTS_TOPIC,
     "sync": DONORS_SYNC_TOPIC,
     "syncpage": DONORS_SYNC_TOPIC,
+    "indexsnap": DONORS_SYNC_TOPIC,
+    "indexpart": DONORS_SYNC_TOPIC,
 }
 """Envelope ``topic`` of each message kind (registrations and lifecycle share the donors subject)."""
 

@@ -60,6 +60,8 @@ from ..events.schemas import (
     DonorRegistration,
     DonorSyncPage,
     DonorSyncRequest,
+    IndexSnapshotPart,
+    IndexSnapshotRequest,
     KvEvent,
     KvEventBatch,
     OutcomeReport,
@@ -79,6 +81,7 @@ from ..span_aligner import Span
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .gc_freeze import SyncGcFreeze
+from .index_sync import MAX_BYTES_PER_DONOR, PART_OVERHEAD, PARTS_PER_S, SnapshotFetch, SnapshotServer
 from .indexer import RequestGate, trim_heap
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
@@ -254,6 +257,16 @@ class SemanticRouter:
         self._sync_gc = SyncGcFreeze()
         self._held = HeldPages()
         self._held_wait: asyncio.Future[None] | None = None
+        index = None if discovery is None else discovery.index
+        self._snapshots = (
+            SnapshotServer(index, router_id=self.router_id, deployment=deployment)
+            if index is not None and index.saves_snapshots and cfg.sync_index_snapshots and catalog.indexer is not None
+            else None
+        )
+        self._snapshot_limiter = SyncLimiter(PARTS_PER_S)
+        self._want_snapshot = False
+        self._fetch: SnapshotFetch | None = None
+        self._prune_loaded = False  # a snapshot was loaded: its donors the sync did not confirm leave once it ends
         self.embeddings = (
             PromptEmbeddings(
                 discovery.embed_prompts, queue_size=cfg.embed_queue_size, budget_s=cfg.embed_budget_ms / 1000
@@ -811,6 +824,11 @@ class SemanticRouter:
             pass
         self._sync_gc.thaw()
         self.catalog.close()
+        if self._snapshots is not None:
+            self._snapshots.close()
+        if self._fetch is not None:
+            self._fetch.close()
+            self._fetch = None
 
     # --- event handlers -------------------------------------------------------------------------
     def subscribe(self, subscriber: EventSubscriber, *, kv_events: bool = True) -> None:
@@ -822,9 +840,11 @@ class SemanticRouter:
         if kv_events:
             subscriber.kv_events(subjects.kv_events, self.on_kv_events)
         subscriber.semblend(subjects.donors, (DonorRegistration, DonorLifecycle), self.on_donor_event, stream="donors")
-        subscriber.semblend(self.sync_inbox, (DonorSyncPage,), self.on_sync_page, stream="sync_pages")
+        subscriber.semblend(self.sync_inbox, (DonorSyncPage, IndexSnapshotPart), self.on_sync_page, stream="sync_pages")
         subscriber.semblend(subjects.outcomes, (OutcomeReport,), self.on_outcome, stream="outcomes")
-        subscriber.semblend(subjects.donors_sync, (DonorSyncRequest,), self.on_sync_request, stream="donors_sync")
+        subscriber.semblend(
+            subjects.donors_sync, (DonorSyncRequest, IndexSnapshotRequest), self.on_sync_request, stream="donors_sync"
+        )
 
     def on_kv_events(self, batch: KvEventBatch) -> None:
         """Called for each decoded kv-events message."""
@@ -924,6 +944,9 @@ class SemanticRouter:
 
     async def on_sync_request(self, event: SemblendEvent, msg: Msg) -> None:
         """A peer asks for a range of this replica's registrations: at most one page, to its own inbox."""
+        if isinstance(event, IndexSnapshotRequest):
+            await self._on_snapshot_request(event, msg)
+            return
         if not isinstance(event, DonorSyncRequest):
             return
         reason = check_request(event, msg.reply, self.router_id)
@@ -955,16 +978,45 @@ class SemanticRouter:
             return
         self.metrics.sync_replies.inc()
 
+    async def _on_snapshot_request(self, event: IndexSnapshotRequest, msg: Msg) -> None:
+        """A peer asks for a part of this replica's search index saved whole: one part, to its own inbox."""
+        reason = check_request(event, msg.reply, self.router_id)
+        if reason is None and not self._snapshot_limiter.allow(event.router_id):
+            reason = "rate_limited"
+        if reason:
+            self.metrics.events_rejected.labels("donors_sync", reason).inc()
+        if reason is not None:
+            return
+        max_bytes = min(self.cfg.max_message_bytes, self.link.max_payload or self.cfg.max_message_bytes)
+        if self._snapshots is None:
+            part, outcome = IndexSnapshotPart(router_id=self.router_id, deployment=self.deployment), "disabled"
+        else:
+            part, outcome = await self._snapshots.part(event.snapshot, event.part, max_bytes - PART_OVERHEAD)
+        if outcome != "sent":
+            self.metrics.index_snapshots.labels("served", outcome).inc()
+        try:
+            await self.link.publish(msg.reply, self.publisher.encode(part))
+        except ConnectionError:
+            self.metrics.events_dropped.labels("indexpart", "disconnected").inc()
+
     async def on_sync_page(self, event: SemblendEvent, msg: Msg) -> None:
         """A peer's page: ask for what follows it, then hold its rows; the held pages' donors are added together once
         they are :data:`~semblend_dynamo.router.sync.ADD_DONORS` or more, once no peer is being synced, or
-        :data:`~semblend_dynamo.router.sync.ADD_DELAY_S` after the first was held, whichever comes first."""
+        :data:`~semblend_dynamo.router.sync.ADD_DELAY_S` after the first was held, whichever comes first. The first
+        page of a replica that wants a search index (its own empty) asks that peer for its index saved whole."""
+        if isinstance(event, IndexSnapshotPart):
+            await self._on_snapshot_part(event)
+            return
         if not isinstance(event, DonorSyncPage):
             return
         session = self._sync
         if session is None or event.router_id == self.router_id or (follow := session.accept(event)) is None:
             self.metrics.events_rejected.labels("sync_pages", "unsolicited").inc()
             return
+        if self._want_snapshot and event.last_cursor and self._fetch is None:
+            self._want_snapshot = False
+            self._fetch = SnapshotFetch(event.router_id, self._snapshot_max_bytes())
+            await self._ask_snapshot(None, 0)
         for after, upto in follow:
             await self._ask_sync(target=event.router_id, after=after, upto=upto)
         if session.finished.get(event.router_id) == "done":
@@ -997,10 +1049,70 @@ class SemanticRouter:
     def _syncing(self, syncing: bool) -> None:
         """Whether more sync pages are awaited: while they are, the collector stays off what the sync added and the
         catalog's indexer stays held (from the sync's first add: the catalog converges first, its search index
-        follows)."""
+        follows), and held while a peer's search index is still being fetched. A loaded index's donors the sync did
+        not confirm leave once it has added all of its own."""
         self._sync_gc.page_added(syncing)
-        if self.catalog.indexer is not None:
-            self.catalog.indexer.hold(syncing)
+        indexer = self.catalog.indexer
+        if indexer is not None:
+            indexer.hold(syncing or self._fetch is not None)
+            if not syncing and self._prune_loaded:
+                self._prune_loaded = False
+                indexer.prune()
+
+    # --- a peer's search index, fetched whole -------------------------------------------------------
+    def _snapshot_max_bytes(self) -> int:
+        return self.cfg.index_capacity * MAX_BYTES_PER_DONOR + (1 << 20)
+
+    def _wants_snapshot(self) -> bool:
+        """Whether a sync starting now asks a peer for its search index: this replica's pipeline is empty."""
+        return self._snapshots is not None and self.discovery is not None and not len(self.discovery)
+
+    async def _ask_snapshot(self, snapshot: str | None, part: int) -> None:
+        fetch = self._fetch
+        assert fetch is not None
+        request = IndexSnapshotRequest(
+            router_id=self.router_id, deployment=self.deployment, target=fetch.peer, snapshot=snapshot, part=part
+        )
+        try:
+            await self.link.publish(self.subjects.donors_sync, self.publisher.encode(request), reply=self.sync_inbox)
+        except ConnectionError:
+            return
+        self.metrics.events_out.labels("indexsnap").inc()
+
+    async def _on_snapshot_part(self, part: IndexSnapshotPart) -> None:
+        fetch = self._fetch
+        asks = None if fetch is None else fetch.accept(part)
+        if fetch is None or (asks is None and fetch.failed is None):
+            self.metrics.events_rejected.labels("sync_pages", "unsolicited").inc()
+            return
+        for ask in asks or ():
+            await self._ask_snapshot(fetch.snapshot, ask)
+        if fetch.failed is not None:
+            self._fetched(0, fetch.failed)
+        elif fetch.complete and not fetch.loading and fetch.path is not None and fetch.snapshot is not None:
+            fetch.loading = True
+            indexer = self.catalog.indexer
+            assert indexer is not None
+            loop = asyncio.get_running_loop()
+            indexer.load_snapshot(
+                fetch.path,
+                fetch.snapshot,
+                lambda donors, reason: loop.call_soon_threadsafe(self._fetched, donors, reason),
+            )
+
+    def _fetched(self, donors: int, reason: str) -> None:
+        """A fetch ended: its snapshot loaded (``donors``, ``loaded``) or not (why)."""
+        fetch, self._fetch = self._fetch, None
+        if fetch is not None:
+            fetch.close()
+        self.metrics.index_snapshots.labels("fetched", reason).inc()
+        if reason == "loaded":
+            self._prune_loaded = True
+            log.info("loaded a peer's search index: %d donors", donors)
+        elif reason != "none":
+            log.warning("peer's search index not used (%s): the sync's donors are indexed one by one", reason)
+        session = self._sync
+        self._syncing((session is not None and session.active) or bool(self._held))
 
     def _add_held_chunk(self) -> bool:
         """Add the next chunk of held donors; False if there was none."""
@@ -1015,8 +1127,10 @@ class SemanticRouter:
         return True
 
     async def request_sync(self) -> None:
-        """Called on every NATS (re)connect: ask every peer for its donors (those missed meanwhile)."""
+        """Called on every NATS (re)connect: ask every peer for its donors (those missed meanwhile), and the first to
+        answer for its search index whole if this replica's is empty."""
         self._sync = SyncSession(self.cfg.sync_window)
+        self._want_snapshot = self._fetch is None and self._wants_snapshot()
         await self._ask_sync(target=None, after=0, upto=None)
         if self._sync_watch is None or self._sync_watch.done():
             self._sync_watch = asyncio.ensure_future(self._watch_sync())
@@ -1025,10 +1139,18 @@ class SemanticRouter:
         """Ask quiet peers again, give up on those that stay quiet; ends when no peer is being synced."""
         while True:
             await asyncio.sleep(REPLY_TIMEOUT_S / 2)
+            fetch = self._fetch
+            if fetch is not None:
+                for part in fetch.overdue(REPLY_TIMEOUT_S, RETRIES):
+                    await self._ask_snapshot(fetch.snapshot, part)
+                if fetch.failed is not None:
+                    self._fetched(0, fetch.failed)
             session = self._sync
             if session is None or (not session.active and time.monotonic() - session.started > REPLY_TIMEOUT_S):
                 await self._add_held()  # anything still held; thaws the collector
-                return
+                if self._fetch is None or self._fetch.loading:
+                    return
+                continue
             again, abandoned = session.overdue(REPLY_TIMEOUT_S, RETRIES)
             for peer in abandoned:
                 self.metrics.sync_peers.labels("abandoned").inc()

@@ -16,6 +16,23 @@ SYNC_REJECT_REASONS = ("no_reply", "bad_reply_subject", "rate_limited")
 """Why a decoded sync request got no reply (besides the codec's reasons)."""
 SYNC_PAGE_REJECT_REASONS = ("unsolicited",)
 """Why a decoded sync page was not used: it answers no request in flight."""
+FETCH_OUTCOMES = (
+    "loaded",
+    "none",
+    "too_large",
+    "abandoned",
+    "unwritable",
+    "digest_mismatch",
+    "bad_snapshot",
+    "incompatible",
+    "not_empty",
+    "over_capacity",
+    "error",
+    "closed",
+)
+"""How a replica's fetch of a peer's search index ended."""
+SERVE_OUTCOMES = ("saved", "empty", "unknown", "failed", "disabled")
+"""Snapshot requests answered other than with a part of the snapshot held."""
 SPANS_DURING_EXACT_RESULTS = ("used", "wasted", "failed")
 _LAG_BUCKETS_S = (1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -119,6 +136,18 @@ class RouterMetrics:
         )
         for result in ("done", "abandoned"):
             self.sync_peers.labels(result)
+        self.index_snapshots = Counter(
+            "semblend_router_index_snapshots",
+            "search indexes sent whole between replicas, by side and outcome (fetched: loaded, none, too_large, "
+            "abandoned, unwritable, digest_mismatch, bad_snapshot, incompatible, not_empty, over_capacity, error, "
+            "closed; served: saved, empty, unknown, failed, disabled)",
+            ["side", "outcome"],
+            registry=r,
+        )
+        for outcome in FETCH_OUTCOMES:
+            self.index_snapshots.labels("fetched", outcome)
+        for outcome in SERVE_OUTCOMES:
+            self.index_snapshots.labels("served", outcome)
         self.forward_retries = Counter(
             "semblend_router_forward_retries", "placements retried without restriction", ["reason"], registry=r
         )

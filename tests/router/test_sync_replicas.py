@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from semblend_dynamo.donor_index import usearch_available
 from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
 from tests.adversarial.router_harness import InProcessRouter, router_config
 from tests.support.nats import NatsServer
@@ -127,3 +130,74 @@ async def test_requests_refused_by_the_rate_limit_are_asked_again_until_the_repl
     assert b.metrics.sync_peers.labels("done")._value.get() == 1
     for replica in (a, b):
         await replica.close()
+
+
+def _temp_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith("semblend-"))
+
+
+@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+async def test_a_late_replica_loads_its_peers_search_index_whole_and_ends_with_the_same_donors(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's pipeline is empty when it starts, so it fetches A's usearch index in parts (64 KB messages) and loads it
+    instead of inserting 1,800 donors one by one; every add of the sync is then confirmed, none inserted again. C,
+    started with snapshots off, indexes them one by one and ends the same."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
+    a = await InProcessRouter(cfg).start()
+    assert a.discovery is not None and a.discovery.index is not None
+    registrations, events = fleet(a.deployment, a.discovery.index.dim)
+    a.router.catalog.apply_kv_events(events)
+    a.router.catalog.add_many(registrations)
+    assert a.router.catalog.drain(10)
+    indexed = len(state(a)[2])
+
+    b = InProcessRouter(cfg)
+    b.router.catalog.merge_dump(events)
+    await b.start()
+    await converged(b, a)  # at once once loaded; the sync's adds follow
+    assert await asyncio.to_thread(b.router.catalog.drain, 30)
+    assert b.metrics.index_snapshots.labels("fetched", "loaded")._value.get() == 1
+    assert a.metrics.index_snapshots.labels("served", "saved")._value.get() == 1
+    indexer = b.router.catalog.indexer
+    assert indexer is not None and indexer.counters["snapshot_confirmed"] == indexed
+    assert indexer.counters["snapshot_pruned"] == 0 and not indexer.held
+    # A keeps its snapshot for the next peer a while; B's fetched copy is gone
+    assert [name.split("-")[1] for name in _temp_files(tmp_path)] == ["index"]
+
+    c = InProcessRouter(cfg.model_copy(update={"sync_index_snapshots": False}))
+    c.router.catalog.merge_dump(events)
+    await c.start()
+    await converged(c, a)
+    assert c.metrics.index_snapshots.labels("fetched", "loaded")._value.get() == 0
+    c_indexer = c.router.catalog.indexer
+    assert c_indexer is not None and c_indexer.counters["snapshot_confirmed"] == 0
+    assert state(c) == state(b) == state(a)
+    for replica in (a, b, c):
+        assert replica.rejected("sync_pages", "unsolicited") == 0
+        await replica.close()
+    assert _temp_files(tmp_path) == []
+
+
+@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+async def test_a_peer_that_sends_no_index_leaves_the_sync_to_index_every_donor(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
+    a = await InProcessRouter(cfg.model_copy(update={"sync_index_snapshots": False})).start()
+    assert a.discovery is not None and a.discovery.index is not None
+    registrations, events = fleet(a.deployment, a.discovery.index.dim, donors=300)
+    a.router.catalog.apply_kv_events(events)
+    a.router.catalog.add_many(registrations)
+    assert a.router.catalog.drain(10)
+    b = InProcessRouter(cfg)
+    b.router.catalog.merge_dump(events)
+    await b.start()
+    await converged(b, a)
+    assert b.metrics.index_snapshots.labels("fetched", "none")._value.get() == 1
+    assert a.metrics.index_snapshots.labels("served", "disabled")._value.get() == 1
+    for replica in (a, b):
+        await replica.close()
+    assert _temp_files(tmp_path) == []
