@@ -1094,11 +1094,11 @@ class SemanticRouter:
             indexer = self.catalog.indexer
             assert indexer is not None
             loop = asyncio.get_running_loop()
-            indexer.load_snapshot(
-                fetch.path,
-                fetch.snapshot,
-                lambda donors, reason: loop.call_soon_threadsafe(self._fetched, donors, reason),
-            )
+
+            def done(donors: int, reason: str) -> None:  # on the indexer thread
+                loop.call_soon_threadsafe(self._fetched, donors, reason)
+
+            indexer.load_snapshot(fetch.path, fetch.snapshot, done)
 
     def _fetched(self, donors: int, reason: str) -> None:
         """A fetch ended: its snapshot loaded (``donors``, ``loaded``) or not (why)."""

@@ -221,7 +221,8 @@ class SnapshotFetch:
             self._next += 1
         return asks
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str) -> list[int] | None:
+        """Give the fetch up; None (nothing more to ask)."""
         self.failed = reason
         self.outstanding.clear()
         return None

@@ -28,6 +28,7 @@ from ..events.schemas import (
     SYNC_PAGE_OVERHEAD,
     DonorSyncPage,
     DonorSyncRequest,
+    IndexSnapshotRequest,
     RegistrationFields,
     SyncRows,
     sync_page_bytes,
@@ -99,7 +100,7 @@ class SyncLimiter:
         return bucket.take(now) and self._global.take(now)
 
 
-def check_request(request: DonorSyncRequest, reply: str, own_router_id: str) -> str | None:
+def check_request(request: DonorSyncRequest | IndexSnapshotRequest, reply: str, own_router_id: str) -> str | None:
     """Why a decoded request gets no reply: a reject reason, ``""`` when it is not for this router, None to answer."""
     if not reply:
         return "no_reply"
