@@ -503,6 +503,31 @@ class DonorIndex:
             key = self._lru.get(donor_id)
             return None if key is None else self._partitions[self._namespace(key)].vector(key)
 
+    def stored_embeddings(self, donor_ids: Sequence[str]) -> list[bytes | None]:
+        """Each donor's embedding as a peer's catalog keeps it, read back in one call (None: not indexed): int8 codes
+        (i8, as stored), else float16 bytes (as stored with f16; of the exact vector with numpy)."""
+        with self._lock:
+            keys = [self._lru.get(donor_id) for donor_id in donor_ids]
+            out: list[bytes | None] = [None] * len(keys)
+            by_slot: dict[int, list[int]] = {}
+            for i, key in enumerate(keys):
+                if key is not None:
+                    by_slot.setdefault(key & _SLOT_MASK, []).append(i)
+            for slot, rows in by_slot.items():
+                namespace = self._slot_namespaces[slot]
+                assert namespace is not None
+                part = self._partitions[namespace]
+                picked = np.array([keys[i] for i in rows], dtype=np.int64)
+                if isinstance(part, _UsearchPartition):
+                    stored = part.stored(picked)
+                else:
+                    stored = np.stack([part.vector(int(key)) for key in picked.tolist()])
+                if self.dtype != "i8" or not isinstance(part, _UsearchPartition):
+                    stored = stored.astype("<f2")
+                for i, row in zip(rows, stored, strict=True):
+                    out[i] = row.tobytes()
+        return out
+
     def namespace_of(self, donor_id: str) -> str | None:
         """The namespace a donor is indexed under, or None."""
         with self._lock:
