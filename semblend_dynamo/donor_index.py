@@ -197,9 +197,6 @@ class _UsearchPartition:
         """The stored rows of ``keys`` (present ones), as :meth:`_stored` makes them."""
         return np.stack(self._index.get(keys.astype(np.uint64)))  # type: ignore[arg-type]  # present keys only
 
-    def as_stored(self, rows: np.ndarray) -> np.ndarray:
-        return self._stored(rows)
-
     def flush_removals(self) -> None:
         """Hand the pending removals to usearch at once and pay its post-removal pass here."""
         if not self._pending:
@@ -503,11 +500,15 @@ class DonorIndex:
             key = self._lru.get(donor_id)
             return None if key is None else self._partitions[self._namespace(key)].vector(key)
 
-    def stored_embeddings(self, donor_ids: Sequence[str]) -> list[bytes | None]:
-        """Each donor's embedding as a peer's catalog keeps it, read back in one call (None: not indexed): int8 codes
-        (i8, as stored), else float16 bytes (as stored with f16; of the exact vector with numpy)."""
+    def stored_embeddings(self, donor_ids: Sequence[str], namespace: str | None = None) -> list[bytes | None]:
+        """Each donor's embedding as a peer's catalog keeps it, read back in one call (None: not indexed, or not in
+        ``namespace`` if given): int8 codes (i8, as stored), else float16 bytes (as stored with f16; of the exact vector
+        with numpy)."""
         with self._lock:
             keys = [self._lru.get(donor_id) for donor_id in donor_ids]
+            if namespace is not None:
+                slot = self._namespace_slots.get(namespace)
+                keys = [key if key is not None and key & _SLOT_MASK == slot else None for key in keys]
             out: list[bytes | None] = [None] * len(keys)
             by_slot: dict[int, list[int]] = {}
             for i, key in enumerate(keys):
@@ -616,25 +617,23 @@ class DonorIndex:
                 self._hits.clear()
         return ids
 
-    def holds(self, donor_ids: Sequence[str], namespace: str, vectors: np.ndarray) -> np.ndarray:
-        """Which donors are indexed in ``namespace`` with what this index would store for ``vectors`` (float32 rows,
-        as :meth:`insert_batch` takes them): those a loaded snapshot need not insert again."""
-        held = np.zeros(len(donor_ids), dtype=bool)
-        with self._lock:
-            part = self._partitions.get(namespace)
-            if not isinstance(part, _UsearchPartition):
-                return held
-            found = [(i, key) for i, d in enumerate(donor_ids) if (key := self._lru.get(d)) is not None]
-            found = [(i, key) for i, key in found if key & _SLOT_MASK == self._namespace_slots[namespace]]
-            if not found:
-                return held
-            rows, keys = (np.asarray(column) for column in zip(*found, strict=True))
-            stored = part.stored(keys)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            wanted = part.as_stored(unit_rows(np.asarray(vectors, dtype=np.float32)[rows]))
-        if self.dtype == "i8":
-            same = (stored == wanted).all(axis=1)
-        else:  # float16 of a vector normalised again: equal within a float16 step
-            same = np.abs(stored.astype(np.float32) - wanted.astype(np.float16).astype(np.float32)).max(axis=1) <= 1e-3
-        held[rows] = same
-        return held
+    def holds(self, donor_ids: Sequence[str], namespace: str, embeddings: Sequence[bytes | None]) -> list[bool]:
+        """Which donors are indexed in ``namespace`` with ``embeddings``, each as a catalog keeps it (int8 codes where
+        this index stores codes: equal; else float16: its unit vector within a float16 step); those a loaded snapshot
+        need not insert again."""
+        stored = self.stored_embeddings(donor_ids, namespace)
+        if self.stores_codes:
+            return [s is not None and s == e for s, e in zip(stored, embeddings, strict=True)]
+        return [
+            s is not None and e is not None and len(s) == len(e) and _same_f16(s, e)
+            for s, e in zip(stored, embeddings, strict=True)
+        ]
+
+
+def _same_f16(stored: bytes, kept: bytes) -> bool:
+    """A float16 index row against a kept float16 embedding: equal within a float16 step once the latter is unit."""
+    kept_row = np.frombuffer(kept, dtype="<f2").astype(np.float32)
+    norm = float(np.linalg.norm(kept_row))
+    if not np.isfinite(norm) or norm <= 1e-12:
+        return False
+    return bool(np.abs(np.frombuffer(stored, dtype="<f2").astype(np.float32) - kept_row / norm).max() <= 1e-3)

@@ -42,6 +42,11 @@ PENDING_LOCAL_DONORS = 4096
 log = logging.getLogger(__name__)
 
 
+READ_BACK = 256
+"""Entries of a sync page whose embeddings are read back from the search index in one call (a page of 1 MiB holds
+~1,700 donors of 384 dims: a larger batch reads back more than the page takes)."""
+
+
 class DonorCatalog:
     """Owns every donor the router knows; see the module docstring."""
 
@@ -311,28 +316,30 @@ class DonorCatalog:
         refuses goes alone). The flag says whether more follow in the range.
         """
         with self._lock:
-            picked: list[tuple[int, DonorEntry]] = []
-            more = False
-            order = self._order
-            for i in range(bisect.bisect_right(order, after), len(order)):
-                seq = order[i]
-                if upto is not None and seq > upto:
-                    break
-                entry = self._order_entries[i]
-                if self._residency.donor(entry.donor_id) is not entry:
-                    continue
-                if len(picked) == limit:
-                    more = True
-                    break
-                picked.append((seq, entry))
             out: list[tuple[int, DonorEntry]] = []
-            for n, (seq, entry) in enumerate(self._with_embeddings(picked)):
-                if fits is not None and not fits(entry):
-                    if out:
+            picked: list[tuple[int, DonorEntry]] = []
+            order = self._order
+            i = bisect.bisect_right(order, after)
+            while True:
+                # the next few current entries, their embeddings read back together, then asked to ``fits`` in turn
+                del picked[:]
+                while i < len(order) and len(picked) < min(READ_BACK, limit + 1 - len(out)):
+                    seq, entry = order[i], self._order_entries[i]
+                    if upto is not None and seq > upto:
+                        break
+                    i += 1
+                    if self._residency.donor(entry.donor_id) is entry:
+                        picked.append((seq, entry))
+                if not picked:
+                    return out, False
+                for seq, entry in self._with_embeddings(picked):
+                    if len(out) == limit:
                         return out, True
-                    return [(seq, entry)], more or n + 1 < len(picked)  # too large for any page: it goes alone
-                out.append((seq, entry))
-            return out, more
+                    if fits is not None and not fits(entry):
+                        if out:
+                            return out, True
+                        limit = 1  # too large for any page: it goes alone
+                    out.append((seq, entry))
 
     def _with_embeddings(self, picked: list[tuple[int, DonorEntry]]) -> list[tuple[int, DonorEntry]]:
         """The entries carrying their embeddings: read back from the search index, in one call for all that dropped

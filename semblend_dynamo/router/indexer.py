@@ -148,6 +148,11 @@ class PeerDonor(Protocol):
         """The embedding as float32 (read on the indexer thread when the add is applied)."""
         ...
 
+    @property
+    def own_embedding(self) -> bytes | None:
+        """The embedding as kept: int8 codes where the index stores codes, else float16 (None: not kept)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Remove:
@@ -399,20 +404,17 @@ class PipelineIndexer:
         """Apply in order; peers' donors with no other change between them go to the index in one batch each
         namespace (they are distinct donors, so their order among themselves does not matter)."""
         discovery = self.discovery
-        peers: dict[str, dict[str, np.ndarray]] = {}
-        waiting: set[str] = set()
+        peers: dict[str, dict[str, PeerDonor]] = {}
 
         def flush() -> None:
-            for namespace, vectors in peers.items():
+            for namespace, donors in peers.items():
                 self._defer()
-                ids = list(vectors)
-                rows = np.stack(list(vectors.values()))
-                if self._unconfirmed:
-                    ids, rows = self._unloaded(ids, namespace, rows)
-                if ids:
+                todo = self._unloaded(list(donors.values()), namespace) if self._unconfirmed else donors.values()
+                if todo:
+                    ids = [donor.donor_id for donor in todo]
+                    rows = np.stack([donor.vector() for donor in todo])
                     evicted.extend(discovery.register_embeddings(ids, namespace, rows))
             peers.clear()
-            waiting.clear()
 
         for change in batch:
             if isinstance(change, _Load | _Prune):
@@ -441,26 +443,25 @@ class PipelineIndexer:
                 self._defer()
                 discovery.remove_donor(change.donor_id)
             else:
-                if change.donor_id in waiting:
+                if any(change.donor_id in donors for donors in peers.values()):
                     flush()
-                peers.setdefault(change.namespace, {})[change.donor_id] = change.vector()
-                waiting.add(change.donor_id)
+                peers.setdefault(change.namespace, {})[change.donor_id] = change
         flush()
         self.counters["applied"] += len(batch)
 
-    def _unloaded(self, ids: list[str], namespace: str, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
-        """Peers' adds less the loaded donors the index holds with these vectors (confirmed: nothing to insert)."""
+    def _unloaded(self, donors: list[PeerDonor], namespace: str) -> list[PeerDonor]:
+        """Peers' adds less the loaded donors the index holds with their embeddings (confirmed: nothing to insert;
+        compared as the catalog keeps them, no vector made)."""
         assert self.discovery.index is not None
-        loaded = np.fromiter((d in self._unconfirmed for d in ids), dtype=bool, count=len(ids))
-        if not loaded.any():
-            return ids, rows
-        for donor_id in itertools.compress(ids, loaded):
-            self._unconfirmed.discard(donor_id)
-        picked = np.flatnonzero(loaded)
-        held = np.zeros(len(ids), dtype=bool)
-        held[picked] = self.discovery.index.holds([ids[i] for i in picked], namespace, rows[picked])
-        self.counters["snapshot_confirmed"] += int(held.sum())
-        return list(itertools.compress(ids, ~held)), rows[~held]
+        loaded = [donor for donor in donors if donor.donor_id in self._unconfirmed]
+        if not loaded:
+            return donors
+        ids = [donor.donor_id for donor in loaded]
+        self._unconfirmed.difference_update(ids)
+        held = self.discovery.index.holds(ids, namespace, [donor.own_embedding for donor in loaded])
+        confirmed = set(itertools.compress(ids, held))
+        self.counters["snapshot_confirmed"] += len(confirmed)
+        return [donor for donor in donors if donor.donor_id not in confirmed]
 
     def _load(self, load: _Load) -> None:
         donors, reason = 0, "loaded"

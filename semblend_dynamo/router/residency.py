@@ -287,10 +287,19 @@ class DonorEntry:
 
     def with_embedding(self, embedding: bytes) -> DonorEntry:
         """A copy carrying ``embedding`` in the entry's form (the catalog's entries drop theirs once indexed)."""
-        copy = DonorEntry.__new__(DonorEntry)
-        for name in DonorEntry.__slots__:
-            setattr(copy, name, getattr(self, name))
-        copy.blob = self.blob[: BLOB_HEAD + self.hashes_end] + embedding
+        blob = self.blob[: BLOB_HEAD + self.hashes_end] + embedding
+        copy = DonorEntry(
+            self.donor_id,
+            self.donor_key,
+            self.router_id,
+            self.worker,
+            self.deployment,
+            self.namespace,
+            self.num_tokens,
+            self.block_size,
+            blob,
+        )
+        copy.missing = self.missing
         return copy
 
     @property

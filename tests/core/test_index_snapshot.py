@@ -14,6 +14,7 @@ from semblend_dynamo import index_snapshot
 from semblend_dynamo.config import IndexBackend
 from semblend_dynamo.donor_index import DonorIndex, DonorIndexError, VectorDtype, usearch_available
 from semblend_dynamo.index_snapshot import SnapshotError
+from semblend_dynamo.vector_codes import i8_codes
 from tests.core.test_donor_index import DIM, NS_A, NS_B, unit_rows
 
 pytestmark = pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
@@ -65,16 +66,24 @@ def test_a_loaded_snapshot_answers_as_the_saved_index_and_takes_new_donors(tmp_p
     assert loaded.delete("a5") and loaded.delete("new-a") and len(loaded) == 298
 
 
-def test_holds_says_which_donors_are_indexed_in_the_namespace_with_the_vector_given(tmp_path: Path) -> None:
-    saved, vectors = _filled()
-    loaded = DonorIndex(DIM, 1000, IndexBackend.USEARCH)
-    loaded.load_snapshot(_saved(saved, tmp_path))
-    other = unit_rows(1, seed=5)[0]
-    ids = ["a1", "a2", "b1", "a3", "unknown"]
-    rows = np.stack([vectors["a1"], other, vectors["b1"], vectors["a1"], other])
-    assert loaded.holds(ids, NS_A, rows).tolist() == [True, False, False, False, False]
-    assert loaded.holds(["b1"], NS_B, rows[2:3]).tolist() == [True]
-    assert loaded.holds(["a1"], "no-such-namespace", rows[:1]).tolist() == [False]
+def test_holds_says_which_donors_are_indexed_in_the_namespace_with_the_embedding_kept(tmp_path: Path) -> None:
+    for dtype in ("i8", "f16"):
+        saved, vectors = _filled(dtype)
+        loaded = DonorIndex(DIM, 1000, IndexBackend.USEARCH, dtype=dtype)
+        loaded.load_snapshot(_saved(saved, tmp_path))
+
+        def kept(vector: np.ndarray, dtype: str = dtype) -> bytes:  # as a catalog keeps an embedding
+            return i8_codes(vector.reshape(1, -1))[0][0].tobytes() if dtype == "i8" else vector.astype("<f2").tobytes()
+
+        other = kept(unit_rows(1, seed=5)[0])
+        ids = ["a1", "a2", "b1", "a3", "unknown", "a4"]
+        embeddings = [kept(vectors["a1"]), other, kept(vectors["b1"]), kept(vectors["a1"]), other, None]
+        assert loaded.holds(ids, NS_A, embeddings) == [True, False, False, False, False, False]
+        assert loaded.holds(["b1"], NS_B, [kept(vectors["b1"])]) == [True]
+        assert loaded.holds(["a1"], "no-such-namespace", [kept(vectors["a1"])]) == [False]
+        if dtype == "i8":  # read back as stored: the codes a catalog keeps
+            assert loaded.stored_embeddings(["a1", "b1", "a3"]) == [kept(vectors["a1"]), kept(vectors["b1"]), None]
+        assert loaded.stored_embeddings(["a1", "b1"], NS_B)[0] is None
 
 
 def _refused(loaded: DonorIndex, path: Path, reason: str) -> None:

@@ -66,6 +66,7 @@ class PeerStub:
         self.donor_id = donor_id
         self.namespace = namespace
         self.reads = 0
+        self.own_embedding: bytes | None = None
 
     def vector(self) -> np.ndarray:
         self.reads += 1
