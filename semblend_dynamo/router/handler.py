@@ -265,7 +265,9 @@ class SemanticRouter:
         )
         self._snapshot_limiter = SyncLimiter(PARTS_PER_S)
         self._want_snapshot = False
+        self._snapshot_peer: str | None = None  # to ask for its search index once the sync has added its donors
         self._fetch: SnapshotFetch | None = None
+        self._snapshot_ask: asyncio.Future[None] | None = None
         self._prune_loaded = False  # a snapshot was loaded: its donors the sync did not confirm leave once it ends
         self.embeddings = (
             PromptEmbeddings(
@@ -1003,7 +1005,8 @@ class SemanticRouter:
         """A peer's page: ask for what follows it, then hold its rows; the held pages' donors are added together once
         they are :data:`~semblend_dynamo.router.sync.ADD_DONORS` or more, once no peer is being synced, or
         :data:`~semblend_dynamo.router.sync.ADD_DELAY_S` after the first was held, whichever comes first. The first
-        page of a replica that wants a search index (its own empty) asks that peer for its index saved whole."""
+        page of a replica that wants a search index (its own empty) names the peer to ask for its index saved whole once
+        the sync has added its donors."""
         if isinstance(event, IndexSnapshotPart):
             await self._on_snapshot_part(event)
             return
@@ -1013,10 +1016,9 @@ class SemanticRouter:
         if session is None or event.router_id == self.router_id or (follow := session.accept(event)) is None:
             self.metrics.events_rejected.labels("sync_pages", "unsolicited").inc()
             return
-        if self._want_snapshot and event.last_cursor and self._fetch is None:
+        if self._want_snapshot and event.last_cursor:
             self._want_snapshot = False
-            self._fetch = SnapshotFetch(event.router_id, self._snapshot_max_bytes())
-            await self._ask_snapshot(None, 0)
+            self._snapshot_peer = event.router_id
         for after, upto in follow:
             await self._ask_sync(target=event.router_id, after=after, upto=upto)
         if session.finished.get(event.router_id) == "done":
@@ -1036,8 +1038,10 @@ class SemanticRouter:
             self._held_wait = None
         self._held.seal()
         session = self._sync
-        if self._held and session is not None and session.active and self.catalog.indexer is not None:
-            self.catalog.indexer.hold(True)  # before the first chunk: the catalog takes the sync's donors first
+        syncing = (session is not None and session.active) or self._snapshot_peer is not None
+        if self._held and syncing and self.catalog.indexer is not None:
+            # before the first chunk: the catalog takes the sync's donors first, and a peer's index is loaded before
+            self.catalog.indexer.hold(True)
         if self._add_held_chunk():
             while self._held:
                 await asyncio.sleep(0)
@@ -1049,9 +1053,14 @@ class SemanticRouter:
     def _syncing(self, syncing: bool) -> None:
         """Whether more sync pages are awaited: while they are, the collector stays off what the sync added and the
         catalog's indexer stays held (from the sync's first add: the catalog converges first, its search index
-        follows), and held while a peer's search index is still being fetched. A loaded index's donors the sync did
-        not confirm leave once it has added all of its own."""
+        follows), and held while a peer's search index is still being fetched: asked for once the sync has added its
+        donors (before, the two slowed each other on both replicas: the catalog converged in 21.9 s instead of 13.5 at
+        1M). A loaded index's donors the sync did not confirm leave once it has added all of its own."""
         self._sync_gc.page_added(syncing)
+        if not syncing and self._snapshot_peer is not None and self._fetch is None:
+            self._fetch = SnapshotFetch(self._snapshot_peer, self._snapshot_max_bytes())
+            self._snapshot_peer = None
+            self._snapshot_ask = asyncio.ensure_future(self._ask_snapshot(None, 0))
         indexer = self.catalog.indexer
         if indexer is not None:
             indexer.hold(syncing or self._fetch is not None)
@@ -1085,6 +1094,8 @@ class SemanticRouter:
         if fetch is None or (asks is None and fetch.failed is None):
             self.metrics.events_rejected.labels("sync_pages", "unsolicited").inc()
             return
+        if self.catalog.indexer is not None and fetch.failed is None:
+            self.catalog.indexer.hold(True)  # its adds wait for the load (the hold runs out 30 s after the last part)
         for ask in asks or ():
             await self._ask_snapshot(fetch.snapshot, ask)
         if fetch.failed is not None:
@@ -1130,7 +1141,7 @@ class SemanticRouter:
         """Called on every NATS (re)connect: ask every peer for its donors (those missed meanwhile), and the first to
         answer for its search index whole if this replica's is empty."""
         self._sync = SyncSession(self.cfg.sync_window)
-        self._want_snapshot = self._fetch is None and self._wants_snapshot()
+        self._want_snapshot = self._fetch is None and self._snapshot_peer is None and self._wants_snapshot()
         await self._ask_sync(target=None, after=0, upto=None)
         if self._sync_watch is None or self._sync_watch.done():
             self._sync_watch = asyncio.ensure_future(self._watch_sync())
