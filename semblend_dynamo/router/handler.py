@@ -949,16 +949,9 @@ class SemanticRouter:
         if isinstance(event, IndexSnapshotRequest):
             await self._on_snapshot_request(event, msg)
             return
-        if not isinstance(event, DonorSyncRequest):
+        if not isinstance(event, DonorSyncRequest) or self._refused(event, msg, self._sync_limiter):
             return
-        reason = check_request(event, msg.reply, self.router_id)
-        if reason is None and not self._sync_limiter.allow(event.router_id):
-            reason = "rate_limited"
-        if reason:
-            self.metrics.events_rejected.labels("donors_sync", reason).inc()
-        if reason is not None:
-            return
-        max_bytes = min(self.cfg.max_message_bytes, self.link.max_payload or self.cfg.max_message_bytes)
+        max_bytes = self._reply_bytes()
         budget = PageBudget(max_bytes)
         entries, more = self.catalog.page(event.after, self.cfg.sync_page_donors, upto=event.upto, fits=budget.fits)
         data, skipped = build_page(
@@ -980,20 +973,28 @@ class SemanticRouter:
             return
         self.metrics.sync_replies.inc()
 
-    async def _on_snapshot_request(self, event: IndexSnapshotRequest, msg: Msg) -> None:
-        """A peer asks for a part of this replica's search index saved whole: one part, to its own inbox."""
+    def _refused(self, event: DonorSyncRequest | IndexSnapshotRequest, msg: Msg, limiter: SyncLimiter) -> bool:
+        """Whether a request gets no reply: not for this router, or a counted reject (no or foreign reply subject,
+        over its requester's bucket)."""
         reason = check_request(event, msg.reply, self.router_id)
-        if reason is None and not self._snapshot_limiter.allow(event.router_id):
+        if reason is None and not limiter.allow(event.router_id):
             reason = "rate_limited"
         if reason:
             self.metrics.events_rejected.labels("donors_sync", reason).inc()
-        if reason is not None:
+        return reason is not None
+
+    def _reply_bytes(self) -> int:
+        """The largest reply: the configured message limit, or the NATS server's if smaller."""
+        return min(self.cfg.max_message_bytes, self.link.max_payload or self.cfg.max_message_bytes)
+
+    async def _on_snapshot_request(self, event: IndexSnapshotRequest, msg: Msg) -> None:
+        """A peer asks for a part of this replica's search index saved whole: one part, to its own inbox."""
+        if self._refused(event, msg, self._snapshot_limiter):
             return
-        max_bytes = min(self.cfg.max_message_bytes, self.link.max_payload or self.cfg.max_message_bytes)
         if self._snapshots is None:
             part, outcome = IndexSnapshotPart(router_id=self.router_id, deployment=self.deployment), "disabled"
         else:
-            part, outcome = await self._snapshots.part(event.snapshot, event.part, max_bytes - PART_OVERHEAD)
+            part, outcome = await self._snapshots.part(event.snapshot, event.part, self._reply_bytes() - PART_OVERHEAD)
         if outcome != "sent":
             self.metrics.index_snapshots.labels("served", outcome).inc()
         try:
@@ -1054,8 +1055,8 @@ class SemanticRouter:
         """Whether more sync pages are awaited: while they are, the collector stays off what the sync added and the
         catalog's indexer stays held (from the sync's first add: the catalog converges first, its search index
         follows), and held while a peer's search index is still being fetched: asked for once the sync has added its
-        donors (before, the two slowed each other on both replicas: the catalog converged in 21.9 s instead of 13.5 at
-        1M). A loaded index's donors the sync did not confirm leave once it has added all of its own."""
+        donors (side by side, the two slowed each other on both replicas). A loaded index's donors the sync did not
+        confirm leave once it has added all of its own."""
         self._sync_gc.page_added(syncing)
         if not syncing and self._snapshot_peer is not None and self._fetch is None:
             self._fetch = SnapshotFetch(self._snapshot_peer, self._snapshot_max_bytes())

@@ -61,6 +61,7 @@ class SnapshotServer:
         self._deployment = deployment
         self._clock = clock
         self._saving = asyncio.Lock()
+        self._fd = -1
         self._path: str | None = None
         self._digest = ""
         self._size = 0
@@ -170,7 +171,8 @@ class SnapshotFetch:
         """Parts asked and not answered yet (part 0 first, of no snapshot named yet), with the times asked again."""
         self._progress_at = clock()
         self.failed: str | None = None
-        """Why the fetch was given up: ``none`` (the peer has none), ``too_large``, ``abandoned``, ``unwritable``."""
+        """Why the fetch was given up: ``none`` (the peer has none), ``gone`` (it no longer holds the one being fetched),
+        ``too_large``, ``abandoned``, ``unwritable``."""
         self.loading = False
         """Every part arrived and the file was handed to the indexer."""
 
@@ -181,7 +183,11 @@ class SnapshotFetch:
     def accept(self, part: IndexSnapshotPart) -> list[int] | None:
         """The parts to ask next, or None for a part this fetch did not ask for (or one that ends it: see
         :attr:`failed`)."""
-        if self.failed is not None or part.router_id != self.peer or part.part not in self.outstanding:
+        if self.failed is not None or part.router_id != self.peer:
+            return None
+        if part.parts == 0 and self.snapshot is not None:  # the peer no longer holds it (saved a newer one)
+            return self._fail("gone")
+        if part.part not in self.outstanding:
             return None
         if self.snapshot is None:
             return self._first(part)

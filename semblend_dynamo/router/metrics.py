@@ -19,6 +19,7 @@ SYNC_PAGE_REJECT_REASONS = ("unsolicited",)
 FETCH_OUTCOMES = (
     "loaded",
     "none",
+    "gone",
     "too_large",
     "abandoned",
     "unwritable",
@@ -138,7 +139,7 @@ class RouterMetrics:
             self.sync_peers.labels(result)
         self.index_snapshots = Counter(
             "semblend_router_index_snapshots",
-            "search indexes sent whole between replicas, by side and outcome (fetched: loaded, none, too_large, "
+            "search indexes sent whole between replicas, by side and outcome (fetched: loaded, none, gone, too_large, "
             "abandoned, unwritable, digest_mismatch, bad_snapshot, incompatible, not_empty, over_capacity, error, "
             "closed; served: saved, empty, unknown, failed, disabled)",
             ["side", "outcome"],

@@ -132,6 +132,10 @@ async def test_a_quiet_peer_is_asked_again_then_given_up_and_refusals_end_the_fe
     assert too_large.accept(parts[0]) is None and too_large.failed == "too_large" and too_large.path is None
     none = SnapshotFetch("peer", max_size=1 << 20)
     assert none.accept(IndexSnapshotPart(router_id="peer", deployment="dep")) is None and none.failed == "none"
+    gone = SnapshotFetch("peer", max_size=1 << 20)
+    assert gone.accept(parts[0]) == [1, 2, 3, 4, 5, 6, 7, 8][: len(parts) - 1]
+    assert gone.accept(IndexSnapshotPart(router_id="peer", deployment="dep")) is None and gone.failed == "gone"
+    gone.close()
     assert [p for p in tmp_path.iterdir() if p.name.startswith("semblend-peer")] == []
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.donor_index import usearch_available
 from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
 from tests.adversarial.router_harness import InProcessRouter, router_config
@@ -73,6 +74,24 @@ async def converged(late: InProcessRouter, peer: InProcessRouter, timeout: float
     raise AssertionError(f"late replica holds {len(late.router.catalog)} of {len(want[0])} donors")
 
 
+async def serving(cfg: SemblendConfig, donors: int) -> tuple[InProcessRouter, list[KvEvent]]:
+    """A replica holding ``donors`` of :func:`fleet`, all applied to its pipeline; and their workers' blocks."""
+    a = await InProcessRouter(cfg).start()
+    assert a.discovery is not None and a.discovery.index is not None
+    registrations, events = fleet(a.deployment, a.discovery.index.dim, donors=donors)
+    a.router.catalog.apply_kv_events(events)
+    a.router.catalog.add_many(registrations)
+    assert a.router.catalog.drain(10)
+    return a, events
+
+
+async def started_late(cfg: SemblendConfig, events: list[KvEvent]) -> InProcessRouter:
+    """A replica that recovers the workers' blocks, then starts (and syncs)."""
+    late = InProcessRouter(cfg)
+    late.router.catalog.merge_dump(events)
+    return await late.start()
+
+
 async def test_late_replicas_end_with_the_peers_donors_and_resident_sets(nats_server: NatsServer) -> None:
     cfg = router_config(nats_server.url, index_capacity=4096, sync_window=4)  # 64 KB messages: ~60 donors a page
     a = await InProcessRouter(cfg).start()
@@ -116,15 +135,8 @@ async def test_requests_refused_by_the_rate_limit_are_asked_again_until_the_repl
     nats_server: NatsServer,
 ) -> None:
     cfg = router_config(nats_server.url, index_capacity=4096, sync_window=4)
-    a = await InProcessRouter(cfg.model_copy(update={"sync_rate_per_s": 2.0})).start()  # a burst of 2 for 4 lanes
-    assert a.discovery is not None and a.discovery.index is not None
-    registrations, events = fleet(a.deployment, a.discovery.index.dim, donors=250)
-    a.router.catalog.apply_kv_events(events)
-    a.router.catalog.add_many(registrations)
-    assert a.router.catalog.drain(10)
-    b = InProcessRouter(cfg)
-    b.router.catalog.merge_dump(events)
-    await b.start()
+    a, events = await serving(cfg.model_copy(update={"sync_rate_per_s": 2.0}), 250)  # a burst of 2 for 4 lanes
+    b = await started_late(cfg, events)
     await converged(b, a)
     assert a.rejected("donors_sync", "rate_limited") > 0
     assert b.metrics.sync_peers.labels("done")._value.get() == 1
@@ -145,18 +157,11 @@ async def test_a_late_replica_loads_its_peers_search_index_whole_and_ends_with_t
     started with snapshots off, indexes them one by one and ends the same."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
-    a = await InProcessRouter(cfg).start()
-    assert a.discovery is not None and a.discovery.index is not None
-    registrations, events = fleet(a.deployment, a.discovery.index.dim)
-    a.router.catalog.apply_kv_events(events)
-    a.router.catalog.add_many(registrations)
-    assert a.router.catalog.drain(10)
+    a, events = await serving(cfg, DONORS)
     indexed = len(state(a)[2])
 
-    b = InProcessRouter(cfg)
-    b.router.catalog.merge_dump(events)
-    await b.start()
-    await converged(b, a)  # at once once loaded; the sync's adds follow
+    b = await started_late(cfg, events)
+    await converged(b, a)  # as soon as it is loaded; the sync's adds follow
     assert await asyncio.to_thread(b.router.catalog.drain, 30)
     assert b.metrics.index_snapshots.labels("fetched", "loaded")._value.get() == 1
     assert a.metrics.index_snapshots.labels("served", "saved")._value.get() == 1
@@ -166,9 +171,7 @@ async def test_a_late_replica_loads_its_peers_search_index_whole_and_ends_with_t
     # A keeps its snapshot for the next peer a while; B's fetched copy is gone
     assert [name.split("-")[1] for name in _temp_files(tmp_path)] == ["index"]
 
-    c = InProcessRouter(cfg.model_copy(update={"sync_index_snapshots": False}))
-    c.router.catalog.merge_dump(events)
-    await c.start()
+    c = await started_late(cfg.model_copy(update={"sync_index_snapshots": False}), events)
     await converged(c, a)
     assert c.metrics.index_snapshots.labels("fetched", "loaded")._value.get() == 0
     c_indexer = c.router.catalog.indexer
@@ -186,15 +189,8 @@ async def test_a_peer_that_sends_no_index_leaves_the_sync_to_index_every_donor(
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
-    a = await InProcessRouter(cfg.model_copy(update={"sync_index_snapshots": False})).start()
-    assert a.discovery is not None and a.discovery.index is not None
-    registrations, events = fleet(a.deployment, a.discovery.index.dim, donors=300)
-    a.router.catalog.apply_kv_events(events)
-    a.router.catalog.add_many(registrations)
-    assert a.router.catalog.drain(10)
-    b = InProcessRouter(cfg)
-    b.router.catalog.merge_dump(events)
-    await b.start()
+    a, events = await serving(cfg.model_copy(update={"sync_index_snapshots": False}), 300)
+    b = await started_late(cfg, events)
     await converged(b, a)
     assert b.metrics.index_snapshots.labels("fetched", "none")._value.get() == 1
     assert a.metrics.index_snapshots.labels("served", "disabled")._value.get() == 1
