@@ -12,6 +12,7 @@ import pytest
 from semblend_dynamo.config import SemblendConfig
 from semblend_dynamo.donor_index import usearch_available
 from semblend_dynamo.events.schemas import DonorRegistration, KvEvent, KvStored
+from semblend_dynamo.router import handler as handler_module
 from tests.adversarial.router_harness import InProcessRouter, router_config
 from tests.support.nats import NatsServer
 
@@ -194,6 +195,34 @@ async def test_a_peer_that_sends_no_index_leaves_the_sync_to_index_every_donor(
     await converged(b, a)
     assert b.metrics.index_snapshots.labels("fetched", "none")._value.get() == 1
     assert a.metrics.index_snapshots.labels("served", "disabled")._value.get() == 1
+    for replica in (a, b):
+        await replica.close()
+    assert _temp_files(tmp_path) == []
+
+
+@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+async def test_a_peer_that_never_sends_its_index_is_given_up_and_the_sync_indexes_every_donor(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A answers the sync but drops every request for its index (a test double of a peer that went quiet): B asks
+    again, gives the fetch up, lets its indexer go and indexes the sync's donors one by one."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(handler_module, "REPLY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(handler_module, "RETRIES", 2)
+    cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
+    a, events = await serving(cfg, 300)
+
+    async def quiet(event: object, msg: object) -> None:
+        return None
+
+    monkeypatch.setattr(a.router, "_on_snapshot_request", quiet)
+    b = await started_late(cfg, events)
+    await converged(b, a)
+    assert await asyncio.to_thread(b.router.catalog.drain, 30)
+    assert b.metrics.index_snapshots.labels("fetched", "abandoned")._value.get() == 1
+    assert b.metrics.events_out.labels("indexsnap")._value.get() == 3  # asked, then again twice
+    assert b.router.catalog.indexer is not None and not b.router.catalog.indexer.held
+    assert state(b) == state(a)
     for replica in (a, b):
         await replica.close()
     assert _temp_files(tmp_path) == []
