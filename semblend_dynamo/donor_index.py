@@ -193,9 +193,10 @@ class _UsearchPartition:
         if not np.all(self._index.contains(keys.astype(np.uint64))):
             raise SnapshotError("bad_snapshot", "usearch blob lacks keys its section lists")
 
-    def stored(self, keys: np.ndarray) -> np.ndarray:
-        """The stored rows of ``keys`` (present ones), as :meth:`_stored` makes them."""
-        return np.stack(self._index.get(keys.astype(np.uint64)))  # type: ignore[arg-type]  # present keys only
+    def stored(self, keys: np.ndarray) -> list[bytes]:
+        """The stored rows of ``keys`` (present ones) as bytes: int8 codes, or float16."""
+        rows = self._index.get(keys.astype(np.uint64))
+        return [row.tobytes() for row in rows]  # type: ignore[union-attr]  # present keys only
 
     def flush_removals(self) -> None:
         """Hand the pending removals to usearch at once and pay its post-removal pass here."""
@@ -518,15 +519,13 @@ class DonorIndex:
                 namespace = self._slot_namespaces[slot]
                 assert namespace is not None
                 part = self._partitions[namespace]
-                picked = np.array([keys[i] for i in rows], dtype=np.int64)
+                picked = [keys[i] for i in rows]
                 if isinstance(part, _UsearchPartition):
-                    stored = part.stored(picked)
-                else:
-                    stored = np.stack([part.vector(int(key)) for key in picked.tolist()])
-                if self.dtype != "i8" or not isinstance(part, _UsearchPartition):
-                    stored = stored.astype("<f2")
+                    stored = part.stored(np.array(picked, dtype=np.int64))
+                else:  # exact float32: as float16, as a catalog keeps it
+                    stored = [part.vector(key).astype("<f2").tobytes() for key in picked]  # type: ignore[arg-type]
                 for i, row in zip(rows, stored, strict=True):
-                    out[i] = row.tobytes()
+                    out[i] = row
         return out
 
     def namespace_of(self, donor_id: str) -> str | None:
