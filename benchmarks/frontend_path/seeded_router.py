@@ -349,7 +349,7 @@ def seeded_state(router: SemanticRouter) -> dict[str, str]:
                 part("index", donor_id, index.namespace_of(donor_id), None if vector is None else vector.tobytes())
     if catalog.indexer is not None:
         counters = catalog.indexer.counters
-        part("indexer", sorted(catalog.indexer._fed), counters["applied"], counters["errors"])
+        part("indexer", sorted(catalog.indexer._pending.items()), counters["applied"], counters["errors"])
     return {name: digest.hexdigest()[:16] for name, digest in sorted(parts.items())}
 
 

@@ -53,6 +53,16 @@ class RecordingDiscovery:
         self.calls.append(("remove", donor_id))
         return True
 
+    def __contains__(self, donor_id: object) -> bool:
+        """Whether the calls so far leave the donor in the pipeline."""
+        held = False
+        for kind, what in self.calls:
+            if kind == "remove" and what == donor_id:
+                held = False
+            elif (kind == "local" and what == donor_id) or (kind == "peers" and donor_id in what):
+                held = True
+        return held
+
 
 def _indexer(discovery: RecordingDiscovery, **bounds: int) -> tuple[PipelineIndexer, list[list[str]]]:
     reported: list[list[str]] = []
@@ -101,15 +111,20 @@ def test_changes_apply_in_the_order_queued_and_peers_batch_between_other_changes
     assert indexer.backlog == 0 and indexer.counters["applied"] == 7
 
 
-def test_a_removal_is_queued_only_for_a_donor_an_add_was_queued_for() -> None:
+def test_a_removal_is_queued_only_for_a_donor_queued_for_the_pipeline_or_in_it() -> None:
     discovery = RecordingDiscovery()
+    discovery.gate.clear()
     indexer, _ = _indexer(discovery)
     indexer.remove("never-added")
-    indexer.add_peers([_peer("p")])
-    indexer.remove("p")
-    indexer.remove("p")
+    indexer.add_peers([_peer("p"), _peer("q")])
+    indexer.remove("p")  # its add still queued
+    discovery.gate.set()
     assert indexer.drain(10)
-    assert discovery.calls == [("peers", ("p",)), ("remove", "p")]
+    indexer.remove("p")  # already removed: nothing there
+    indexer.remove("q")  # applied: in the pipeline
+    assert indexer.drain(10)
+    assert discovery.calls == [("peers", ("p", "q")), ("remove", "p"), ("remove", "q")]
+    assert indexer._pending == {}  # nothing queued: no per-donor state left
 
 
 def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_removed() -> None:
