@@ -413,6 +413,7 @@ class PipelineIndexer:
         namespace (they are distinct donors, so their order among themselves does not matter)."""
         discovery = self.discovery
         peers: dict[str, dict[str, PeerDonor]] = {}
+        waiting: set[str] = set()
 
         def flush() -> None:
             for namespace, donors in peers.items():
@@ -423,6 +424,7 @@ class PipelineIndexer:
                     rows = np.stack([donor.vector() for donor in todo])
                     evicted.extend(discovery.register_embeddings(ids, namespace, rows))
             peers.clear()
+            waiting.clear()
 
         for change in batch:
             if isinstance(change, _Load | _Prune):
@@ -451,9 +453,10 @@ class PipelineIndexer:
                 self._defer()
                 discovery.remove_donor(change.donor_id)
             else:
-                if any(change.donor_id in donors for donors in peers.values()):
+                if change.donor_id in waiting:
                     flush()
                 peers.setdefault(change.namespace, {})[change.donor_id] = change
+                waiting.add(change.donor_id)
         flush()
         self.counters["applied"] += len(batch)
 
