@@ -83,7 +83,7 @@ class SnapshotServer:
             return self._none(), outcome if outcome != "sent" else "unknown"
         self._asked_at = self._clock()
         data = os.pread(self._fd, part_bytes, part * part_bytes)
-        reply = IndexSnapshotPart(
+        reply = IndexSnapshotPart.model_construct(  # from this replica's own file: the receiver validates it
             router_id=self._router_id,
             deployment=self._deployment,
             snapshot=self._digest,

@@ -14,7 +14,8 @@ them is dropped and counted (the donor stays in the catalog, out of the pipeline
 A peer's add holds only the catalog's entry, whose vector is read when the add is applied: the catalog sizes
 ``max_pending`` to its capacity, so a late replica's whole sync queues and its search index ends with every donor.
 Removals are never dropped: one is queued only for a donor with an add queued or in the pipeline (the catalog
-removes a donor once per time it added it), so they are bounded by the donors the pipeline can hold. :meth:`close` applies what is queued (within its timeout) and counts what is left.
+removes a donor once per time it added it), so they are bounded by the donors the pipeline can hold. :meth:`close`
+applies what is queued (within its timeout) and counts what is left.
 
 While a late replica's sync adds its peers' donors the router *holds* the thread (:meth:`PipelineIndexer.hold`): it
 takes no batch, so the catalog converges first, then indexes what was queued. The two side by side slowed each other:

@@ -24,6 +24,7 @@ FETCH_OUTCOMES = (
     "abandoned",
     "unwritable",
     "digest_mismatch",
+    "unreadable",
     "bad_snapshot",
     "incompatible",
     "not_empty",
@@ -140,7 +141,7 @@ class RouterMetrics:
         self.index_snapshots = Counter(
             "semblend_router_index_snapshots",
             "search indexes sent whole between replicas, by side and outcome (fetched: loaded, none, gone, too_large, "
-            "abandoned, unwritable, digest_mismatch, bad_snapshot, incompatible, not_empty, over_capacity, error, "
+            "abandoned, unwritable, digest_mismatch, unreadable, bad_snapshot, incompatible, not_empty, over_capacity, error, "
             "closed; served: saved, empty, unknown, failed, disabled)",
             ["side", "outcome"],
             registry=r,

@@ -93,6 +93,16 @@ async def started_late(cfg: SemblendConfig, events: list[KvEvent]) -> InProcessR
     return await late.start()
 
 
+needs_usearch = pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+
+
+@pytest.fixture
+def usearch_cfg(nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SemblendConfig:
+    """Replicas with usearch indexes; temporary files (saved and fetched indexes) go to ``tmp_path``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
+
+
 async def test_late_replicas_end_with_the_peers_donors_and_resident_sets(nats_server: NatsServer) -> None:
     cfg = router_config(nats_server.url, index_capacity=4096, sync_window=4)  # 64 KB messages: ~60 donors a page
     a = await InProcessRouter(cfg).start()
@@ -149,15 +159,14 @@ def _temp_files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("semblend-"))
 
 
-@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+@needs_usearch
 async def test_a_late_replica_loads_its_peers_search_index_whole_and_ends_with_the_same_donors(
-    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    usearch_cfg: SemblendConfig, tmp_path: Path
 ) -> None:
     """B's pipeline is empty when it starts, so it fetches A's usearch index in parts (64 KB messages) and loads it
     instead of inserting 1,800 donors one by one; every add of the sync is then confirmed, none inserted again. C,
     started with snapshots off, indexes them one by one and ends the same."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
+    cfg = usearch_cfg
     a, events = await serving(cfg, DONORS)
     indexed = len(state(a)[2])
 
@@ -184,12 +193,11 @@ async def test_a_late_replica_loads_its_peers_search_index_whole_and_ends_with_t
     assert _temp_files(tmp_path) == []
 
 
-@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+@needs_usearch
 async def test_a_peer_that_sends_no_index_leaves_the_sync_to_index_every_donor(
-    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    usearch_cfg: SemblendConfig, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
+    cfg = usearch_cfg
     a, events = await serving(cfg.model_copy(update={"sync_index_snapshots": False}), 300)
     b = await started_late(cfg, events)
     await converged(b, a)
@@ -200,16 +208,15 @@ async def test_a_peer_that_sends_no_index_leaves_the_sync_to_index_every_donor(
     assert _temp_files(tmp_path) == []
 
 
-@pytest.mark.skipif(not usearch_available(), reason="usearch not installed")
+@needs_usearch
 async def test_a_peer_that_never_sends_its_index_is_given_up_and_the_sync_indexes_every_donor(
-    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    usearch_cfg: SemblendConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A answers the sync but drops every request for its index (a test double of a peer that went quiet): B asks
     again, gives the fetch up, lets its indexer go and indexes the sync's donors one by one."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(handler_module, "REPLY_TIMEOUT_S", 0.2)
     monkeypatch.setattr(handler_module, "RETRIES", 2)
-    cfg = router_config(nats_server.url, index_capacity=4096, index_backend="usearch", sync_window=4)
+    cfg = usearch_cfg
     a, events = await serving(cfg, 300)
 
     async def quiet(event: object, msg: object) -> None:
