@@ -323,10 +323,10 @@ def breakdown(n: int) -> None:
     import gc
 
     from semblend_dynamo.events.codec import decode, encode
-    from semblend_dynamo.events.schemas import DonorSyncPage, DonorSyncRequest
+    from semblend_dynamo.events.schemas import SYNC_PAGE_OVERHEAD, DonorSyncPage, DonorSyncRequest
     from semblend_dynamo.router.catalog import DonorCatalog
     from semblend_dynamo.router.gc_freeze import SyncGcFreeze
-    from semblend_dynamo.router.sync import HeldPages, PageBudget, build_page
+    from semblend_dynamo.router.sync import HeldPages, build_page
 
     peer_catalog = DonorCatalog(n + 1000, None, index_dtype="i8")  # as a replica whose index is i8 (the default)
     for first in range(0, n, CHUNK):
@@ -338,10 +338,11 @@ def breakdown(n: int) -> None:
     after: int | None = 0
     started = time.process_time()
     while after is not None:
-        entries, more = peer_catalog.page(after, 4096, fits=PageBudget(1 << 20).fits)
+        page = peer_catalog.page(after, 4096, max_bytes=(1 << 20) - SYNC_PAGE_OVERHEAD)
         data, _ = build_page(
-            entries,
-            more,
+            page.cursors,
+            page.columns,
+            page.more,
             request,
             router_id="peer",
             deployment="d" * 16,
@@ -350,7 +351,7 @@ def breakdown(n: int) -> None:
             encode=encode,
         )
         pages.append(data)
-        after = entries[-1][0] if more else None
+        after = page.cursors[-1] if page.more else None
     serve_s = time.process_time() - started
     del peer_catalog
     gc.collect()
@@ -467,6 +468,7 @@ def measure(
                         "peer_fill_s": ready["fill_s"],
                         "peer_index_s": ready.get("index_s") if peer_index else None,
                         "peer_fill_rss_mb": ready.get("fill_rss_mb"),
+                        "peer_ready_rss_mb": ready.get("rss_mb"),
                         "peer_rss_mb": peer_rss,
                         "peer_cpu_s": peer_cpu,
                     }
@@ -555,7 +557,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     print(
         "\n| sync | donors | B index | B blocks recovered s | B converged s | donors/s | B CPU s | A CPU s | pages "
-        "| B RSS MB (peak) | B RSS MB settled | A RSS MB filled / settled |"
+        "| B RSS MB (peak) | B RSS MB settled | A RSS MB filled / settled / after serving |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     indexed = [(name, r) for name, r in rows if "indexed_s" in r]
@@ -570,7 +572,7 @@ def main() -> None:
             f"| {name} | {r['donors']:,} | {r['index']} | {r['blocks_s']:.1f} | **{r['converged_s']:.1f}** "
             f"| {r['donors'] / r['converged_s']:,.0f} | {r['cpu_s']:.1f} | {r['peer_cpu_s']:.1f} | {r['pages']} "
             f"| {r['rss_mb']:.0f} ({r['peak_mb']:.0f}) | {_mb(r.get('settled_rss_mb'))} "
-            f"| {_mb(r.get('peer_fill_rss_mb'))} / {r['peer_rss_mb']:.0f} |"
+            f"| {_mb(r.get('peer_fill_rss_mb'))} / {_mb(r.get('peer_ready_rss_mb'))} / {r['peer_rss_mb']:.0f} |"
         )
     if indexed:  # B's search index after the catalog converged
         print(

@@ -307,8 +307,9 @@ def seeded_state(router: SemanticRouter) -> dict[str, str]:
             entry.own_embedding,
             list(entry.block_hashes),
         )
-    cursors, more = catalog.page(0, len(catalog) + 1)
-    part("cursors", [(cursor, entry.donor_id) for cursor, entry in cursors], more, catalog.last_cursor)
+    page = catalog.page(0, len(catalog) + 1)
+    cursors = [(cursor, entry.donor_id) for cursor, entry in zip(page.cursors, page.entries, strict=True)]
+    part("cursors", cursors, page.more, catalog.last_cursor)
     part("pending", list(catalog._local_tokens))
     for key in sorted(residency._workers):
         blocks = residency._workers[key]

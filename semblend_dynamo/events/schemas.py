@@ -345,7 +345,7 @@ MAX_SYNC_PAGE = 4096
 """Donors per sync page at most (the page's bytes are bounded by the message limit)."""
 SYNC_PAGE_OVERHEAD = 1024
 """Bytes of a sync page besides its donors' own bytes (envelope, keys, column headers), an upper bound."""
-_SYNC_FIXED_BYTES = 2 + 2 + 8 + 4 + 8 + 2 + 8 + 4 + 2 + 1 + 4 * 3
+SYNC_ROW_FIXED_BYTES = 2 + 2 + 8 + 4 + 8 + 2 + 8 + 4 + 2 + 1 + 4 * 3
 """Per donor: the fixed-width columns plus the headers of its four strings (worst case 3 bytes each)."""
 
 
@@ -391,7 +391,7 @@ def sync_page_bytes(registration: RegistrationFields) -> int:
         strings = sum(len(s.encode()) for s in (r.donor_id, r.donor_key or "", r.router_id, r.namespace))
     # 2 bytes a dimension (1 for codes): a registration's embedding is validated to that length, and a catalog entry's
     # is read from its blob only by copying it (build_page checks the encoded page's real size in any case)
-    return _SYNC_FIXED_BYTES + strings + 8 * len(r.block_hashes) + (1 if r.embedding_codes else 2) * r.embedding_dim
+    return SYNC_ROW_FIXED_BYTES + strings + 8 * len(r.block_hashes) + (1 if r.embedding_codes else 2) * r.embedding_dim
 
 
 class DonorSyncRequest(SemblendEvent):
@@ -592,9 +592,30 @@ class DonorSyncPage(SemblendEvent):
 
         Built without validation: the receiver validates every page it decodes.
         """
-        routers: dict[str, int] = {}
-        namespaces: dict[str, int] = {}
-        regs = registrations
+        return cls.of_columns(
+            SyncColumns.of(registrations),
+            router_id=router_id,
+            deployment=deployment,
+            after=after,
+            upto=upto,
+            next_cursor=next_cursor,
+            last_cursor=last_cursor,
+        )
+
+    @classmethod
+    def of_columns(
+        cls,
+        columns: SyncColumns,
+        *,
+        router_id: str,
+        deployment: str,
+        after: int,
+        upto: int | None,
+        next_cursor: int | None,
+        last_cursor: int,
+    ) -> DonorSyncPage:
+        """The page of rows already in the page's columns (all of ``deployment``, each valid already), without
+        validation: the receiver validates every page it decodes."""
         return cls.model_construct(
             router_id=router_id,
             deployment=deployment,
@@ -602,12 +623,45 @@ class DonorSyncPage(SemblendEvent):
             upto=upto,
             next_cursor=next_cursor,
             last_cursor=last_cursor,
+            **{name: getattr(columns, name) for name in SyncColumns.__slots__},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SyncColumns:
+    """The rows of a sync page in the page's own columns (:class:`DonorSyncPage` says what each holds): what a
+    replica serving a sync builds, from registrations (:meth:`of`) or straight from its catalog's entries."""
+
+    donor_ids: list[str]
+    donor_keys: list[str | None]
+    router_ids: list[str]
+    namespaces: list[str]
+    router_index: bytes
+    namespace_index: bytes
+    worker_ids: bytes
+    dp_ranks: bytes
+    num_tokens: bytes
+    block_sizes: bytes
+    registered_at: bytes
+    block_counts: bytes
+    block_hashes: bytes
+    embedding_dims: bytes
+    embedding_codes: bytes
+    embeddings: bytes
+
+    @classmethod
+    def of(cls, registrations: Sequence[RegistrationFields]) -> SyncColumns:
+        """The columns of ``registrations``, in order."""
+        regs = registrations
+        routers, router_index = dictionary_index([r.router_id for r in regs])
+        namespaces, namespace_index = dictionary_index([r.namespace for r in regs])
+        return cls(
             donor_ids=[r.donor_id for r in regs],
             donor_keys=[r.donor_key for r in regs],
-            router_index=_column([routers.setdefault(r.router_id, len(routers)) for r in regs], _U16),
-            namespace_index=_column([namespaces.setdefault(r.namespace, len(namespaces)) for r in regs], _U16),
-            router_ids=list(routers),
-            namespaces=list(namespaces),
+            router_ids=routers,
+            namespaces=namespaces,
+            router_index=router_index,
+            namespace_index=namespace_index,
             worker_ids=_column([r.worker_id for r in regs], _U8),
             dp_ranks=_column([r.dp_rank for r in regs], _U32),
             num_tokens=_column([r.num_tokens for r in regs], _U8),
@@ -619,6 +673,14 @@ class DonorSyncPage(SemblendEvent):
             embedding_codes=_column([r.embedding_codes for r in regs], _B),
             embeddings=b"".join(r.embedding for r in regs),
         )
+
+
+def dictionary_index(values: list[str]) -> tuple[list[str], bytes]:
+    """A column of strings as a sync page sends it: the distinct values in first-seen order, and each row's index
+    into them (u16)."""
+    seen: dict[str, int] = {}
+    index = [seen.setdefault(value, len(seen)) for value in values]
+    return list(seen), _column(index, _U16)
 
 
 _T = TypeVar("_T")

@@ -22,20 +22,20 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import itertools
 import logging
 import threading
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 from ..donor_index import VectorDtype
-from ..events.schemas import DonorRegistration, KvEvent, SyncRows
+from ..events.schemas import DonorRegistration, KvEvent, SyncColumns, SyncRows
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
 from .indexer import MAX_PENDING, PipelineIndexer
-from .residency import DonorEntry, Residency, WorkerKey
+from .residency import DonorEntry, Residency, WorkerKey, held_embeddings, sync_columns, sync_row_bytes
 
 PENDING_LOCAL_DONORS = 4096
 """Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
@@ -46,6 +46,25 @@ log = logging.getLogger(__name__)
 READ_BACK = 256
 """Entries of a sync page whose embeddings are read back from the search index in one call (a page of 1 MiB holds
 ~1,700 donors of 384 dims: a larger batch reads back more than the page takes)."""
+
+
+@dataclass(slots=True)
+class CatalogPage:
+    """Donors of the catalog in cursor order (:meth:`DonorCatalog.page`), each with its embedding: ``embeddings[i]``
+    read back from the search index for entry ``i``, or None where the entry holds its own."""
+
+    cursors: list[int]
+    entries: list[DonorEntry]
+    embeddings: list[bytes | None]
+    more: bool
+    """Whether the requested range holds more donors after these."""
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def columns(self, count: int | None = None) -> SyncColumns:
+        """The first ``count`` donors (all by default) as a sync page's columns."""
+        return sync_columns(self.entries[:count], self.embeddings[:count])
 
 
 class DonorCatalog:
@@ -302,61 +321,68 @@ class DonorCatalog:
         with self._lock:
             return self._residency.is_resident(donor_id)
 
-    def page(
-        self,
-        after: int,
-        limit: int,
-        *,
-        upto: int | None = None,
-        fits: Callable[[DonorEntry], bool] | None = None,
-    ) -> tuple[list[tuple[int, DonorEntry]], bool]:
-        """Up to ``limit`` ``(cursor, donor)`` pairs with cursors in ``(after, upto]`` (0: from the start).
+    def page(self, after: int, limit: int, *, upto: int | None = None, max_bytes: int | None = None) -> CatalogPage:
+        """Up to ``limit`` donors with cursors in ``(after, upto]`` (0: from the start), in cursor order, with their
+        embeddings.
 
         The cursor is the catalog's add sequence, so paging never repeats or skips a donor that stayed known.
-        ``fits`` is asked about each donor in turn; the page ends before the first it refuses (a first donor it
-        refuses goes alone). The flag says whether more follow in the range.
+        ``max_bytes``: the page ends before the first donor that would take its rows past that many bytes
+        (:func:`sync_row_bytes`; a first donor alone past it goes alone). A donor that dropped its embedding and is
+        no longer in the search index is left out.
         """
         with self._lock:
-            out: list[tuple[int, DonorEntry]] = []
+            page = CatalogPage([], [], [], False)
+            cursors, entries, embeddings = page.cursors, page.entries, page.embeddings
             picked: list[tuple[int, DonorEntry]] = []
-            order = self._order
+            order, order_entries, donor = self._order, self._order_entries, self._residency.donor
+            left = max_bytes
             i = bisect.bisect_right(order, after)
             while True:
-                # the next few current entries, their embeddings read back together, then asked to ``fits`` in turn
+                # the next few current entries, their embeddings read back together and sized together
                 del picked[:]
-                while i < len(order) and len(picked) < min(READ_BACK, limit + 1 - len(out)):
-                    seq, entry = order[i], self._order_entries[i]
+                want = min(READ_BACK, limit + 1 - len(entries))
+                while i < len(order) and len(picked) < want:
+                    seq, entry = order[i], order_entries[i]
                     if upto is not None and seq > upto:
                         break
                     i += 1
-                    if self._residency.donor(entry.donor_id) is entry:
+                    if donor(entry.donor_id) is entry:
                         picked.append((seq, entry))
                 if not picked:
-                    return out, False
-                for seq, entry in self._with_embeddings(picked):
-                    if len(out) == limit:
-                        return out, True
-                    if fits is not None and not fits(entry):
-                        if out:
-                            return out, True
-                        limit = 1  # too large for any page: it goes alone
-                    out.append((seq, entry))
+                    return page
+                embedded = self._with_embeddings(picked)
+                sizes = sync_row_bytes([entry for _, entry, _ in embedded]) if left is not None else None
+                for k, (seq, entry, embedding) in enumerate(embedded):
+                    if len(entries) == limit:
+                        page.more = True
+                        return page
+                    if left is not None and sizes is not None:
+                        if sizes[k] > left:
+                            if entries:
+                                page.more = True
+                                return page
+                            limit = 1  # too large for any page: it goes alone
+                        left -= sizes[k]
+                    cursors.append(seq)
+                    entries.append(entry)
+                    embeddings.append(embedding)
 
-    def _with_embeddings(self, picked: list[tuple[int, DonorEntry]]) -> list[tuple[int, DonorEntry]]:
-        """The entries carrying their embeddings: read back from the search index, in one call for all that dropped
-        theirs (one by one, ~50 µs each, they made a peer serving a 1M-donor sync spend ~50 s of CPU)."""
+    def _with_embeddings(self, picked: list[tuple[int, DonorEntry]]) -> list[tuple[int, DonorEntry, bytes | None]]:
+        """Each entry with the embedding the search index holds for it (None: it holds its own), read back in one call
+        for all that dropped theirs (one by one, ~50 µs each, they made a peer serving a 1M-donor sync spend ~50 s of
+        CPU); those the index no longer holds are left out."""
         index = None if self.indexer is None else self.indexer.discovery.index
-        embedded = [entry.embedded for _, entry in picked]
+        embedded = held_embeddings([entry for _, entry in picked])
         dropped = [entry.donor_id for (_, entry), kept in zip(picked, embedded, strict=True) if not kept]
         if not dropped or index is None:
-            return list(itertools.compress(picked, embedded))
+            return [(seq, entry, None) for (seq, entry), kept in zip(picked, embedded, strict=True) if kept]
         stored = iter(index.stored_embeddings(dropped))
-        out = []
+        out: list[tuple[int, DonorEntry, bytes | None]] = []
         for (seq, entry), kept in zip(picked, embedded, strict=True):
             if kept:
-                out.append((seq, entry))
+                out.append((seq, entry, None))
             elif (embedding := next(stored)) is not None:
-                out.append((seq, entry.with_embedding(embedding)))
+                out.append((seq, entry, embedding))
         return out
 
     @property

@@ -55,6 +55,7 @@ from ..events.codec import RejectedMessage, kv_events_from_dump
 from ..events.link import NatsLink
 from ..events.publisher import EvidencePublisher
 from ..events.schemas import (
+    SYNC_PAGE_OVERHEAD,
     DonorHint,
     DonorLifecycle,
     DonorRegistration,
@@ -90,7 +91,6 @@ from .sync import (
     REPLY_TIMEOUT_S,
     RETRIES,
     HeldPages,
-    PageBudget,
     SyncLimiter,
     SyncSession,
     build_page,
@@ -952,11 +952,13 @@ class SemanticRouter:
         if not isinstance(event, DonorSyncRequest) or self._refused(event, msg, self._sync_limiter):
             return
         max_bytes = self._reply_bytes()
-        budget = PageBudget(max_bytes)
-        entries, more = self.catalog.page(event.after, self.cfg.sync_page_donors, upto=event.upto, fits=budget.fits)
+        page = self.catalog.page(
+            event.after, self.cfg.sync_page_donors, upto=event.upto, max_bytes=max_bytes - SYNC_PAGE_OVERHEAD
+        )
         data, skipped = build_page(
-            entries,
-            more,
+            page.cursors,
+            page.columns,
+            page.more,
             event,
             router_id=self.router_id,
             deployment=self.deployment,

@@ -25,7 +25,19 @@ from typing import TypeVar, cast
 import numpy as np
 
 from .. import native_entries
-from ..events.schemas import DonorRegistration, KvCleared, KvEvent, KvRemoved, KvStored, RowPicker, SyncRows
+from ..events.schemas import (
+    SYNC_ROW_FIXED_BYTES,
+    DonorRegistration,
+    KvCleared,
+    KvEvent,
+    KvRemoved,
+    KvStored,
+    RowPicker,
+    SyncColumns,
+    SyncRows,
+    dictionary_index,
+    sync_page_bytes,
+)
 from ..vector_codes import as_vector, stored_forms, to_f16
 from .u64map import NATIVE_GATE, U64Map
 
@@ -59,8 +71,7 @@ rather than in slots of the entry (and the slot and the stamp as an int and a fl
 less, and 19 bytes more in the blob."""
 _HEAD = np.dtype(
     [("slot", "<u4"), ("registered_at", "<f8"), ("hashes_end", "<u4"), ("embedding_dim", "<u2"), ("codes", "u1")]
-)
-# packed: BLOB_HEAD bytes an item
+)  # packed: BLOB_HEAD bytes an item
 _HEAD_SLICE = slice(0, BLOB_HEAD)
 
 
@@ -320,6 +331,75 @@ _DONOR_ID = attrgetter("donor_id")
 _NAMESPACE = attrgetter("namespace")
 _WORKER = attrgetter("worker")
 _BLOB = attrgetter("blob")
+_ROUTER_ID = attrgetter("router_id")
+_DONOR_KEY = attrgetter("donor_key")
+
+
+def _heads(entries: Iterable[DonorEntry]) -> np.ndarray:
+    """The entries' blob heads as one structured array (:data:`BLOB_HEAD`)."""
+    return np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), repeat(_HEAD_SLICE))), dtype=_HEAD)
+
+
+def sync_row_bytes(entries: Sequence[DonorEntry]) -> list[int]:
+    """:func:`~semblend_dynamo.events.schemas.sync_page_bytes` of each entry (embedding held or not), for many at
+    once: the bound a sync page's budget counts."""
+    ids, routers, namespaces = list(map(_DONOR_ID, entries)), list(map(_ROUTER_ID, entries)), map(_NAMESPACE, entries)
+    keys = [key or "" for key in map(_DONOR_KEY, entries)]
+    if not ("".join(ids).isascii() and "".join(keys).isascii() and "".join(routers).isascii()):
+        return [sync_page_bytes(entry) for entry in entries]
+    heads = _heads(entries)
+    sizes = (
+        SYNC_ROW_FIXED_BYTES
+        + sum(np.fromiter(map(len, column), np.int64, len(entries)) for column in (ids, keys, routers, namespaces))
+        + heads["hashes_end"].astype(np.int64)
+        + heads["embedding_dim"].astype(np.int64) * (2 - heads["codes"].astype(np.int64))
+    )
+    return sizes.tolist()  # type: ignore[no-any-return]
+
+
+def held_embeddings(entries: Sequence[DonorEntry]) -> list[bool]:
+    """:attr:`DonorEntry.embedded` of each entry, for many at once."""
+    heads = _heads(entries)
+    lengths = np.fromiter(map(len, map(_BLOB, entries)), np.int64, len(entries))
+    held = (lengths > heads["hashes_end"].astype(np.int64) + BLOB_HEAD) | (heads["embedding_dim"] == 0)
+    return held.tolist()  # type: ignore[no-any-return]
+
+
+def sync_columns(entries: Sequence[DonorEntry], embeddings: Sequence[bytes | None]) -> SyncColumns:
+    """A sync page's columns straight from catalog entries: what :meth:`SyncColumns.of` gives for their registrations,
+    with column operations on the blobs instead of a property call a field a donor. ``embeddings[i]`` is entry
+    ``i``'s embedding in the entry's form when the search index holds it (None: the entry holds its own)."""
+    blobs = list(map(_BLOB, entries))
+    heads = _heads(entries)
+    ends = (heads["hashes_end"].astype(np.int64) + BLOB_HEAD).tolist()
+    workers = np.array(list(map(_WORKER, entries)), dtype=np.uint64).reshape(-1, 2)
+    routers, router_index = dictionary_index(list(map(_ROUTER_ID, entries)))
+    namespaces, namespace_index = dictionary_index(list(map(_NAMESPACE, entries)))
+    hashes = b"".join([blob[BLOB_HEAD:end] for blob, end in zip(blobs, ends, strict=True)])
+    return SyncColumns(
+        donor_ids=list(map(_DONOR_ID, entries)),
+        donor_keys=list(map(_DONOR_KEY, entries)),
+        router_ids=routers,
+        namespaces=namespaces,
+        router_index=router_index,
+        namespace_index=namespace_index,
+        worker_ids=workers[:, 0].astype("<u8").tobytes(),
+        dp_ranks=workers[:, 1].astype("<u4").tobytes(),
+        num_tokens=np.array([e.num_tokens for e in entries], dtype="<u8").tobytes(),
+        block_sizes=np.array([e.block_size for e in entries], dtype="<u2").tobytes(),
+        registered_at=heads["registered_at"].astype("<f8").tobytes(),
+        block_counts=(heads["hashes_end"] // 8).astype("<u4").tobytes(),
+        block_hashes=np.frombuffer(hashes, dtype="=u8").astype("<u8").tobytes(),
+        embedding_dims=heads["embedding_dim"].astype("<u2").tobytes(),
+        embedding_codes=heads["codes"].tobytes(),
+        embeddings=b"".join(
+            [
+                blob[end:] if embedding is None else embedding
+                for blob, end, embedding in zip(blobs, ends, embeddings, strict=True)
+            ]
+        ),
+    )
+
 
 _REGISTRATION_SLOTS = tuple(name for name in DonorEntry.__slots__ if name not in ("blob", "missing", "worker"))
 
@@ -979,7 +1059,7 @@ class Residency:
         yet (a sync page's usual donors); False, doing nothing, otherwise. ``columns``: the entries' hashes end to
         end, their counts and their slots, if known (else read from their blobs)."""
         if columns is None:
-            heads = np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), repeat(_HEAD_SLICE))), dtype=_HEAD)
+            heads = _heads(entries)
             ends = heads["hashes_end"].tolist()
             lengths = heads["hashes_end"].astype(np.int64) // 8
             if not len(entries) or not lengths.all():

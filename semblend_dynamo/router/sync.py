@@ -25,13 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..events.schemas import (
-    SYNC_PAGE_OVERHEAD,
     DonorSyncPage,
     DonorSyncRequest,
     IndexSnapshotRequest,
-    RegistrationFields,
+    SyncColumns,
     SyncRows,
-    sync_page_bytes,
 )
 
 SYNC_INBOX_PREFIX = "_INBOX.semblend."
@@ -111,22 +109,9 @@ def check_request(request: DonorSyncRequest | IndexSnapshotRequest, reply: str, 
     return None
 
 
-class PageBudget:
-    """The bytes left in a page as donors join it (each counted by :func:`sync_page_bytes`, an upper bound)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.left = max_bytes - SYNC_PAGE_OVERHEAD
-
-    def fits(self, registration: RegistrationFields) -> bool:
-        size = sync_page_bytes(registration)
-        if size > self.left:
-            return False
-        self.left -= size
-        return True
-
-
 def build_page(
-    entries: Sequence[tuple[int, RegistrationFields]],
+    cursors: Sequence[int],
+    columns: Callable[[int], SyncColumns],
     more: bool,
     request: DonorSyncRequest,
     *,
@@ -136,15 +121,16 @@ def build_page(
     max_bytes: int,
     encode: Callable[[DonorSyncPage], bytes],
 ) -> tuple[bytes, int]:
-    """The encoded reply of the largest prefix of ``entries`` (``(cursor, registration)``) within ``max_bytes``.
+    """The encoded reply of the largest prefix of a range's donors within ``max_bytes``.
 
-    ``more`` says whether the requested range holds more after ``entries``. Returns the message and how many
-    donors were skipped because one alone exceeds ``max_bytes`` (the page then moves the cursor past it).
+    ``cursors`` are the donors' cursors, ``columns(count)`` the first ``count`` donors as a page's columns, and ``more``
+    says whether the requested range holds more after them. Returns the message and how many donors were skipped
+    because one alone exceeds ``max_bytes`` (the page then moves the cursor past it).
     """
 
     def reply(count: int, next_cursor: int | None) -> bytes:
-        page = DonorSyncPage.of(
-            [registration for _, registration in entries[:count]],
+        page = DonorSyncPage.of_columns(
+            columns(count),
             router_id=router_id,
             deployment=deployment,
             after=request.after,
@@ -155,9 +141,9 @@ def build_page(
         return encode(page)
 
     def after(count: int) -> int | None:
-        return entries[count - 1][0] if count and (count < len(entries) or more) else None
+        return cursors[count - 1] if count and (count < len(cursors) or more) else None
 
-    count = len(entries)
+    count = len(cursors)
     while count > 1:
         data = reply(count, after(count))
         if len(data) <= max_bytes:

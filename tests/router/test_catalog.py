@@ -12,6 +12,7 @@ from semblend_dynamo.events.codec import decode, encode
 from semblend_dynamo.events.schemas import DonorRegistration, DonorSyncPage, KvEvent, KvRemoved
 from semblend_dynamo.router.__main__ import build_discovery
 from semblend_dynamo.router.catalog import DonorCatalog
+from semblend_dynamo.router.residency import sync_row_bytes
 from semblend_dynamo.router.u64map import U64Map
 from semblend_dynamo.vector_codes import i8_codes, to_f16
 from tests.support.catalog_donors import W1
@@ -68,13 +69,13 @@ def test_pages_cover_every_donor_once_while_the_catalog_changes() -> None:
     for i in range(25):
         catalog.add(_donor(f"d{i:02d}", [i + 1], dim))
     seen: list[str] = []
-    page, more = catalog.page(0, 10)
-    seen += [r.donor_id for _, r in page]
+    page = catalog.page(0, 10)
+    seen += [r.donor_id for r in page.entries]
     catalog.forget("d15")
     catalog.add(_donor("late", [99], dim))
-    while more:
-        page, more = catalog.page(page[-1][0], 10)
-        seen += [r.donor_id for _, r in page]
+    while page.more:
+        page = catalog.page(page.cursors[-1], 10)
+        seen += [r.donor_id for r in page.entries]
     assert len(seen) == len(set(seen)) == 25  # 24 originals (d15 left) + the late one
     assert "d15" not in seen and "late" in seen
 
@@ -126,7 +127,7 @@ def test_add_many_ends_where_adding_one_by_one_ends() -> None:
         assert discovery is not None and discovery.index is not None
         assert set(catalog.resident("ns")) - {"nan"} == {d for d in catalog.resident("ns") if d in discovery.index}
         assert discovery.counters["donor_embedding_errors"] == 1
-    order = [[(seq, entry.donor_id) for seq, entry in catalog.page(0, 100)[0]] for catalog in (one, many)]
+    order = [_order(catalog) for catalog in (one, many)]
     assert order[0] == order[1] and len(order[0]) == 50
 
 
@@ -155,7 +156,7 @@ def test_a_sync_pages_rows_end_where_its_registrations_added_one_by_one_end() ->
         one.add(registration)
     assert one.snapshot() == rows.snapshot() and len(rows) == 50 and "mine" not in rows
     assert one.resident("ns") == rows.resident("ns")
-    order = [[(seq, entry.donor_id) for seq, entry in catalog.page(0, 100)[0]] for catalog in (one, rows)]
+    order = [_order(catalog) for catalog in (one, rows)]
     assert order[0] == order[1]
     for catalog in (one, rows):
         assert catalog.drain(10)
@@ -176,12 +177,35 @@ def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_fro
     indexed = catalog.resident_donor("indexed")
     assert catalog.drain(10)
     assert indexed is not None and indexed.own_embedding is None  # the index holds it (once the indexer applied it)
-    page = {entry.donor_id: entry for _, entry in catalog.page(0, 10)[0]}
-    assert page["waiting"].embedding == _codes(sent[1])  # not resident, not indexed: its own copy (the index is i8)
-    assert page["indexed"].embedding == _codes(sent[0])  # read back from the index: the same codes
-    back = page["indexed"].vector()
-    assert back.shape == (dim,) and np.allclose(back, sent[0].vector(), atol=1e-2)
-    assert page["indexed"].registration.block_hashes == [1, 2]
+    page = catalog.page(0, 10)
+    assert [e.donor_id for e in page.entries] == ["indexed", "waiting"] and not page.more
+    assert page.embeddings == [_codes(sent[0]), None]  # read back from the index: the same codes; its own copy
+    columns = page.columns()
+    assert columns.embeddings == _codes(sent[0]) + _codes(sent[1])  # both as the i8 index keeps them
+    assert columns.block_hashes == np.array([1, 2, 50], dtype="<u8").tobytes()
+    assert page.columns(1).donor_ids == ["indexed"]
+
+
+def test_a_page_ends_within_its_bytes_and_a_donor_past_them_goes_alone() -> None:
+    catalog, dim = _catalog(capacity=1000)
+    catalog.add_many(
+        [_donor(f"d{i:02d}", list(range(100 * i + 1, 100 * i + 2 + 20 * (i == 3))), dim) for i in range(8)]
+    )
+    sizes = sync_row_bytes(catalog.page(0, 100).entries)
+    page = catalog.page(0, 100, max_bytes=sum(sizes[:2]) + 1)
+    assert [e.donor_id for e in page.entries] == ["d00", "d01"] and page.more
+    page = catalog.page(page.cursors[-1], 100, max_bytes=sizes[2] + sizes[3] - 1)  # d03 is the largest
+    assert [e.donor_id for e in page.entries] == ["d02"] and page.more
+    page = catalog.page(page.cursors[-1], 100, max_bytes=sizes[3] - 1)
+    assert [e.donor_id for e in page.entries] == ["d03"] and page.more  # alone, past the bytes
+    page = catalog.page(page.cursors[-1], 3)
+    assert [e.donor_id for e in page.entries] == ["d04", "d05", "d06"] and page.more
+    assert len(catalog.page(page.cursors[-1], 3)) == 1 and not catalog.page(page.cursors[-1], 3).more
+
+
+def _order(catalog: DonorCatalog) -> list[tuple[int, str]]:
+    page = catalog.page(0, 100)
+    return [(seq, entry.donor_id) for seq, entry in zip(page.cursors, page.entries, strict=True)]
 
 
 class _StalledResidencyAdd:

@@ -21,10 +21,11 @@ from semblend_dynamo.events.schemas import (
     DonorSyncPage,
     DonorSyncRequest,
     IndexSnapshotRequest,
+    SyncColumns,
     sync_page_bytes,
 )
 from semblend_dynamo.router import handler as handler_module
-from semblend_dynamo.router.residency import DonorEntry, Residency
+from semblend_dynamo.router.residency import DonorEntry, Residency, sync_columns, sync_row_bytes
 from semblend_dynamo.router.sync import (
     RETRIES,
     HeldPages,
@@ -192,6 +193,46 @@ def _with(page: DonorSyncPage, **fields: Any) -> bytes:
     return msgpack.packb(
         {"topic": "semblend.donors.sync", "payload": msgpack.packb(payload, use_bin_type=True)}, use_bin_type=True
     )
+
+
+def test_a_page_built_from_entry_columns_is_the_page_of_their_registrations() -> None:
+    """``sync_columns`` (the serving replica's path: column operations on the entries' blobs) against
+    ``SyncColumns.of`` (a property read a field a donor), for entries of mixed hash counts and dims, both embedding
+    forms, keys and no keys, a non-ASCII router id: the same columns, whether each entry holds its embedding or the
+    search index gives it back; ``sync_row_bytes`` is ``sync_page_bytes`` entry by entry."""
+    rng = np.random.default_rng(11)
+    regs = [
+        _registration(i, dim=int(rng.choice([0, 8, 24])), blocks=int(rng.integers(1, 12))).model_copy(
+            update={"router_id": "ルータ" if i == 7 else ("elsewhere" if i % 3 else "third")}
+        )
+        for i in range(60)
+    ]
+    for i, r in enumerate(regs):
+        regs[i] = r.model_copy(update={"embedding": rng.standard_normal(r.embedding_dim).astype("<f2").tobytes()})
+    entries = _entries(regs[:30], codes=True) + _entries(regs[30:], codes=False)
+    expected = SyncColumns.of(entries)
+    assert sync_columns(entries, [None] * len(entries)) == expected
+    assert sync_row_bytes(entries) == [sync_page_bytes(e) for e in entries]
+    held = [e.own_embedding for e in entries]
+    for entry in entries[::2]:  # the search index holds these
+        entry.drop_embedding()
+    given = [None if e.embedded else held[i] for i, e in enumerate(entries)]
+    assert given.count(None) < len(entries) and sync_columns(entries, given) == expected
+    assert sync_row_bytes(entries) == [sync_page_bytes(e) for e in entries]
+    page = DonorSyncPage.of_columns(
+        sync_columns(entries, given),
+        router_id="peer1",
+        deployment="dep",
+        after=0,
+        upto=None,
+        next_cursor=None,
+        last_cursor=60,
+    )
+    back = decode(encode(page), DonorSyncPage, max_bytes=1 << 20).registrations()
+    assert [r.donor_id for r in back] == [r.donor_id for r in regs]
+    assert [r.block_hashes for r in back] == [r.block_hashes for r in regs]
+    assert [r.embedding for r in back[30:]] == [r.embedding for r in regs[30:]]  # float16 kept as sent
+    assert sync_columns([], []) == SyncColumns.of([])
 
 
 def _u(values: list[float] | list[int], dtype: str) -> bytes:
