@@ -18,7 +18,8 @@ also timed until its indexer has applied everything (the index caught up), and r
 index holds and how many adds the indexer dropped. Replica A indexes nothing unless ``--peer-index``: then it builds the
 same index of its donors before B starts (timed apart), and B, whose index is empty, loads A's saved whole
 (``router/index_sync.py``) unless ``--snapshots off``; ``--snapshots on off`` runs one late replica of each against
-the same A.
+the same A. Replica A's RSS is reported once filled, once settled (before any late replica) and
+``PEER_QUIET_S`` after each late replica is done (after serving it).
 The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-registration-per-row v1 sync,
 ``git archive``d to a temporary directory), in the same run.
 
@@ -57,6 +58,8 @@ BLOCK_SIZE = 32
 DIM = 384
 CHUNK = 10_000
 NAMESPACES = tuple(f"{c}" * 16 for c in "abcd")
+PEER_QUIET_S = 3.0
+"""How long after the late replica is done replica A's RSS is read (it trims its heap 1 s after the last request)."""
 BASELINE_REF = "6d217e2"
 """The last commit with the v1 sync (``semblend.syncpage/v1``: up to 256 pydantic registrations a page, 20/s)."""
 
@@ -450,6 +453,7 @@ def measure(
                     kind, done = read_line(late_proc, ("LATE_DONE", "LATE_TIMEOUT"), timeout + 600)
                 finally:
                     stop_process(late_proc, timeout=30)
+                time.sleep(PEER_QUIET_S)  # A hands the heap its replies freed back once the requests stop
                 peer_rss, peer_cpu = rss_mb(peer_proc.pid)[0], cpu_seconds(peer_proc.pid) - peer_cpu
                 if kind == "LATE_TIMEOUT":  # a row: the v1 sync stalls for good once a request is rate-limited
                     done = {

@@ -111,6 +111,9 @@ SETTLE_ENTRIES = 65_536
 """Block-map entries written per loop turn while settling (~1 MiB copied; a turn, not a whole map, at a time)."""
 TRIM_AFTER_SETTLED = 1 << 20
 """Entries settled (each rewrite frees an old base of 16 B an entry) before the heap is handed back to the OS."""
+SERVED_TRIM_DELAY_S = 1.0
+"""How long after the last sync or index request it answered a replica hands the heap its replies freed back to the
+OS (a 1M-donor sync leaves ~0.2 KB a donor of it)."""
 MAX_PENDING_REGISTRATIONS = 1024
 """Finished prompts waiting to become donors at most (embedding, hashing); one beyond is dropped and counted."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
@@ -290,6 +293,8 @@ class SemanticRouter:
         self._settle: asyncio.Handle | None = None
         self._settled = 0  # entries settled since the heap was last trimmed
         self._trim: asyncio.Future[bool] | None = None
+        self._served_at = 0.0  # the last sync or index request answered (monotonic)
+        self._served_trim: asyncio.TimerHandle | None = None
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -819,6 +824,8 @@ class SemanticRouter:
             self._kv_flush.cancel()
         if self._settle is not None:
             self._settle.cancel()
+        if self._served_trim is not None:
+            self._served_trim.cancel()
         if self._held_wait is not None:
             self._held_wait.cancel()
         self._held.seal()
@@ -885,8 +892,36 @@ class SemanticRouter:
 
     @property
     def settling(self) -> bool:
-        """Whether the loop is still finishing block-map rewrites, or handing the heap they freed back to the OS."""
-        return self._settle is not None or (self._trim is not None and not self._trim.done())
+        """Whether the loop is still finishing block-map rewrites, or is to hand the heap they or served syncs freed
+        back to the OS."""
+        return (
+            self._settle is not None
+            or self._served_trim is not None
+            or (self._trim is not None and not self._trim.done())
+        )
+
+    def _trim_soon(self) -> bool:
+        """Hand the freed heap back to the OS, off the loop; False when a trim is running already."""
+        if self._trim is not None and not self._trim.done():
+            return False
+        self._trim = asyncio.ensure_future(asyncio.to_thread(trim_heap))
+        return True
+
+    def _served(self) -> None:
+        """A sync or index request was answered: trim the heap once none has come for :data:`SERVED_TRIM_DELAY_S`."""
+        self._served_at = time.monotonic()
+        if self._served_trim is None:
+            self._served_trim = asyncio.get_running_loop().call_later(SERVED_TRIM_DELAY_S, self._trim_after_serving)
+
+    def _trim_after_serving(self) -> None:
+        quiet = time.monotonic() - self._served_at
+        if quiet < SERVED_TRIM_DELAY_S:
+            self._served_trim = asyncio.get_running_loop().call_later(
+                SERVED_TRIM_DELAY_S - quiet, self._trim_after_serving
+            )
+            return
+        self._served_trim = None
+        self._trim_soon()
 
     def _settle_maps(self) -> None:
         """A step of the rewrites (:meth:`DonorCatalog.settle_maps`), the next on the next loop turn; later while a
@@ -904,9 +939,8 @@ class SemanticRouter:
             self._settle = loop.call_soon(self._settle_maps)
             return
         self._settle = None
-        if self._settled >= TRIM_AFTER_SETTLED and (self._trim is None or self._trim.done()):
+        if self._settled >= TRIM_AFTER_SETTLED and self._trim_soon():
             self._settled = 0
-            self._trim = asyncio.ensure_future(asyncio.to_thread(trim_heap))
 
     def on_kv_index(self, events: Sequence[KvEvent]) -> None:
         """Called with Dynamo's whole KV index (zmq event plane): residency becomes exactly what it holds."""
@@ -968,6 +1002,7 @@ class SemanticRouter:
         )
         if skipped:
             self.metrics.events_dropped.labels("syncpage", "oversized").inc(skipped)
+        self._served()
         try:
             await self.link.publish(msg.reply, data)
         except ConnectionError:
@@ -999,6 +1034,7 @@ class SemanticRouter:
             part, outcome = await self._snapshots.part(event.snapshot, event.part, self._reply_bytes() - PART_OVERHEAD)
         if outcome != "sent":
             self.metrics.index_snapshots.labels("served", outcome).inc()
+        self._served()
         try:
             await self.link.publish(msg.reply, self.publisher.encode(part))
         except ConnectionError:

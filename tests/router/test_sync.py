@@ -303,6 +303,30 @@ async def test_a_full_catalog_arrives_in_pages_one_reply_per_request() -> None:
     assert {subject for subject, _, _ in router.link.published} == {sync_inbox("peer1")}
 
 
+async def test_a_replica_that_served_a_sync_hands_the_freed_heap_back_once_the_requests_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The replies a sync is served (pages, snapshot parts, the client's buffers) leave freed heap behind: once no
+    request came for ``SERVED_TRIM_DELAY_S``, it goes back to the OS, once for a whole run of requests."""
+    monkeypatch.setattr(handler_module, "SERVED_TRIM_DELAY_S", 0.05)
+    trims: list[int] = []
+    monkeypatch.setattr(handler_module, "trim_heap", lambda: trims.append(1) or True)
+    router = _sync_router(sync_page_donors=2, sync_rate_per_s=1000)
+    for after in range(0, 10, 2):
+        await _ask(router, after=after)
+        await asyncio.sleep(0.02)
+        assert not trims and router.settling  # requests keep coming
+    for _ in range(100):
+        if trims and not router.settling:
+            break
+        await asyncio.sleep(0.01)
+    assert trims == [1] and not router.settling
+    await _ask(router, requester="peer1", target="other")  # not for this router: nothing served
+    await asyncio.sleep(0.1)
+    assert trims == [1]
+    router.close()
+
+
 async def test_a_range_ends_at_its_upper_cursor() -> None:
     router = _sync_router(sync_rate_per_s=1000)
     await _ask(router, after=3, upto=7)
