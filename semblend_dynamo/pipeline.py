@@ -141,9 +141,12 @@ class DonorDiscovery:
         self.counters: Counter[str] = Counter()
         self._lock = threading.RLock()  # the aligner and _donors: held only briefly, discover() reads under it
         self._writer = threading.RLock()  # serializes donor mutations, index writes included (never under _lock)
-        # donor id -> generation (from 1; 0: a peer's), oldest first: a plain dict (an OrderedDict's links cost ~45 B
-        # a donor), a donor added again popped and set again
+        # donor id -> generation (from 1) of the donors registered with their tokens, oldest first: a plain dict (an
+        # OrderedDict's links cost ~45 B a donor), a donor added again popped and set again. Donors known by their
+        # embedding only (peers', a loaded snapshot's) are the index's alone, counted in _peers: an entry here each
+        # cost ~42 MB at 1M donors.
         self._donors: dict[str, int] = {}
+        self._peers = 0
         self._generation = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semblend-embed") if background else None
         self._pending: set[Future[None]] = set()
@@ -185,7 +188,8 @@ class DonorDiscovery:
         """Make a finished request a donor: span-indexed now, embedded off the request path.
 
         Called when a request's KV becomes resident. A known id is replaced. Invalid tokens are counted
-        (``invalid_donor``) and the donor is skipped; beyond ``index_capacity`` the oldest donor is evicted.
+        (``invalid_donor``) and the donor is skipped; beyond ``index_capacity`` donors registered with their tokens the
+        oldest of them is evicted (the index bounds every donor it holds the same way).
         ``embedding``: the vector :meth:`embed_prompt` already gave for this prompt (indexed as is, not recomputed).
         Returns the donors evicted to make room (those known now; a background embedding's are counted only).
 
@@ -207,7 +211,8 @@ class DonorDiscovery:
                 self.aligner.commit_donor(prepared)
                 self._generation += 1
                 generation = self._generation
-                self._donors.pop(donor_id, None)
+                if self._donors.pop(donor_id, None) is None and self.index is not None and donor_id in self.index:
+                    self._peers -= 1  # a peer's donor, now registered here
                 self._donors[donor_id] = generation
                 self.counters["donors_registered"] += 1
                 excess = len(self._donors) - self.cfg.index_capacity
@@ -255,25 +260,28 @@ class DonorDiscovery:
             self.counters["donor_embedding_errors"] += int((~usable).sum())
             ids, rows = [d for d, ok in zip(ids, usable.tolist(), strict=True) if ok], rows[usable]
         with self._writer:
+            index = self.index
             with self._lock:
-                for donor_id in donor_ids:
-                    self._donors.pop(donor_id, None)
-                    self.aligner.remove_donor(donor_id)
-                for donor_id in ids:  # generations guard background embeddings, which peers' donors never have
-                    self._donors[donor_id] = 0
+                peers = 0  # of donor_ids, those the index alone knew
+                for donor_id in dict.fromkeys(donor_ids):
+                    if self._donors.pop(donor_id, None) is not None:
+                        self.aligner.remove_donor(donor_id)
+                    elif donor_id in index:
+                        peers += 1
             for donor_id in set(donor_ids) - set(ids):
-                self.index.delete(donor_id)
+                index.delete(donor_id)
             try:
-                evicted = self.index.insert_batch(ids, namespace_digest, rows)  # replaces the ids it inserts
+                evicted = index.insert_batch(ids, namespace_digest, rows)  # replaces the ids it inserts
             except DonorIndexError as exc:
-                with self._lock:
-                    for donor_id in ids:
-                        del self._donors[donor_id]
                 for donor_id in ids:
-                    self.index.delete(donor_id)
+                    index.delete(donor_id)
+                with self._lock:
+                    self._peers -= peers
                 self.counters["donor_embedding_errors"] += len(ids)
                 log.debug("%d donors not indexed: %s", len(ids), exc)
                 return []
+            with self._lock:
+                self._peers += len(ids) - peers
             self._drop_evicted(evicted)
             return evicted
 
@@ -285,11 +293,11 @@ class DonorDiscovery:
             raise SnapshotError("incompatible", "no search index")
         with self._writer:
             with self._lock:
-                if self._donors:
-                    raise SnapshotError("not_empty", f"the pipeline holds {len(self._donors)} donors")
+                if self._donors or self._peers:
+                    raise SnapshotError("not_empty", f"the pipeline holds {len(self._donors) + self._peers} donors")
             ids = self.index.load_snapshot(path)
             with self._lock:
-                self._donors = dict.fromkeys(ids, 0)
+                self._peers = len(ids)
                 self.counters["donors_loaded"] += len(ids)
             return ids
 
@@ -297,20 +305,22 @@ class DonorDiscovery:
         """Forget a donor (evicted or released on its worker). False if unknown."""
         with self._writer:
             with self._lock:
-                if self._donors.pop(donor_id, None) is None:
-                    return False
-                self.aligner.remove_donor(donor_id)
-            if self.index is not None:
-                self.index.delete(donor_id)
-            return True
+                local = self._donors.pop(donor_id, None) is not None
+                if local:
+                    self.aligner.remove_donor(donor_id)
+            if self.index is not None and self.index.delete(donor_id) and not local:
+                with self._lock:
+                    self._peers -= 1
+                return True
+            return local
 
     def __contains__(self, donor_id: object) -> bool:
         with self._lock:
-            return donor_id in self._donors
+            return donor_id in self._donors or (self.index is not None and donor_id in self.index)
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._donors)
+            return len(self._donors) + self._peers
 
     def drain(self, timeout: float | None = None) -> None:
         """Wait until every donor embedding submitted so far is in the index."""
@@ -353,14 +363,15 @@ class DonorDiscovery:
         return self._drop_evicted(evicted)
 
     def _drop_evicted(self, evicted: list[str]) -> list[str]:
-        """The donors the index pushed out leave the aligner too; returns those that were known."""
-        gone = []
+        """The donors the index pushed out (each known: the index held it) leave the aligner too; returns them."""
+        gone = list(dict.fromkeys(evicted))
         with self._lock:
-            for donor_id in evicted:
+            for donor_id in gone:
                 if self._donors.pop(donor_id, None) is not None:
                     self.aligner.remove_donor(donor_id)
-                    self.counters["donors_evicted"] += 1
-                    gone.append(donor_id)
+                else:
+                    self._peers -= 1
+                self.counters["donors_evicted"] += 1
         return gone
 
     def embed_prompt(self, tokens: Sequence[int], text: str | None = None) -> np.ndarray | None:

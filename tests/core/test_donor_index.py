@@ -174,6 +174,9 @@ def test_batch_larger_than_capacity_keeps_the_newest(storage: Storage) -> None:
     evicted = index.insert_batch([f"d{i}" for i in range(6)], NS_A, unit_rows(6))
     assert sorted(evicted) == ["d0", "d1", "old"]
     assert len(index) == 4 and all(f"d{i}" in index for i in range(2, 6))
+    evicted = index.insert_batch([f"d{i}" for i in range(2, 8)], NS_A, unit_rows(6, seed=3))  # d2-d5 held already
+    assert sorted(evicted) == ["d2", "d3"]  # left out of the batch, and gone from the index (d4, d5 replaced)
+    assert len(index) == 4 and all(f"d{i}" in index for i in range(4, 8))
 
 
 def test_duplicate_id_replaces_vector_even_across_namespaces(storage: Storage) -> None:

@@ -401,3 +401,39 @@ def test_each_prompt_is_searched_in_its_own_namespace_whichever_key_came_before(
         assert result.namespace == key.digest() and result.primary_donor == donor
         assert {s.donor_id for s in result.spans} == {donor}
         assert {s.donor_id for s in discovery.find_spans(key, target) or []} == {donor}
+
+
+def _unit(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_donors_known_by_their_embedding_only_are_the_indexs_alone(
+    tokenizer: TokenizerAdapter, docs: list[list[int]]
+) -> None:
+    """Peers' donors (and a loaded snapshot's) keep no entry in the pipeline's own map of donors (a dict entry each,
+    ~42 MB at 1M): the index answers whether they are known and counts them. A local registration of one makes it
+    local; a peer's registration of a local one makes it a peer's again; removal, a refused vector and the index's
+    capacity take them out of the count."""
+    discovery = make(tokenizer)
+    assert discovery.index is not None
+    dim, digest = discovery.index.dim, NS.digest()
+    assert discovery.register_embeddings(["p0", "p1", "p2"], digest, _unit(3, dim)) == []
+    assert len(discovery) == 3 and all(d in discovery for d in ("p0", "p1", "p2")) and not discovery._donors
+    discovery.register_donor("p1", NS, docs[0][:300])  # now local: spans and a generation
+    assert len(discovery) == 3 and list(discovery._donors) == ["p1"] and "p1" in discovery.aligner
+    discovery.register_embeddings(["p1"], digest, _unit(1, dim, seed=1))  # a peer's copy again
+    assert len(discovery) == 3 and not discovery._donors and "p1" not in discovery.aligner
+    assert discovery.remove_donor("p0") and not discovery.remove_donor("p0")
+    assert len(discovery) == 2 and "p0" not in discovery
+    nan = np.full((1, dim), np.nan, dtype=np.float32)
+    discovery.register_embeddings(["p2"], digest, nan)  # refused: the donor leaves
+    assert len(discovery) == 1 and "p2" not in discovery and discovery.counters["donor_embedding_errors"] == 1
+    assert discovery.remove_donor("p1") and len(discovery) == 0
+
+    small = make(tokenizer, index_capacity=2)
+    assert small.register_embeddings(["a", "b"], digest, _unit(2, dim)) == []
+    small.register_donor("c", NS, docs[1][:300])  # local, embedded at once (no background thread): evicts "a"
+    assert "a" not in small and len(small) == 2 and small.counters["donors_evicted"] == 1
+    assert small.register_embeddings(["d", "e", "f"], digest, _unit(3, dim, seed=2)) == ["d", "b", "c"]
+    assert len(small) == 2 and {"e", "f"} == {d for d in "abcdef" if d in small} and not small._donors
