@@ -23,7 +23,7 @@ import operator
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -285,17 +285,17 @@ class DonorDiscovery:
             self._drop_evicted(evicted)
             return evicted
 
-    def load_snapshot(self, path: str) -> list[str]:
+    def load_snapshot(self, path: str, same: Mapping[str, str] | None = None) -> list[str]:
         """Take a peer's saved search index (:meth:`DonorIndex.save_snapshot`) as this empty pipeline's donors (known
-        by their embeddings only, as peers' donors are); their ids. Raises SnapshotError, nothing changed, when the
-        pipeline has donors or the file is not one its index takes."""
+        by their embeddings only, as peers' donors are); their ids (``same``: as :meth:`DonorIndex.load_snapshot`).
+        Raises SnapshotError, nothing changed, when the pipeline has donors or the file is not one its index takes."""
         if self.index is None:
             raise SnapshotError("incompatible", "no search index")
         with self._writer:
             with self._lock:
                 if self._donors or self._peers:
                     raise SnapshotError("not_empty", f"the pipeline holds {len(self._donors) + self._peers} donors")
-            ids = self.index.load_snapshot(path)
+            ids = self.index.load_snapshot(path, same)
             with self._lock:
                 self._peers = len(ids)
                 self.counters["donors_loaded"] += len(ids)

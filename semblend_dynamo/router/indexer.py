@@ -292,7 +292,8 @@ class PipelineIndexer:
     def load_snapshot(self, path: str, digest: str, done: Callable[[int, str], None]) -> None:
         """Load a peer's saved search index (xxh3-128 ``digest``) before any queued change, held or not.
 
-        Called at the start of a late replica's sync, while its pipeline is empty. ``done(donors, reason)`` is called
+        Called once a late replica's sync has queued its adds, while its pipeline is empty (the loaded index then keeps
+        the queued adds' id strings, the catalog's, instead of the file's copies). ``done(donors, reason)`` is called
         on the indexer thread: the donors loaded and ``"loaded"``, or 0 and why not (the sync's adds then index
         every donor). The adds that follow skip a loaded donor the index holds with their vector; :meth:`prune`,
         once the sync has queued them all, removes the loaded donors none of them confirmed.
@@ -480,7 +481,12 @@ class PipelineIndexer:
         try:
             if file_digest(load.path) != load.digest:
                 raise SnapshotError("digest_mismatch")
-            ids = self.discovery.load_snapshot(load.path)
+            with self._cond:  # the queued adds' ids: the catalog's own strings, kept instead of the file's copies
+                queued = list(self._pending)
+            same = dict(zip(queued, queued, strict=True))
+            del queued
+            ids = self.discovery.load_snapshot(load.path, same)
+            del same
             self._unconfirmed = set(ids)
             donors = len(ids)
         except SnapshotError as exc:

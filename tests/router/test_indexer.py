@@ -389,6 +389,10 @@ def test_a_loaded_snapshot_skips_the_adds_it_holds_and_ends_with_exactly_the_cat
     assert indexer.counters["snapshot_confirmed"] == 37 and indexer.counters["snapshot_pruned"] == 2
     assert np.allclose(index.vector("p39"), np.full(dim, dim**-0.5), atol=1e-2)  # the sync's vector, not the peer's
     assert not any(e is not None and e.embedded for e in map(late.resident_donor, resident))
+    # each id is held once: the loaded index keeps the catalog's own strings (the file's copies cost ~70 B a donor)
+    entries = {d: late.resident_donor(d) for d in resident}
+    assert all(index._ids[index._lru[d]] is e.donor_id for d, e in entries.items() if e is not None)
+    assert all(next(k for k in index._lru if k == d) is e.donor_id for d, e in entries.items() if e is not None)
 
 
 def test_a_snapshot_that_does_not_load_leaves_the_adds_to_index_every_donor(tmp_path) -> None:
