@@ -28,14 +28,22 @@ from array import array
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress
 
 from ..donor_index import VectorDtype
 from ..events.schemas import DonorRegistration, KvEvent, SyncColumns, SyncRows
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
 from .indexer import MAX_PENDING, PipelineIndexer
-from .residency import DonorEntry, Residency, WorkerKey, held_embeddings, sync_columns, sync_row_bytes
+from .residency import (
+    DonorEntry,
+    Residency,
+    WorkerKey,
+    embedding_dims,
+    held_embeddings,
+    sync_columns,
+    sync_row_bytes,
+)
 
 PENDING_LOCAL_DONORS = 4096
 """Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
@@ -539,19 +547,23 @@ class DonorCatalog:
         if self.indexer is None:
             return
         index = self.indexer.discovery.index
-        peers: list[DonorEntry] = []  # distinct donors: queued together after the locals, one wake-up of the indexer
-        for donor_id in dict.fromkeys(d for d, resident in changes if resident and d not in left):
-            entry = self._residency.donor(donor_id)
-            if entry is None:
-                continue
-            local = self._local_tokens.pop(donor_id, None)
-            if local is not None:  # registered here: spans from its tokens, the embedding already computed
-                vector = entry.vector() if entry.embedding_dim else None
-                self.indexer.add_local(donor_id, local[0], local[1], vector, owner=entry)
-            elif index is not None and entry.embedding_dim == index.dim:
-                peers.append(entry)
-        if peers:
-            self.indexer.add_peers(peers)
+        arrived = [donor_id for donor_id, resident in changes if resident]
+        if left:
+            arrived = [donor_id for donor_id in arrived if donor_id not in left]
+        arrived = list(dict.fromkeys(arrived))
+        # distinct donors: peers queued together after the locals, one wake-up of the indexer
+        peers = [entry for entry in self._residency.donors_of(arrived) if entry is not None]
+        if self._local_tokens:
+            held, peers = peers, []
+            for entry in held:
+                local = self._local_tokens.pop(entry.donor_id, None)
+                if local is None:
+                    peers.append(entry)
+                else:  # registered here: spans from its tokens, the embedding already computed
+                    vector = entry.vector() if entry.embedding_dim else None
+                    self.indexer.add_local(entry.donor_id, local[0], local[1], vector, owner=entry)
+        if index is not None and peers:
+            self.indexer.add_peers(list(compress(peers, (embedding_dims(peers) == index.dim).tolist())))
 
     def _pipeline_indexed(self, entries: list[object]) -> None:
         """The pipeline indexed these entries' donors (indexer thread): an entry still the catalog's keeps no copy of

@@ -42,6 +42,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
@@ -51,6 +52,7 @@ from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
 
 log = logging.getLogger(__name__)
+_DONOR_ID = attrgetter("donor_id")
 
 MAX_PENDING = 65_536
 """Queued adds at most by default (the catalog allows twice its capacity: a peer's add is a reference to its entry)."""
@@ -232,9 +234,18 @@ class PipelineIndexer:
     def add_peers(self, donors: Iterable[PeerDonor]) -> None:
         """Queues each donor itself, no copy of its vector (one hold of the lock and one wake-up of the thread for
         all); each goes back through ``on_indexed`` once applied."""
+        donors = list(donors)
         with self._cond:
-            for donor in donors:
-                self._add_locked(donor)
+            if self._closed or self._adds + len(donors) > self.max_pending:
+                for donor in donors:  # one by one: those past the bound are dropped, counted
+                    self._add_locked(donor)
+            else:  # as _add_locked, for all at once
+                pending = self._pending
+                count = pending.get
+                for donor_id in map(_DONOR_ID, donors):
+                    pending[donor_id] = count(donor_id, 0) + 1
+                self._adds += len(donors)
+                self._queue.extend(donors)
             self._wake()
 
     def remove(self, donor_id: str) -> None:

@@ -357,6 +357,11 @@ def sync_row_bytes(entries: Sequence[DonorEntry]) -> list[int]:
     return sizes.tolist()  # type: ignore[no-any-return]
 
 
+def embedding_dims(entries: Sequence[DonorEntry]) -> np.ndarray:
+    """Each entry's ``embedding_dim``, for many at once."""
+    return _heads(entries)["embedding_dim"]
+
+
 def held_embeddings(entries: Sequence[DonorEntry]) -> list[bool]:
     """:attr:`DonorEntry.embedded` of each entry, for many at once."""
     heads = _heads(entries)
@@ -1180,6 +1185,10 @@ class Residency:
 
     def donor(self, donor_id: str) -> DonorEntry | None:
         return self._donors.get(donor_id)
+
+    def donors_of(self, donor_ids: Iterable[str]) -> list[DonorEntry | None]:
+        """:meth:`donor` of each id."""
+        return list(map(self._donors.get, donor_ids))
 
     def entries(self, donor_ids: Iterable[str]) -> list[DonorEntry]:
         """The entries of donors known to be held (KeyError otherwise)."""
