@@ -329,7 +329,7 @@ def seeded_state(router: SemanticRouter) -> dict[str, str]:
     part("counts", residency.donors_per_worker(), residency.event_gaps, dict(residency.ignored_events))
     discovery = router.discovery
     if discovery is not None:
-        part("pipeline", list(discovery._donors.items()), discovery._generation)
+        part("pipeline", list(discovery._donors.items()), discovery._generation, discovery._peers)
         aligner = discovery.aligner
         for donor_id in discovery._donors:
             donor = aligner._donors[donor_id]

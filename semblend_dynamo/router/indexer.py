@@ -13,8 +13,9 @@ Bounds: at most ``max_pending`` queued adds, of which at most ``max_local`` carr
 them is dropped and counted (the donor stays in the catalog, out of the pipeline: it is not found, never wrong).
 A peer's add holds only the catalog's entry, whose vector is read when the add is applied: the catalog sizes
 ``max_pending`` to its capacity, so a late replica's whole sync queues and its search index ends with every donor.
-Removals are never dropped: one is queued only for a donor with an add queued or in the pipeline (the catalog
-removes a donor once per time it added it), so they are bounded by the donors the pipeline can hold. :meth:`close`
+Removals are never dropped: one is queued only for a donor the pipeline may hold once the queue is applied (a local add
+of it queued, any peer's add queued, or in the pipeline; the catalog removes a donor once per time it added it), so
+they are bounded by the donors the pipeline can hold and the catalog's removals while peers' adds wait. :meth:`close`
 applies what is queued (within its timeout) and counts what is left.
 
 While a late replica's sync adds its peers' donors the router *holds* the thread (:meth:`PipelineIndexer.hold`): it
@@ -42,7 +43,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
@@ -52,7 +52,6 @@ from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
 
 log = logging.getLogger(__name__)
-_DONOR_ID = attrgetter("donor_id")
 
 MAX_PENDING = 65_536
 """Queued adds at most by default (the catalog allows twice its capacity: a peer's add is a reference to its entry)."""
@@ -209,7 +208,7 @@ class PipelineIndexer:
         self._queue: deque[_Change] = deque()
         self._adds = 0
         self._locals = 0
-        self._pending: dict[str, int] = {}  # donors with adds queued or being applied: how many
+        self._pending: dict[str, int] = {}  # donors with local adds queued or being applied: how many
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -240,10 +239,6 @@ class PipelineIndexer:
                 for donor in donors:  # one by one: those past the bound are dropped, counted
                     self._add_locked(donor)
             else:  # as _add_locked, for all at once
-                pending = self._pending
-                count = pending.get
-                for donor_id in map(_DONOR_ID, donors):
-                    pending[donor_id] = count(donor_id, 0) + 1
                 self._adds += len(donors)
                 self._queue.extend(donors)
             self._wake()
@@ -270,15 +265,18 @@ class PipelineIndexer:
             if not self._closed and self._known_locked(change.donor_id):  # an older copy must not stay behind
                 self._queue.append(_Remove(change.donor_id))
             return
-        self._pending[change.donor_id] = self._pending.get(change.donor_id, 0) + 1
+        if local:
+            self._pending[change.donor_id] = self._pending.get(change.donor_id, 0) + 1
         self._adds += 1
         self._locals += local
         self._queue.append(change)
 
     def _known_locked(self, donor_id: str) -> bool:
-        """Whether the pipeline may hold the donor once the queue is applied: an add of it is queued or being applied
-        (counted until applied), or it is in the pipeline. (A set of every donor ever fed took ~40 B a donor.)"""
-        return donor_id in self._pending or donor_id in self.discovery
+        """Whether the pipeline may hold the donor once the queue is applied: a local add of it is queued or being
+        applied (counted until applied), a peer's add is (any: a late replica's sync queues a million, and counting
+        each took ~1 µs a donor of its CPU), or it is in the pipeline. (A set of every donor ever fed took ~40 B a
+        donor.)"""
+        return donor_id in self._pending or self._adds > self._locals or donor_id in self.discovery
 
     def _dropped(self, kind: str, reason: str) -> None:
         self.counters[f"dropped:{kind}:{reason}"] += 1
@@ -410,14 +408,13 @@ class PipelineIndexer:
                 self.counters["heap_trims"] += trim_heap()
             with self._cond:
                 for change in batch:
-                    if not isinstance(change, _Remove | _Load | _Prune):
-                        self._adds -= 1
-                        self._locals -= isinstance(change, _Local)
+                    if isinstance(change, _Local):
+                        self._locals -= 1
                         left = self._pending.pop(change.donor_id) - 1
                         if left:
                             self._pending[change.donor_id] = left
-                if not self._pending:
-                    self._pending = {}  # an emptied dict keeps its table (a sync's: ~40 MB at 1M donors)
+                    if not isinstance(change, _Remove | _Load | _Prune):
+                        self._adds -= 1
                 self._busy = False
                 self._cond.notify_all()
 
@@ -493,8 +490,8 @@ class PipelineIndexer:
             if file_digest(load.path) != load.digest:
                 raise SnapshotError("digest_mismatch")
             with self._cond:  # the queued adds' ids: the catalog's own strings, kept instead of the file's copies
-                queued = list(self._pending)
-            same = dict(zip(queued, queued, strict=True))
+                queued = list(self._queue)
+            same = {change.donor_id: change.donor_id for change in queued if not isinstance(change, _Load | _Prune)}
             del queued
             ids = self.discovery.load_snapshot(load.path, same)
             del same

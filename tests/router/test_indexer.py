@@ -111,19 +111,33 @@ def test_changes_apply_in_the_order_queued_and_peers_batch_between_other_changes
     assert indexer.backlog == 0 and indexer.counters["applied"] == 7
 
 
-def test_a_removal_is_queued_only_for_a_donor_queued_for_the_pipeline_or_in_it() -> None:
+def test_a_removal_is_queued_only_for_a_donor_the_pipeline_may_hold() -> None:
+    """Queued: a donor with a local add queued, any donor while peers' adds are queued (they are not counted one by
+    one), a donor in the pipeline. Not queued: any other."""
     discovery = RecordingDiscovery()
     discovery.gate.clear()
     indexer, _ = _indexer(discovery)
     indexer.remove("never-added")
     indexer.add_peers([_peer("p"), _peer("q")])
     indexer.remove("p")  # its add still queued
+    indexer.remove("other")  # peers' adds queued: it may be one of them
     discovery.gate.set()
     assert indexer.drain(10)
     indexer.remove("p")  # already removed: nothing there
     indexer.remove("q")  # applied: in the pipeline
+    indexer.add_local("l", NS, [1], None)
+    indexer.remove("l")
     assert indexer.drain(10)
-    assert discovery.calls == [("peers", ("p", "q")), ("remove", "p"), ("remove", "q")]
+    assert discovery.calls == [
+        ("peers", ("p", "q")),
+        ("remove", "p"),
+        ("remove", "other"),
+        ("remove", "q"),
+        ("local", "l"),
+        ("remove", "l"),
+    ]
+    indexer.remove("never-added")
+    assert indexer.drain(10) and discovery.calls[-1] == ("remove", "l")
     assert indexer._pending == {}  # nothing queued: no per-donor state left
 
 
@@ -143,7 +157,14 @@ def test_adds_beyond_the_bounds_are_dropped_and_counted_and_an_older_copy_is_rem
     assert indexer.counters["dropped:local:queue_full"] == 1 and indexer.counters["dropped:peer:queue_full"] == 1
     discovery.gate.set()
     assert indexer.drain(10)
-    assert discovery.calls == [("peers", ("p0",)), ("local", "l1"), ("peers", ("p1",)), ("remove", "p0")]
+    # l2 may be held while peers' adds are queued: its removal goes too (a no-op for the pipeline)
+    assert discovery.calls == [
+        ("peers", ("p0",)),
+        ("local", "l1"),
+        ("remove", "l2"),
+        ("peers", ("p1",)),
+        ("remove", "p0"),
+    ]
     indexer.add_local("l3", NS, [1], None)  # room again once applied
     assert indexer.drain(10) and discovery.calls[-1] == ("local", "l3")
 
