@@ -892,12 +892,14 @@ class SemanticRouter:
 
     @property
     def settling(self) -> bool:
-        """Whether the loop is still finishing block-map rewrites, or is to hand the heap they or served syncs freed
-        back to the OS."""
+        """Whether the loop is still finishing block-map rewrites, or the loop or the indexer is to hand the heap
+        freed since (by rewrites, served syncs, applied changes) back to the OS."""
+        indexer = self.catalog.indexer
         return (
             self._settle is not None
             or self._served_trim is not None
             or (self._trim is not None and not self._trim.done())
+            or (indexer is not None and indexer.trim_pending)
         )
 
     def _trim_soon(self) -> bool:

@@ -29,7 +29,8 @@ The sync's adds then skip each loaded donor the index holds with their vector, i
 
 Memory: a bulk of changes (a late replica's sync, a burst of registrations) leaves freed heap that glibc keeps (at
 1M donors ~470 B a donor of a replica's RSS, docs/benchmarks.md); once the queue is empty after ``TRIM_AFTER``
-applied changes the thread hands it back to the OS (``malloc_trim``; nothing where the C library is not glibc).
+applied changes, and ``QUIET_TRIM_S`` after the last changes whatever their number, the thread hands it back to the
+OS (``malloc_trim``; nothing where the C library is not glibc).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ MAX_DEFER_S = 0.005
 """Longest a background step waits for the loop to finish deciding requests (so it cannot starve under load)."""
 TRIM_AFTER = 10_000
 """Changes applied before the heap is trimmed, the next time the queue is empty."""
+QUIET_TRIM_S = 1.0
+"""Once no change has come for this long since changes were applied (fewer than ``TRIM_AFTER`` since the last trim:
+a bulk's last ones), the heap is trimmed all the same."""
 MAX_HOLD_S = 30.0
 """Longest the indexer stays held by one :meth:`PipelineIndexer.hold` (a sync that never ends cannot starve it)."""
 
@@ -212,7 +216,8 @@ class PipelineIndexer:
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._since_trim = 0
+        self._since_trim = 0  # changes applied since the heap was last trimmed
+        self._applied_at = 0.0  # when the last batch was applied (monotonic)
         self._held_until = 0.0
         self._unconfirmed: set[str] = set()  # loaded from a snapshot, no add or removal applied since (this thread's)
 
@@ -322,6 +327,12 @@ class PipelineIndexer:
                 self._wake()
 
     @property
+    def trim_pending(self) -> bool:
+        """Whether changes were applied since the heap was last trimmed (it is, ``QUIET_TRIM_S`` after they stop)."""
+        with self._cond:
+            return self._since_trim > 0
+
+    @property
     def held(self) -> bool:
         with self._cond:
             return self._held_until > time.monotonic()
@@ -367,18 +378,34 @@ class PipelineIndexer:
     def _run(self) -> None:
         while True:
             with self._cond:
+                quiet = False
                 while not self._closed:
                     held = self._held_until - time.monotonic()
                     if self._queue and (held <= 0 or isinstance(self._queue[0], _Load)):
                         break
-                    self._cond.wait(held if self._queue else None)
-                if not self._queue:
+                    wait = held if self._queue else None
+                    if not self._queue and self._since_trim:
+                        wait = self._applied_at + QUIET_TRIM_S - time.monotonic()
+                        if wait <= 0:
+                            quiet = True
+                            break
+                    self._cond.wait(wait)
+                if not quiet and not self._queue:
                     return
-                if isinstance(self._queue[0], _Load):
+                if quiet:
+                    batch = []
+                elif isinstance(self._queue[0], _Load):
                     batch = [self._queue.popleft()]
                 else:
                     batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
                 self._busy = True
+            if quiet:  # the last changes' freed heap, handed back once they stopped
+                self.counters["heap_trims"] += trim_heap()
+                with self._cond:
+                    self._since_trim = 0
+                    self._busy = False
+                    self._cond.notify_all()
+                continue
             evicted: list[str] = []
             try:
                 self._apply(batch, evicted)
@@ -415,6 +442,7 @@ class PipelineIndexer:
                             self._pending[change.donor_id] = left
                     if not isinstance(change, _Remove | _Load | _Prune):
                         self._adds -= 1
+                self._applied_at = time.monotonic()
                 self._busy = False
                 self._cond.notify_all()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -325,8 +326,40 @@ def test_donors_the_index_evicts_leave_the_catalog() -> None:
     assert all(f"d{i}" not in catalog for i in (1, 2, 3))
 
 
+def test_the_heap_is_trimmed_once_the_changes_stop_whatever_their_number(monkeypatch) -> None:
+    """A bulk's last changes (fewer than ``TRIM_AFTER`` since the last trim) leave freed heap too: once no change has
+    come for ``QUIET_TRIM_S``, the thread trims, once."""
+    trims: list[int] = []
+    monkeypatch.setattr(indexer_module, "QUIET_TRIM_S", 0.05)
+    monkeypatch.setattr(indexer_module, "trim_heap", lambda: trims.append(1) or True)
+    indexer, _ = _indexer(RecordingDiscovery())
+    assert not indexer.trim_pending
+    indexer.add_peers([_peer("p0"), _peer("p1")])
+    assert indexer.drain(10)
+    for _ in range(200):
+        if trims:
+            break
+        time.sleep(0.01)
+    assert trims == [1] and indexer.counters["heap_trims"] == 1
+    for _ in range(100):  # the trim is counted once it is done
+        if not indexer.trim_pending:
+            break
+        time.sleep(0.01)
+    assert not indexer.trim_pending
+    time.sleep(0.2)
+    assert trims == [1]  # idle: no more
+    indexer.remove("p0")
+    assert indexer.drain(10)
+    for _ in range(200):
+        if len(trims) == 2:
+            break
+        time.sleep(0.01)
+    assert trims == [1, 1]
+
+
 def test_the_heap_is_trimmed_once_a_bulk_of_changes_is_applied_and_the_queue_is_empty(monkeypatch) -> None:
     trims: list[int] = []
+    monkeypatch.setattr(indexer_module, "QUIET_TRIM_S", 60.0)
     monkeypatch.setattr(indexer_module, "TRIM_AFTER", 3)
     monkeypatch.setattr(indexer_module, "trim_heap", lambda: trims.append(1) or True)
     discovery = RecordingDiscovery()
