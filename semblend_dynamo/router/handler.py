@@ -109,11 +109,12 @@ SETTLE_DELAY_S = 0.5
 (while changes go on they pace the rewrites themselves)."""
 SETTLE_ENTRIES = 65_536
 """Block-map entries written per loop turn while settling (~1 MiB copied; a turn, not a whole map, at a time)."""
-TRIM_AFTER_SETTLED = 1 << 20
-"""Entries settled (each rewrite frees an old base of 16 B an entry) before the heap is handed back to the OS."""
-SERVED_TRIM_DELAY_S = 1.0
-"""How long after the last sync or index request it answered a replica hands the heap its replies freed back to the
-OS (a 1M-donor sync leaves ~0.2 KB a donor of it)."""
+TRIM_AFTER_SETTLED = 1 << 18
+"""Entries settled (each rewrite frees an old base of 16 B an entry: 4 MiB) before the heap is handed back to the OS
+(at 1 << 20, a late replica's last ~800K settled entries at 200K donors left ~22 MiB of freed heap behind)."""
+QUIET_TRIM_DELAY_S = 1.0
+"""How long after the last sync or index request it answered, or its own sync or index fetch ended, a replica hands
+the heap they freed back to the OS (serving a 1M-donor sync leaves ~0.2 KB a donor of it)."""
 MAX_PENDING_REGISTRATIONS = 1024
 """Finished prompts waiting to become donors at most (embedding, hashing); one beyond is dropped and counted."""
 _GONE_REASONS = {DeclineReason.DONOR_EVICTED.value, DeclineReason.DONOR_LEASE_EXPIRED.value}
@@ -293,8 +294,8 @@ class SemanticRouter:
         self._settle: asyncio.Handle | None = None
         self._settled = 0  # entries settled since the heap was last trimmed
         self._trim: asyncio.Future[bool] | None = None
-        self._served_at = 0.0  # the last sync or index request answered (monotonic)
-        self._served_trim: asyncio.TimerHandle | None = None
+        self._quiet_from = 0.0  # the last sync or index request answered, or sync or fetch ended (monotonic)
+        self._quiet_trim: asyncio.TimerHandle | None = None
 
     # --- request path ---------------------------------------------------------------------------
     async def generate(self, request: dict[str, Any], context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -824,8 +825,8 @@ class SemanticRouter:
             self._kv_flush.cancel()
         if self._settle is not None:
             self._settle.cancel()
-        if self._served_trim is not None:
-            self._served_trim.cancel()
+        if self._quiet_trim is not None:
+            self._quiet_trim.cancel()
         if self._held_wait is not None:
             self._held_wait.cancel()
         self._held.seal()
@@ -897,7 +898,7 @@ class SemanticRouter:
         indexer = self.catalog.indexer
         return (
             self._settle is not None
-            or self._served_trim is not None
+            or self._quiet_trim is not None
             or (self._trim is not None and not self._trim.done())
             or (indexer is not None and indexer.trim_pending)
         )
@@ -909,20 +910,23 @@ class SemanticRouter:
         self._trim = asyncio.ensure_future(asyncio.to_thread(trim_heap))
         return True
 
-    def _served(self) -> None:
-        """A sync or index request was answered: trim the heap once none has come for :data:`SERVED_TRIM_DELAY_S`."""
-        self._served_at = time.monotonic()
-        if self._served_trim is None:
-            self._served_trim = asyncio.get_running_loop().call_later(SERVED_TRIM_DELAY_S, self._trim_after_serving)
+    def _trim_when_quiet(self) -> None:
+        """A sync or index request was answered, or this replica's sync or index fetch ended: trim the heap once
+        nothing of the kind has happened for :data:`QUIET_TRIM_DELAY_S`."""
+        self._quiet_from = time.monotonic()
+        if self._quiet_trim is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called outside the loop (tests)
+                return
+            self._quiet_trim = loop.call_later(QUIET_TRIM_DELAY_S, self._trim_if_quiet)
 
-    def _trim_after_serving(self) -> None:
-        quiet = time.monotonic() - self._served_at
-        if quiet < SERVED_TRIM_DELAY_S:
-            self._served_trim = asyncio.get_running_loop().call_later(
-                SERVED_TRIM_DELAY_S - quiet, self._trim_after_serving
-            )
+    def _trim_if_quiet(self) -> None:
+        quiet = time.monotonic() - self._quiet_from
+        if quiet < QUIET_TRIM_DELAY_S:
+            self._quiet_trim = asyncio.get_running_loop().call_later(QUIET_TRIM_DELAY_S - quiet, self._trim_if_quiet)
             return
-        self._served_trim = None
+        self._quiet_trim = None
         self._trim_soon()
 
     def _settle_maps(self) -> None:
@@ -1004,7 +1008,7 @@ class SemanticRouter:
         )
         if skipped:
             self.metrics.events_dropped.labels("syncpage", "oversized").inc(skipped)
-        self._served()
+        self._trim_when_quiet()
         try:
             await self.link.publish(msg.reply, data)
         except ConnectionError:
@@ -1036,7 +1040,7 @@ class SemanticRouter:
             part, outcome = await self._snapshots.part(event.snapshot, event.part, self._reply_bytes() - PART_OVERHEAD)
         if outcome != "sent":
             self.metrics.index_snapshots.labels("served", outcome).inc()
-        self._served()
+        self._trim_when_quiet()
         try:
             await self.link.publish(msg.reply, self.publisher.encode(part))
         except ConnectionError:
@@ -1098,6 +1102,8 @@ class SemanticRouter:
         donors (side by side, the two slowed each other on both replicas). A loaded index's donors the sync did not
         confirm leave once it has added all of its own."""
         self._sync_gc.page_added(syncing)
+        if not syncing:
+            self._trim_when_quiet()
         if not syncing and self._snapshot_peer is not None and self._fetch is None:
             self._fetch = SnapshotFetch(self._snapshot_peer, self._snapshot_max_bytes())
             self._snapshot_peer = None

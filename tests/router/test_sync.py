@@ -307,8 +307,8 @@ async def test_a_replica_that_served_a_sync_hands_the_freed_heap_back_once_the_r
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The replies a sync is served (pages, snapshot parts, the client's buffers) leave freed heap behind: once no
-    request came for ``SERVED_TRIM_DELAY_S``, it goes back to the OS, once for a whole run of requests."""
-    monkeypatch.setattr(handler_module, "SERVED_TRIM_DELAY_S", 0.05)
+    request came for ``QUIET_TRIM_DELAY_S``, it goes back to the OS, once for a whole run of requests."""
+    monkeypatch.setattr(handler_module, "QUIET_TRIM_DELAY_S", 0.05)
     trims: list[int] = []
     monkeypatch.setattr(handler_module, "trim_heap", lambda: trims.append(1) or True)
     router = _sync_router(sync_page_donors=2, sync_rate_per_s=1000)
