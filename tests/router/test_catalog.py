@@ -423,6 +423,10 @@ def test_settling_the_block_maps_finishes_their_rewrites_and_changes_nothing_els
         hashes = list(range(first, first + 100))
         catalog.add_many(_donor(f"d{h}", [h], dim) for h in hashes)
         catalog.apply_kv_events([_stored(first, *hashes)])
+    # a batch that found the lock held by the indexer's thread waits in the queue (the router flushes it 1 ms later)
+    assert catalog.drain(10)
+    catalog.flush_kv_events()
+    assert not catalog.kv_queued
     maps = [m for blocks in catalog._residency._workers.values() for m in (blocks.by_block, blocks.hashes)]
     assert any(m.rewriting for m in maps)
     before, left = catalog.snapshot(), sum(m.rewrite_left for m in maps)
