@@ -579,7 +579,7 @@ class DonorSyncPage(SemblendEvent):
     @classmethod
     def of(
         cls,
-        registrations: Sequence[RegistrationFields],
+        rows: Sequence[RegistrationFields] | SyncColumns,
         *,
         router_id: str,
         deployment: str,
@@ -588,34 +588,12 @@ class DonorSyncPage(SemblendEvent):
         next_cursor: int | None,
         last_cursor: int,
     ) -> DonorSyncPage:
-        """The page of ``registrations`` (all of ``deployment``, each valid already), in order.
+        """The page of ``rows``: registrations, or rows already in the page's columns (all of ``deployment``, each
+        valid already), in order.
 
         Built without validation: the receiver validates every page it decodes.
         """
-        return cls.of_columns(
-            SyncColumns.of(registrations),
-            router_id=router_id,
-            deployment=deployment,
-            after=after,
-            upto=upto,
-            next_cursor=next_cursor,
-            last_cursor=last_cursor,
-        )
-
-    @classmethod
-    def of_columns(
-        cls,
-        columns: SyncColumns,
-        *,
-        router_id: str,
-        deployment: str,
-        after: int,
-        upto: int | None,
-        next_cursor: int | None,
-        last_cursor: int,
-    ) -> DonorSyncPage:
-        """The page of rows already in the page's columns (all of ``deployment``, each valid already), without
-        validation: the receiver validates every page it decodes."""
+        columns = rows if isinstance(rows, SyncColumns) else SyncColumns.of(rows)
         return cls.model_construct(
             router_id=router_id,
             deployment=deployment,

@@ -129,7 +129,7 @@ def build_page(
     """
 
     def reply(count: int, next_cursor: int | None) -> bytes:
-        page = DonorSyncPage.of_columns(
+        page = DonorSyncPage.of(
             columns(count),
             router_id=router_id,
             deployment=deployment,

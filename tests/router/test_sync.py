@@ -219,7 +219,7 @@ def test_a_page_built_from_entry_columns_is_the_page_of_their_registrations() ->
     given = [None if e.embedded else held[i] for i, e in enumerate(entries)]
     assert given.count(None) < len(entries) and sync_columns(entries, given) == expected
     assert sync_row_bytes(entries) == [sync_page_bytes(e) for e in entries]
-    page = DonorSyncPage.of_columns(
+    page = DonorSyncPage.of(
         sync_columns(entries, given),
         router_id="peer1",
         deployment="dep",
