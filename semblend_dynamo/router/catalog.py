@@ -63,6 +63,8 @@ class CatalogPage:
 
     cursors: list[int]
     entries: list[DonorEntry]
+    blobs: list[bytes]
+    """Each entry's blob as it was under the catalog's lock (the indexer's thread may drop an embedding since)."""
     embeddings: list[bytes | None]
     more: bool
     """Whether the requested range holds more donors after these."""
@@ -72,7 +74,7 @@ class CatalogPage:
 
     def columns(self, count: int | None = None) -> SyncColumns:
         """The first ``count`` donors (all by default) as a sync page's columns."""
-        return sync_columns(self.entries[:count], self.embeddings[:count])
+        return sync_columns(self.entries[:count], self.blobs[:count], self.embeddings[:count])
 
 
 class DonorCatalog:
@@ -339,8 +341,8 @@ class DonorCatalog:
         no longer in the search index is left out.
         """
         with self._lock:
-            page = CatalogPage([], [], [], False)
-            cursors, entries, embeddings = page.cursors, page.entries, page.embeddings
+            page = CatalogPage([], [], [], [], False)
+            cursors, entries, blobs, embeddings = page.cursors, page.entries, page.blobs, page.embeddings
             picked: list[tuple[int, DonorEntry]] = []
             order, order_entries, donor = self._order, self._order_entries, self._residency.donor
             left = max_bytes
@@ -373,6 +375,7 @@ class DonorCatalog:
                         left -= sizes[k]
                     cursors.append(seq)
                     entries.append(entry)
+                    blobs.append(entry.blob)
                     embeddings.append(embedding)
 
     def _with_embeddings(self, picked: list[tuple[int, DonorEntry]]) -> list[tuple[int, DonorEntry, bytes | None]]:

@@ -19,7 +19,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from itertools import repeat
-from operator import attrgetter, getitem
+from operator import attrgetter, getitem, itemgetter
 from typing import TypeVar, cast
 
 import numpy as np
@@ -332,12 +332,17 @@ _NAMESPACE = attrgetter("namespace")
 _WORKER = attrgetter("worker")
 _BLOB = attrgetter("blob")
 _ROUTER_ID = attrgetter("router_id")
+_HEAD_OF = itemgetter(_HEAD_SLICE)
 _DONOR_KEY = attrgetter("donor_key")
 
 
 def _heads(entries: Iterable[DonorEntry]) -> np.ndarray:
     """The entries' blob heads as one structured array (:data:`BLOB_HEAD`)."""
-    return np.frombuffer(b"".join(map(getitem, map(_BLOB, entries), repeat(_HEAD_SLICE))), dtype=_HEAD)
+    return _blob_heads(map(_BLOB, entries))
+
+
+def _blob_heads(blobs: Iterable[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(map(_HEAD_OF, blobs)), dtype=_HEAD)
 
 
 def sync_row_bytes(entries: Sequence[DonorEntry]) -> list[int]:
@@ -370,12 +375,14 @@ def held_embeddings(entries: Sequence[DonorEntry]) -> list[bool]:
     return held.tolist()  # type: ignore[no-any-return]
 
 
-def sync_columns(entries: Sequence[DonorEntry], embeddings: Sequence[bytes | None]) -> SyncColumns:
+def sync_columns(
+    entries: Sequence[DonorEntry], blobs: Sequence[bytes], embeddings: Sequence[bytes | None]
+) -> SyncColumns:
     """A sync page's columns straight from catalog entries: what :meth:`SyncColumns.of` gives for their registrations,
-    with column operations on the blobs instead of a property call a field a donor. ``embeddings[i]`` is entry
-    ``i``'s embedding in the entry's form when the search index holds it (None: the entry holds its own)."""
-    blobs = list(map(_BLOB, entries))
-    heads = _heads(entries)
+    with column operations on the blobs instead of a property call a field a donor. ``blobs[i]`` is entry ``i``'s blob
+    as read under its catalog's lock (the indexer's thread may drop an entry's embedding since), ``embeddings[i]`` its
+    embedding in the entry's form when the search index holds it (None: its blob holds it)."""
+    heads = _blob_heads(blobs)
     ends = (heads["hashes_end"].astype(np.int64) + BLOB_HEAD).tolist()
     workers = np.array(list(map(_WORKER, entries)), dtype=np.uint64).reshape(-1, 2)
     routers, router_index = dictionary_index(list(map(_ROUTER_ID, entries)))

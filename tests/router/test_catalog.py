@@ -184,6 +184,10 @@ def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_fro
     assert columns.embeddings == _codes(sent[0]) + _codes(sent[1])  # both as the i8 index keeps them
     assert columns.block_hashes == np.array([1, 2, 50], dtype="<u8").tobytes()
     assert page.columns(1).donor_ids == ["indexed"]
+    waiting = catalog.resident_donor("waiting") or catalog._residency.donor("waiting")
+    assert waiting is not None
+    waiting.drop_embedding()  # as the indexer's thread does once it indexed a donor, after the page was taken
+    assert page.columns() == columns  # the page reads the blobs it was taken with
 
 
 def test_a_page_ends_within_its_bytes_and_a_donor_past_them_goes_alone() -> None:

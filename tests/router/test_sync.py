@@ -211,16 +211,17 @@ def test_a_page_built_from_entry_columns_is_the_page_of_their_registrations() ->
         regs[i] = r.model_copy(update={"embedding": rng.standard_normal(r.embedding_dim).astype("<f2").tobytes()})
     entries = _entries(regs[:30], codes=True) + _entries(regs[30:], codes=False)
     expected = SyncColumns.of(entries)
-    assert sync_columns(entries, [None] * len(entries)) == expected
+    assert sync_columns(entries, [e.blob for e in entries], [None] * len(entries)) == expected
     assert sync_row_bytes(entries) == [sync_page_bytes(e) for e in entries]
     held = [e.own_embedding for e in entries]
     for entry in entries[::2]:  # the search index holds these
         entry.drop_embedding()
     given = [None if e.embedded else held[i] for i, e in enumerate(entries)]
-    assert given.count(None) < len(entries) and sync_columns(entries, given) == expected
+    blobs = [e.blob for e in entries]
+    assert given.count(None) < len(entries) and sync_columns(entries, blobs, given) == expected
     assert sync_row_bytes(entries) == [sync_page_bytes(e) for e in entries]
     page = DonorSyncPage.of(
-        sync_columns(entries, given),
+        sync_columns(entries, blobs, given),
         router_id="peer1",
         deployment="dep",
         after=0,
@@ -232,7 +233,7 @@ def test_a_page_built_from_entry_columns_is_the_page_of_their_registrations() ->
     assert [r.donor_id for r in back] == [r.donor_id for r in regs]
     assert [r.block_hashes for r in back] == [r.block_hashes for r in regs]
     assert [r.embedding for r in back[30:]] == [r.embedding for r in regs[30:]]  # float16 kept as sent
-    assert sync_columns([], []) == SyncColumns.of([])
+    assert sync_columns([], [], []) == SyncColumns.of([])
 
 
 def _u(values: list[float] | list[int], dtype: str) -> bytes:
