@@ -582,8 +582,8 @@ class DonorIndex:
         """Take a snapshot saved by a peer's :meth:`save_snapshot` into this empty index; the donors' ids.
 
         ``same`` maps donor ids to equal strings held already (a catalog's), kept instead of the file's: each id is
-        then held once (~70 B a donor). Raises :class:`SnapshotError` (this index unchanged) when the file is not one this index can take, holds more
-        than ``capacity`` donors, or the index is not empty.
+        then held once (~70 B a donor). Raises :class:`SnapshotError` (this index unchanged) when the file is not one
+        this index can take, holds more than ``capacity`` donors, or the index is not empty.
         """
         if not self.saves_snapshots:
             raise SnapshotError("incompatible", "only a usearch index loads snapshots")
