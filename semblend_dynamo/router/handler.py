@@ -1104,10 +1104,10 @@ class SemanticRouter:
         self._sync_gc.page_added(syncing)
         if not syncing:
             self._trim_when_quiet()
-        if not syncing and self._snapshot_peer is not None and self._fetch is None:
-            self._fetch = SnapshotFetch(self._snapshot_peer, self._snapshot_max_bytes())
-            self._snapshot_peer = None
-            self._snapshot_ask = asyncio.ensure_future(self._ask_snapshot(None, 0))
+            if self._snapshot_peer is not None and self._fetch is None:
+                self._fetch = SnapshotFetch(self._snapshot_peer, self._snapshot_max_bytes())
+                self._snapshot_peer = None
+                self._snapshot_ask = asyncio.ensure_future(self._ask_snapshot(None, 0))
         indexer = self.catalog.indexer
         if indexer is not None:
             indexer.hold(syncing or self._fetch is not None)

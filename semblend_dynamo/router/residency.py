@@ -153,10 +153,10 @@ class DonorEntry:
     one object instead of an ``array``, a ``bytes``, an int and a float, and four slots fewer). The embedding is the
     int8 codes an i8 search index keeps when the catalog's index is i8 (``embedding_codes``, half the bytes; see
     :mod:`semblend_dynamo.vector_codes`), float16 otherwise. It rebuilds the registration (without
-    validation: it was validated on arrival) when one is needed, e.g. to answer a peer's sync request. Once the
-    search index holds the vector the entry drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None
-    then): the catalog reads it back from the index into a copy (:meth:`with_embedding`) before it hands the entry
-    out as a registration. The request path reads ``worker``, ``donor_key`` and ``missing``, which stay slots.
+    validation: it was validated on arrival) when one is needed. Once the search index holds the vector the entry
+    drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None then): a sync page reads it back from the
+    index and carries it beside the entry (:func:`sync_columns`), and :meth:`with_embedding` makes a copy carrying
+    it. The request path reads ``worker``, ``donor_key`` and ``missing``, which stay slots.
     """
 
     __slots__ = (
