@@ -19,7 +19,8 @@ index holds and how many adds the indexer dropped. Replica A indexes nothing unl
 same index of its donors before B starts (timed apart), and B, whose index is empty, loads A's saved whole
 (``router/index_sync.py``) unless ``--snapshots off``; ``--snapshots on off`` runs one late replica of each against
 the same A. Replica A's RSS is reported once filled, once settled (before any late replica) and
-``PEER_QUIET_S`` after each late replica is done (after serving it).
+``PEER_QUIET_S`` after each late replica is done (after serving it). Both replicas bound their heap as the router
+does (``router/heap.py``), at the config's ``heap_top_mib`` unless ``--heap-top-mib`` (0: glibc's adaptive thresholds).
 The baseline is the same measurement on the tree of ``--baseline-ref`` (the one-registration-per-row v1 sync,
 ``git archive``d to a temporary directory), in the same run.
 
@@ -143,7 +144,12 @@ def resident_count(catalog: Any) -> int:
 
 
 def router_config(
-    nats_url: str, index: str, capacity: int, sync_window: int | None = None, snapshots: str | None = None
+    nats_url: str,
+    index: str,
+    capacity: int,
+    sync_window: int | None = None,
+    snapshots: str | None = None,
+    heap_top_mib: int | None = None,
 ) -> Any:
     from semblend_dynamo.config import SemblendConfig
     from tests.adversarial.router_harness import router_config as harness_config
@@ -153,6 +159,8 @@ def router_config(
         settings["sync_window"] = sync_window
     if snapshots is not None and "sync_index_snapshots" in SemblendConfig.model_fields:  # trees before it have none
         settings["sync_index_snapshots"] = snapshots == "on"
+    if heap_top_mib is not None:
+        settings["heap_top_mib"] = heap_top_mib
     if index == "none":
         settings["enabled"] = False
     else:
@@ -160,11 +168,24 @@ def router_config(
     return harness_config(nats_url, **settings)
 
 
+def bound_heap(cfg: Any) -> None:
+    """The heap's thresholds as the router's ``serve()`` sets them (trees before ``router/heap.py`` have none)."""
+    try:
+        from semblend_dynamo.router.heap import bound_heap_tops
+    except ImportError:
+        return
+    bound_heap_tops(cfg.heap_top_mib << 20)
+
+
 # --- replica processes -------------------------------------------------------------------------------------------
 async def peer(args: argparse.Namespace) -> None:
     from tests.adversarial.router_harness import InProcessRouter
 
-    replica = InProcessRouter(router_config(args.nats, args.index if args.peer_index else "none", args.n + 1000))
+    cfg = router_config(
+        args.nats, args.index if args.peer_index else "none", args.n + 1000, None, None, args.heap_top_mib
+    )
+    bound_heap(cfg)
+    replica = InProcessRouter(cfg)
     catalog = replica.router.catalog
     add_many = getattr(catalog, "add_many", None)  # the v1 tree has only add()
     started = time.perf_counter()
@@ -212,7 +233,9 @@ async def late(args: argparse.Namespace) -> None:
         from semblend_dynamo.router import indexer
 
         indexer.BATCH = args.indexer_batch
-    replica = InProcessRouter(router_config(args.nats, args.index, args.n + 1000, args.sync_window, args.snapshots))
+    cfg = router_config(args.nats, args.index, args.n + 1000, args.sync_window, args.snapshots, args.heap_top_mib)
+    bound_heap(cfg)
+    replica = InProcessRouter(cfg)
     catalog = replica.router.catalog
     started = time.perf_counter()
     for first in range(0, args.n, CHUNK):
@@ -427,12 +450,14 @@ def measure(
     indexer_batch: int | None = None,
     peer_index: bool = False,
     snapshots: Sequence[str | None] = (None,),
+    heap_top_mib: int | None = None,
 ) -> list[dict[str, Any]]:
     """One peer (A) and, one after the other, a late replica (B) per ``snapshots`` mode; a row per B."""
     from tests.support.nats import NatsServer
     from tests.support.processes import stop_process
 
     base = [sys.executable, __file__, "--tree", str(tree), "--n", str(n), "--index", index]
+    base += ["--heap-top-mib", str(heap_top_mib)] if heap_top_mib is not None else []
     rows = []
     with NatsServer() as nats:
         peer_cmd = [*base, "--role", "peer", "--nats", nats.url, "--timeout", str(timeout)]
@@ -517,6 +542,9 @@ def main() -> None:
         choices=("on", "off"),
         help="replica B loads A's search index whole (on) or not (off); one B of each given against the same A",
     )
+    p.add_argument(
+        "--heap-top-mib", type=int, help="both replicas' heap bound (default: the config's; 0: glibc's own thresholds)"
+    )
     p.add_argument("--breakdown", type=int, metavar="N", help="only: where the CPU goes per donor, in one process")
     p.add_argument("--role", choices=("peer", "late"), help=argparse.SUPPRESS)
     p.add_argument("--tree", help=argparse.SUPPRESS)
@@ -556,6 +584,7 @@ def main() -> None:
             args.indexer_batch,
             args.peer_index,
             late_modes,
+            args.heap_top_mib,
         ):
             rows.append(("v2 (this tree)", row))
             print(json.dumps(row), flush=True)

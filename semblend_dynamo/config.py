@@ -235,6 +235,14 @@ class SemblendConfig(BaseModel):
         description="router: the interpreter's GIL switch interval; a background thread (donor indexing) holding the "
         "GIL gives it back to the event loop within it (Python's default, 5 ms, showed in request latency)",
     )
+    heap_top_mib: int = Field(
+        4,
+        ge=0,
+        le=32,
+        description="router: free memory each of glibc's heap arenas may keep at its top, MiB (blocks this large are "
+        "mapped on their own); 0: glibc's adaptive thresholds, under which each thread could keep up to 64 MiB that no "
+        "trim returns",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus/health port (0: disabled)")
     metrics_host: str = Field("127.0.0.1", description="bind address of the metrics/health server")
     kv_index_poll_s: float = Field(
@@ -564,6 +572,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "embed_queue_size",
         "embed_budget_ms",
         "gil_switch_interval_ms",
+        "heap_top_mib",
     ),
 }
 """Every setting in exactly one group (by concern); a command's help shows the groups it uses."""

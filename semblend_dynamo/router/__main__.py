@@ -34,6 +34,7 @@ from ..pipeline import DonorDiscovery
 from ..tokenizer import TokenizerAdapter
 from .catalog import DonorCatalog
 from .health import HealthServer, HealthStatus
+from .heap import bound_heap_tops
 from .kv_ingest import KvIndexFollower, configured_event_plane
 from .metrics import RouterMetrics
 from .preflight import StartupError, check_discovery, tcp_reachable
@@ -183,6 +184,7 @@ async def serve(cfg: SemblendConfig, *, stop: asyncio.Event | None = None, ready
     # Donors are hashed and indexed on background threads: whenever one holds the GIL, a request on the loop waits
     # up to the switch interval for it (docs/router.md, "Threads").
     sys.setswitchinterval(cfg.gil_switch_interval_ms / 1000)
+    bound_heap_tops(cfg.heap_top_mib << 20)  # freed memory goes back to the OS (docs/router.md, "The heap")
     stop = stop or asyncio.Event()
     main_task = asyncio.current_task()
     state = {"serving": False}

@@ -82,8 +82,9 @@ from ..span_aligner import Span
 from .catalog import DonorCatalog
 from .embedding import EmbeddingUnavailable, PromptEmbeddings
 from .gc_freeze import SyncGcFreeze
+from .heap import trim_heap
 from .index_sync import MAX_BYTES_PER_DONOR, PART_OVERHEAD, PARTS_PER_S, SnapshotFetch, SnapshotServer
-from .indexer import RequestGate, trim_heap
+from .indexer import RequestGate
 from .metrics import RouterMetrics
 from .prefill_chain import ChainStepFailed, chain_hints, run_step, salted, served_worker, step_request
 from .sync import (

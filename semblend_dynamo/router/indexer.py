@@ -36,7 +36,6 @@ OS (``malloc_trim``; nothing where the C library is not glibc).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import logging
 import threading
@@ -51,6 +50,7 @@ import numpy as np
 from ..index_snapshot import SnapshotError, file_digest
 from ..namespace import NamespaceKey
 from ..pipeline import DonorDiscovery
+from .heap import trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +70,6 @@ QUIET_TRIM_S = 1.0
 a bulk's last ones), the heap is trimmed all the same."""
 MAX_HOLD_S = 30.0
 """Longest the indexer stays held by one :meth:`PipelineIndexer.hold` (a sync that never ends cannot starve it)."""
-
-
-def trim_heap() -> bool:
-    """Hand the heap's free memory back to the OS (glibc's ``malloc_trim(0)``, without the GIL); False where the C
-    library has no ``malloc_trim``."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own symbols: no library search
-    if trim is None:
-        return False
-    trim(ctypes.c_size_t(0))
-    return True
 
 
 class RequestGate:
