@@ -155,8 +155,7 @@ class DonorEntry:
     :mod:`semblend_dynamo.vector_codes`), float16 otherwise. It rebuilds the registration (without
     validation: it was validated on arrival) when one is needed. Once the search index holds the vector the entry
     drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None then): a sync page reads it back from the
-    index and carries it beside the entry (:func:`sync_columns`), and :meth:`with_embedding` makes a copy carrying
-    it. The request path reads ``worker``, ``donor_key`` and ``missing``, which stay slots.
+    index and carries it beside the entry (:func:`sync_columns`). The request path reads ``worker``, ``donor_key`` and ``missing``, which stay slots.
     """
 
     __slots__ = (
@@ -295,23 +294,6 @@ class DonorEntry:
         """The embedding as float32: float16 values as :meth:`DonorRegistration.vector` gives them, int8 codes rescaled
         to unit length (an i8 index stores the same codes from it as from the float vector they came from)."""
         return as_vector(self.embedding, self.embedding_codes)
-
-    def with_embedding(self, embedding: bytes) -> DonorEntry:
-        """A copy carrying ``embedding`` in the entry's form (the catalog's entries drop theirs once indexed)."""
-        blob = self.blob[: BLOB_HEAD + self.hashes_end] + embedding
-        copy = DonorEntry(
-            self.donor_id,
-            self.donor_key,
-            self.router_id,
-            self.worker,
-            self.deployment,
-            self.namespace,
-            self.num_tokens,
-            self.block_size,
-            blob,
-        )
-        copy.missing = self.missing
-        return copy
 
     @property
     def registration(self) -> DonorRegistration:

@@ -489,13 +489,11 @@ def test_an_entry_packs_hashes_and_embedding_and_drops_only_the_embedding() -> N
     assert entry.own_embedding is None and list(entry.block_hashes) == [1, 2**64 - 1, 3]
     with pytest.raises(LookupError):
         entry.vector()
-    assert entry.with_embedding(bytes(range(8))).registration == registration
-    assert entry.own_embedding is None  # the copy carries it, not the entry
 
 
 def test_an_entry_keeps_its_slot_and_stamp_in_its_blob_through_embedding_changes() -> None:
-    """The slot, ``registered_at``, ``hashes_end`` and ``embedding_dim`` live in the blob's head: setting the slot, dropping the embedding and copying
-    with one keep both (and the hashes); an entry without an embedding holds its (empty) one."""
+    """The slot, ``registered_at``, ``hashes_end`` and ``embedding_dim`` live in the blob's head: setting the slot and
+    dropping the embedding keep them (and the hashes); an entry without an embedding holds its (empty) one."""
     from semblend_dynamo.router.residency import NO_SLOT, DonorEntry
 
     registration = _donor("a", W1, [7, 2**64 - 2]).model_copy(
@@ -509,16 +507,14 @@ def test_an_entry_keeps_its_slot_and_stamp_in_its_blob_through_embedding_changes
     assert not entry.embedded and entry.own_embedding is None
     assert entry.slot == 70_000 and entry.registered_at == 1234.5 and list(entry.block_hashes) == [7, 2**64 - 2]
     assert entry.hashes_end == 16 and entry.embedding_dim == 4
-    copy = entry.with_embedding(bytes(range(8)))
-    assert copy.embedded and copy.slot == 70_000 and copy.registration == registration
     plain = DonorEntry.of(_donor("b", W1, [1]), (W1, 0))
     assert plain.embedded and plain.own_embedding == b""
 
 
 def test_an_entry_of_codes_keeps_its_form_through_embedding_changes() -> None:
     """A catalog keeping int8 codes: the entry holds the codes (half the float16 bytes), its vector is their unit
-    vector, its registration carries that vector in float16, and setting the slot, dropping the embedding and copying
-    with one keep the form."""
+    vector, its registration carries that vector in float16, and setting the slot and dropping the embedding keep the
+    form."""
     from semblend_dynamo.router.residency import DonorEntry
     from semblend_dynamo.vector_codes import i8_codes
 
@@ -536,8 +532,6 @@ def test_an_entry_of_codes_keeps_its_form_through_embedding_changes() -> None:
     entry.slot = 5
     entry.drop_embedding()
     assert entry.embedding_codes and entry.own_embedding is None
-    copy = entry.with_embedding(codes.tobytes())
-    assert copy.embedding_codes and copy.slot == 5 and np.array_equal(copy.vector(), unit)
     assert plain.embedding == b"" and plain.embedded  # no embedding: nothing to convert
     assert not DonorEntry.of(registration, (W1, 0)).embedding_codes  # float16 unless asked
 
