@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 26: the serving and the late replica with their heap bounded (--heap-top-mib 4, the router's default) and
 # with glibc's adaptive thresholds (0, as before), both with a usearch index, side by side on one host: each variant
-# pinned to its own half of the cores (a NUMA node each where there are two).
+# pinned to its own half of the cores (a NUMA node each where there are two); one variant alone has every core.
 #   bash benchmarks/results/session26/heap_ab.sh DONORS LIMIT_S "on off" "4 0"   (output in $OUT)
 # Staging: .stage/fp/env.sh (= session12/env.sh), .stage/pkgs, .stage/pyinc.tar.xz, .stage/dynA.
 set -uo pipefail
@@ -15,6 +15,7 @@ if [ -r /sys/devices/system/node/node1/cpulist ]; then
 else
   sets=("0-$((half - 1))" "$half-$((n - 1))")
 fi
+[ "$(echo $tops | wc -w)" = 1 ] && sets=("0-$((n - 1))")
 i=0
 for top in $tops; do
   taskset -c "${sets[$i]}" timeout "$limit" python3 benchmarks/bench_replica_sync.py --donors "$donors" \
