@@ -155,7 +155,8 @@ class DonorEntry:
     :mod:`semblend_dynamo.vector_codes`), float16 otherwise. It rebuilds the registration (without
     validation: it was validated on arrival) when one is needed. Once the search index holds the vector the entry
     drops its embedding (:meth:`drop_embedding`; ``own_embedding`` is None then): a sync page reads it back from the
-    index and carries it beside the entry (:func:`sync_columns`). The request path reads ``worker``, ``donor_key`` and ``missing``, which stay slots.
+    index and carries it beside the entry (:func:`sync_columns`). The request path reads ``worker``, ``donor_key``
+    and ``missing``, which stay slots.
     """
 
     __slots__ = (
