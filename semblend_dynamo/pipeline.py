@@ -238,17 +238,10 @@ class DonorDiscovery:
             future.add_done_callback(self._pending_done)
         return evicted
 
-    def register_embedding(self, donor_id: str, namespace_digest: str, vector: np.ndarray) -> list[str]:
-        """Index a donor known only by its embedding (a peer's registration: no tokens, so no spans).
-
-        A known id is replaced. Returns the donor ids the index pushed out by its capacity bound.
-        """
-        return self.register_embeddings([donor_id], namespace_digest, np.asarray(vector).reshape(1, -1))
-
     def register_embeddings(self, donor_ids: Sequence[str], namespace_digest: str, vectors: np.ndarray) -> list[str]:
-        """:meth:`register_embedding` for distinct donors of one namespace at once (one batched index insert).
-
-        A vector the index cannot take (wrong shape, NaN, zero norm) leaves its donor out, counted.
+        """Index distinct donors of one namespace known only by their embeddings (peers' registrations: no tokens, so
+        no spans), in one batched insert. A known id is replaced. Returns the donor ids the index pushed out by its
+        capacity bound; a vector the index cannot take (wrong shape, NaN, zero norm) leaves its donor out, counted.
         """
         if self.index is None or not donor_ids:
             return []

@@ -49,8 +49,6 @@ class NatsLink:
         self._task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Future[None]] = set()
         self._up = asyncio.Event()
-        self.connects = 0
-        self.disconnects = 0
         self.on_reconnect: list[Callable[[], Awaitable[None]]] = []
 
     @property
@@ -171,12 +169,6 @@ class NatsLink:
             raise ConnectionError("NATS is not connected")
         return self._nc.new_inbox()
 
-    async def subscribe_once(self, subject: str, handler: MessageHandler) -> Any:
-        """A subscription that is not restored on a first connect (inboxes); returns the nats-py subscription."""
-        if self._nc is None:
-            raise ConnectionError("NATS is not connected")
-        return await self._nc.subscribe(subject, cb=handler)
-
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -225,7 +217,6 @@ class NatsLink:
                         type(exc).__name__,
                     )
                 await asyncio.sleep(self._retry_s)
-        self.connects += 1
         log.info("NATS connected to %s", self._cfg.nats_url)
         for subject, handler in self._subs:
             await self._subscribe_one(subject, handler)
@@ -237,11 +228,9 @@ class NatsLink:
             await self._nc.subscribe(subject, cb=handler, pending_msgs_limit=1 << 20, pending_bytes_limit=1 << 30)
 
     async def _on_disconnected(self) -> None:
-        self.disconnects += 1
         log.warning("NATS disconnected; routing continues exact-only until it is back")
 
     async def _on_reconnected(self) -> None:
-        self.connects += 1
         log.info("NATS reconnected")
         self._up.set()
         await self._run_callbacks()

@@ -292,6 +292,7 @@ class SemanticRouter:
         self._live_workers_seen = False
         self._gap_resync: asyncio.Future[None] | None = None
         self._kv_flush: asyncio.TimerHandle | None = None
+        self._kv_errors_counted = 0  # of catalog.kv_errors, those in the metrics
         self._settle: asyncio.Handle | None = None
         self._settled = 0  # entries settled since the heap was last trimmed
         self._trim: asyncio.Future[bool] | None = None
@@ -866,7 +867,12 @@ class SemanticRouter:
 
     def _kv_applied(self, gaps: int) -> None:
         """Start a resync for event-id gaps; while batches wait for the catalog's lock (another thread held it when
-        they came: the loop does not wait for it), try again shortly."""
+        they came: the loop does not wait for it), try again shortly. Queued batches that failed to apply are counted
+        as a batch failing in its message's handler is."""
+        failed = self.catalog.kv_errors - self._kv_errors_counted
+        if failed:
+            self._kv_errors_counted += failed
+            self.metrics.events_rejected.labels("kv_events", "handler_error").inc(failed)
         if gaps and self._gap_resync is None:
             self._gap_resync = asyncio.ensure_future(self._resync_after_gap())
         self._settle_soon()

@@ -535,6 +535,44 @@ async def test_a_kv_event_batch_queued_behind_another_threads_hold_is_applied_by
     router._gap_resync.cancel()
 
 
+async def test_a_queued_kv_event_batch_that_fails_to_apply_is_counted_as_a_direct_one_is() -> None:
+    """A batch applied later, off its message's handler, and failing there is logged and counted where a batch failing
+    in its handler is (``semblend_router_events_rejected{stream="kv_events", reason="handler_error"}``); the batches
+    after it still apply."""
+    router, _ = _router()
+    catalog = router.catalog
+    rejected = router.metrics.events_rejected.labels("kv_events", "handler_error")
+    apply = catalog._residency.apply
+
+    def apply_but_block_66(event: KvEvent) -> None:
+        if isinstance(event.data, KvStored) and 66 in event.data.tokens_hashes:
+            raise RuntimeError("a batch the catalog cannot apply")
+        apply(event)
+
+    catalog._residency.apply = apply_but_block_66  # type: ignore[method-assign]
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:  # another thread's write: both batches wait in the queue
+        with catalog._lock:
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    assert entered.wait(10)
+    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=1, data=KvStored([1], [66]))]))
+    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=2, data=KvStored([2], [71]))]))
+    assert catalog.kv_queued and rejected._value.get() == 0
+    release.set()
+    holder.join(10)
+    for _ in range(1000):
+        if not catalog.kv_queued:
+            break
+        await asyncio.sleep(0.002)
+    assert not catalog.kv_queued and catalog.stored_together([71])
+    assert rejected._value.get() == 1
+
+
 async def test_the_loop_settles_block_maps_the_kv_events_left_mid_rewrite_and_trims_the_heap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
