@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -503,6 +505,26 @@ async def test_an_accepted_plain_plan_stays_plain_unless_the_chain_loads_more() 
     assert [len(r["token_ids"]) for r in kv.forwarded[1:]] == [16, 176, 272]  # the first span's head is recomputed
 
 
+@contextlib.contextmanager
+def _lock_held_by_another_thread(catalog: DonorCatalog) -> Iterator[None]:
+    """Another thread's write, stopped half way, for the body's length: the loop's kv-event batches queue meanwhile."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with catalog._lock:
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    assert entered.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(10)
+
+
 async def test_a_kv_event_batch_queued_behind_another_threads_hold_is_applied_by_the_loop_without_another_event() -> (
     None
 ):
@@ -511,20 +533,9 @@ async def test_a_kv_event_batch_queued_behind_another_threads_hold_is_applied_by
     router, _ = _router()
     catalog = router.catalog
     router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=1, data=KvStored([1], [71]))]))
-    entered, release = threading.Event(), threading.Event()
-
-    def hold_the_lock() -> None:  # another thread's write, stopped half way
-        with catalog._lock:
-            entered.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold_the_lock)
-    holder.start()
-    assert entered.wait(10)
-    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=5, data=KvStored([2], [77]))]))
-    queued = catalog.kv_queued
-    release.set()
-    holder.join(10)
+    with _lock_held_by_another_thread(catalog):
+        router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=5, data=KvStored([2], [77]))]))
+        queued = catalog.kv_queued
     assert queued and router._gap_resync is None  # not applied yet: its gap is not known
     for _ in range(1000):
         if not catalog.kv_queued:
@@ -550,21 +561,10 @@ async def test_a_queued_kv_event_batch_that_fails_to_apply_is_counted_as_a_direc
         apply(event)
 
     catalog._residency.apply = apply_but_block_66  # type: ignore[method-assign]
-    entered, release = threading.Event(), threading.Event()
-
-    def hold_the_lock() -> None:  # another thread's write: both batches wait in the queue
-        with catalog._lock:
-            entered.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold_the_lock)
-    holder.start()
-    assert entered.wait(10)
-    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=1, data=KvStored([1], [66]))]))
-    router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=2, data=KvStored([2], [71]))]))
-    assert catalog.kv_queued and rejected._value.get() == 0
-    release.set()
-    holder.join(10)
+    with _lock_held_by_another_thread(catalog):  # both batches wait in the queue
+        router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=1, data=KvStored([1], [66]))]))
+        router.on_kv_events(KvEventBatch(1, 0, 0, [KvEvent(worker_id=W1, event_id=2, data=KvStored([2], [71]))]))
+        assert catalog.kv_queued and rejected._value.get() == 0
     for _ in range(1000):
         if not catalog.kv_queued:
             break
