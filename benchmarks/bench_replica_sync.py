@@ -182,7 +182,7 @@ async def peer(args: argparse.Namespace) -> None:
     from tests.adversarial.router_harness import InProcessRouter
 
     cfg = router_config(
-        args.nats, args.index if args.peer_index else "none", args.n + 1000, None, None, args.heap_top_mib
+        args.nats, args.index if args.peer_index else "none", args.n + 1000, heap_top_mib=args.heap_top_mib
     )
     bound_heap(cfg)
     replica = InProcessRouter(cfg)
