@@ -21,10 +21,14 @@ from semblend_dynamo.events.schemas import (
     DonorSyncPage,
     DonorSyncRequest,
     IndexSnapshotRequest,
+    KvEvent,
+    KvEventBatch,
+    KvStored,
     SyncColumns,
     sync_page_bytes,
 )
 from semblend_dynamo.router import handler as handler_module
+from semblend_dynamo.router.catalog import DonorCatalog
 from semblend_dynamo.router.residency import DonorEntry, Residency, sync_columns, sync_row_bytes
 from semblend_dynamo.router.sync import (
     RETRIES,
@@ -35,6 +39,7 @@ from semblend_dynamo.router.sync import (
 )
 from semblend_dynamo.vector_codes import i8_codes, to_f16
 from tests.router.test_handler import BLOCK, W1, _router
+from tests.support.small_maps import small_block_maps
 
 
 class RecordingLinkTestDouble(NatsLink):
@@ -594,6 +599,42 @@ async def test_pages_answered_out_of_order_end_as_every_donor_added_at_once(monk
         assert len(router.catalog) == 0  # held until the sync is over (or enough are held, or the delay passed)
         await router.on_sync_page(_page(regs, after=after, upto=upto), MsgTestDouble(""))
     assert router.catalog.snapshot() == _sync_catalog_of(registrations) and not router._held
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_sync_adds_its_donors_to_block_maps_settled_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block maps left mid-rewrite (by a replica's blocks recovered just before its sync) are settled, a bounded step a
+    loop turn, before held donors are added: a map mid-rewrite cannot write a held block's posting in place, so each
+    would go to its overlay and grow it into more rewrites."""
+    small_block_maps(monkeypatch)
+    monkeypatch.setattr(handler_module, "SETTLE_ENTRIES", 100)
+    steps: list[int] = []
+    settle = DonorCatalog.settle_maps
+    monkeypatch.setattr(DonorCatalog, "settle_maps", lambda self, n: steps.append(n) or settle(self, n))
+    router = _sync_router(0, sync_window=1)
+    router._held.add_donors = 10
+    registrations = [_registration(2 * i + 1, blocks=300) for i in range(20)]  # worker W1, rank 0, 1 or 2
+    for rank in range(3):  # the blocks recovered
+        hashes = [h for r in registrations if r.dp_rank == rank for h in r.block_hashes]
+        for event_id, first in enumerate(range(0, len(hashes), 200), start=1):
+            stored = KvStored(list(range(first, first + 200))[: len(hashes) - first], hashes[first : first + 200])
+            event = KvEvent(worker_id=W1, event_id=event_id, data=stored, dp_rank=rank)
+            router.on_kv_events(KvEventBatch(1, 0, 0, [event]))
+    assert router.catalog.maps_rewrite_left() > 0
+    add_rows = router.catalog.add_rows
+    left_at_add: list[int] = []
+
+    def add_rows_seen(*args: Any, **kwargs: Any) -> int:
+        left_at_add.append(router.catalog.maps_rewrite_left())
+        return add_rows(*args, **kwargs)
+
+    monkeypatch.setattr(router.catalog, "add_rows", add_rows_seen)
+    await router.request_sync()
+    await router.on_sync_page(_page(registrations[:10], next_cursor=10, last_cursor=20), MsgTestDouble(""))
+    assert left_at_add == [0] and len(steps) > 2 and set(steps) == {100}
+    await router.on_sync_page(_page(registrations[10:], after=10), MsgTestDouble(""))
+    assert left_at_add[0] == 0 and len(router.catalog) == 20
+    assert all(router.catalog.is_resident(r.donor_id) for r in registrations)
     assert gc.get_freeze_count() == 0
 
 
