@@ -655,22 +655,34 @@ static void um_lower_bounds(const uint64_t *keys, int64_t m, const uint64_t *pro
     }
 }
 
-/* u64map.U64Map._base_hits' directory search: the lower bound of each probe in the window of 2**steps keys from the
- * start of its run (the run's start from `dir`, int32 or int64 entries, clamped to m - 2**steps). */
-static void um_dir_bounds(const uint64_t *keys, int64_t m, const void *dir, int wide, uint64_t shift, int64_t steps,
+/* u64map.U64Map._base_hits' directory search, by interpolation: a probe's run holds the keys that share its top
+ * 64 - shift bits, in [dir[run], dir[run + 1]) (the last run ends at m), and uniform keys (the directory's condition)
+ * spread evenly over it, so the probe's place in the run's key range points within a few keys of its lower bound,
+ * which a short walk finds (the lower bound, clamped to m - 1). The guesses of a lane group are fetched first: their
+ * loads are independent, the walks that follow mostly hit what the fetches brought. */
+static void um_dir_bounds(const uint64_t *keys, int64_t m, const void *dir, int wide, uint64_t shift,
                           const uint64_t *probe, int64_t n, int64_t *at) {
-    int64_t width = (int64_t)1 << steps, last = m - width;
+    int64_t last_run = ((int64_t)1 << (64 - shift)) - 1;
     for (int64_t i0 = 0; i0 < n; i0 += UM_LANES) {
         int64_t lanes = n - i0 < UM_LANES ? n - i0 : UM_LANES;
-        int64_t lo[UM_LANES];
+        int64_t start[UM_LANES], end[UM_LANES], guess[UM_LANES];
         for (int64_t j = 0; j < lanes; j++) {
-            uint64_t run = probe[i0 + j] >> shift;
-            int64_t start = wide ? ((const int64_t *)dir)[run] : (int64_t)((const int32_t *)dir)[run];
-            lo[j] = start < last ? start : last;
+            uint64_t p = probe[i0 + j], run = p >> shift;
+            start[j] = wide ? ((const int64_t *)dir)[run] : (int64_t)((const int32_t *)dir)[run];
+            end[j] = (int64_t)run == last_run ? m
+                     : wide                  ? ((const int64_t *)dir)[run + 1]
+                                             : (int64_t)((const int32_t *)dir)[run + 1];
+            uint64_t within = p - (run << shift);
+            guess[j] = start[j] + (int64_t)(((unsigned __int128)within * (uint64_t)(end[j] - start[j])) >> shift);
+            __builtin_prefetch(&keys[guess[j] < m ? guess[j] : m - 1]);
         }
-        for (int64_t step = width >> 1; step >= 1; step >>= 1)
-            for (int64_t j = 0; j < lanes; j++) lo[j] += keys[lo[j] + step - 1] < probe[i0 + j] ? step : 0;
-        for (int64_t j = 0; j < lanes; j++) at[i0 + j] = lo[j];
+        for (int64_t j = 0; j < lanes; j++) {
+            uint64_t p = probe[i0 + j];
+            int64_t a = guess[j];
+            while (a > start[j] && keys[a - 1] >= p) a--;
+            while (a < end[j] && keys[a] < p) a++;
+            at[i0 + j] = a < m - 1 ? a : m - 1;
+        }
     }
 }
 
@@ -698,7 +710,7 @@ EXPORT void um_locate(const int64_t *args) {
         const uint64_t *keys = UM_PTR(const uint64_t *, UM_BASE_KEYS), *held = UM_PTR(const uint64_t *, UM_BASE_VALUES);
         if (args[UM_DIR_STEPS])
             um_dir_bounds(keys, n_base, UM_PTR(const void *, UM_DIR), (int)args[UM_DIR_WIDE],
-                          (uint64_t)args[UM_DIR_SHIFT], args[UM_DIR_STEPS], probe, n, base_at);
+                          (uint64_t)args[UM_DIR_SHIFT], probe, n, base_at);
         else
             um_lower_bounds(keys, n_base, probe, n, base_at);
         for (int64_t i = 0; i < n; i++) {
