@@ -28,7 +28,8 @@ from array import array
 from collections import OrderedDict, deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import accumulate, chain, compress
+from operator import attrgetter, is_
 
 from ..donor_index import VectorDtype
 from ..events.schemas import DonorRegistration, KvEvent, SyncColumns, SyncRows
@@ -44,6 +45,8 @@ from .residency import (
     sync_columns,
     sync_row_bytes,
 )
+
+_DONOR_ID, _BLOB = attrgetter("donor_id"), attrgetter("blob")
 
 PENDING_LOCAL_DONORS = 4096
 """Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
@@ -342,41 +345,40 @@ class DonorCatalog:
         """
         with self._lock:
             page = CatalogPage([], [], [], [], False)
-            cursors, entries, blobs, embeddings = page.cursors, page.entries, page.blobs, page.embeddings
-            picked: list[tuple[int, DonorEntry]] = []
-            order, order_entries, donor = self._order, self._order_entries, self._residency.donor
+            order, order_entries, current = self._order, self._order_entries, self._residency.donors_of
             left = max_bytes
             i = bisect.bisect_right(order, after)
+            end = len(order) if upto is None else bisect.bisect_right(order, upto)
             while True:
                 # the next few current entries, their embeddings read back together and sized together
-                del picked[:]
-                want = min(READ_BACK, limit + 1 - len(entries))
-                while i < len(order) and len(picked) < want:
-                    seq, entry = order[i], order_entries[i]
-                    if upto is not None and seq > upto:
-                        break
-                    i += 1
-                    if donor(entry.donor_id) is entry:
-                        picked.append((seq, entry))
+                want = min(READ_BACK, limit + 1 - len(page.entries))
+                picked: list[tuple[int, DonorEntry]] = []
+                while i < end and len(picked) < want:
+                    j = min(end, i + want - len(picked))
+                    ahead = order_entries[i:j]
+                    kept = map(is_, current(map(_DONOR_ID, ahead)), ahead)  # not replaced or gone since
+                    picked += compress(zip(order[i:j], ahead, strict=True), kept)
+                    i = j
                 if not picked:
                     return page
                 embedded = self._with_embeddings(picked)
-                sizes = sync_row_bytes([entry for _, entry, _ in embedded]) if left is not None else None
-                for k, (seq, entry, embedding) in enumerate(embedded):
-                    if len(entries) == limit:
-                        page.more = True
-                        return page
-                    if left is not None and sizes is not None:
-                        if sizes[k] > left:
-                            if entries:
-                                page.more = True
-                                return page
-                            limit = 1  # too large for any page: it goes alone
-                        left -= sizes[k]
-                    cursors.append(seq)
-                    entries.append(entry)
-                    blobs.append(entry.blob)
-                    embeddings.append(embedding)
+                take = min(limit - len(page.entries), len(embedded))
+                if left is not None:
+                    spent = list(accumulate(sync_row_bytes([entry for _, entry, _ in embedded[:take]])))
+                    fits = bisect.bisect_right(spent, left)
+                    if not fits and not page.entries and take:  # too large for any page: it goes alone
+                        fits, limit = 1, 1
+                    take = min(take, fits)
+                    left -= spent[take - 1] if take else 0
+                if take:
+                    seqs, chosen, embeddings = zip(*embedded[:take], strict=True)
+                    page.cursors += seqs
+                    page.entries += chosen
+                    page.blobs += map(_BLOB, chosen)
+                    page.embeddings += embeddings
+                if take < len(embedded):
+                    page.more = True
+                    return page
 
     def _with_embeddings(self, picked: list[tuple[int, DonorEntry]]) -> list[tuple[int, DonorEntry, bytes | None]]:
         """Each entry with the embedding the search index holds for it (None: it holds its own), read back in one call

@@ -86,6 +86,22 @@ def test_holds_says_which_donors_are_indexed_in_the_namespace_with_the_embedding
         assert loaded.stored_embeddings(["a1", "b1"], NS_B)[0] is None
 
 
+@pytest.mark.parametrize("dtype", ["i8", "f16"])
+def test_a_read_back_of_one_namespace_reads_what_a_mixed_one_reads(dtype: VectorDtype) -> None:
+    """A page's usual read-back (every donor indexed, one namespace) takes one call for all; it reads the same rows as
+    a read-back that mixes namespaces and unknown donors, and the namespace filter still applies."""
+    index, vectors = _filled(dtype)
+    ids = [f"a{i}" for i in range(40) if i != 3]
+    alone = index.stored_embeddings(ids)
+    mixed = index.stored_embeddings([*ids, "b1", "unknown"])
+    assert alone == mixed[: len(ids)] and mixed[-1] is None and all(row is not None for row in alone)
+    assert len({row for row in alone}) == len(ids)  # each donor its own row
+    assert index.stored_embeddings(ids, NS_A) == alone
+    assert index.stored_embeddings(ids, NS_B) == [None] * len(ids)
+    if dtype == "i8":
+        assert alone[0] == i8_codes(vectors["a0"].reshape(1, -1))[0][0].tobytes()
+
+
 def _refused(loaded: DonorIndex, path: Path, reason: str) -> None:
     before = (len(loaded), loaded.namespaces())
     with pytest.raises(SnapshotError) as raised:
