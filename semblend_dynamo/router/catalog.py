@@ -29,7 +29,7 @@ from collections import OrderedDict, deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress
-from operator import attrgetter, is_
+from operator import attrgetter, is_, not_
 
 from ..donor_index import VectorDtype
 from ..events.schemas import DonorRegistration, KvEvent, SyncColumns, SyncRows
@@ -46,7 +46,7 @@ from .residency import (
     sync_row_bytes,
 )
 
-_DONOR_ID, _BLOB = attrgetter("donor_id"), attrgetter("blob")
+_DONOR_ID, _BLOB, _MISSING = attrgetter("donor_id"), attrgetter("blob"), attrgetter("missing")
 
 PENDING_LOCAL_DONORS = 4096
 """Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
@@ -530,7 +530,7 @@ class DonorCatalog:
             keep = [i for i, entry in enumerate(self._order_entries) if self._residency.donor(entry.donor_id) is entry]
             self._order = array("q", (self._order[i] for i in keep))
             self._order_entries = [self._order_entries[i] for i in keep]
-        self._sync_pipeline()
+        self._sync_pipeline(taken if not evicted else None)
         self.changed = True
 
     def _forget_locked(self, donor_id: str) -> None:
@@ -539,19 +539,25 @@ class DonorCatalog:
         if self.indexer is not None:
             self.indexer.remove(donor_id)
 
-    def _sync_pipeline(self) -> None:
-        """Keep the pipeline's donors equal to the resident ones (peers' embeddings indexed in batches)."""
+    def _sync_pipeline(self, taken: list[DonorEntry] | None = None) -> None:
+        """Keep the pipeline's donors equal to the resident ones (peers' embeddings indexed in batches). ``taken``: the
+        batch only took these new entries (no donor replaced or removed), so the donors that arrived are those of them
+        now resident: found without a look-up by id (a sync's usual add; ~0.3 µs a donor at 1M)."""
         changes = self._residency.take_changes()
         if not changes:
             return
         self.changed = True
+        if taken is not None and not self._local_tokens and self.indexer is not None:
+            resident = list(compress(taken, map(not_, map(_MISSING, taken))))
+            if len(resident) == len(changes):  # every change is the arrival of one of them
+                self._index_peers(resident)
+                return
         left = {donor_id for donor_id, resident in changes if not resident}
         for donor_id in left:  # its KV is partly gone: a peer's copy would have to be re-registered anyway
             if self._residency.donor(donor_id) is not None:
                 self._forget_locked(donor_id)
         if self.indexer is None:
             return
-        index = self.indexer.discovery.index
         arrived = [donor_id for donor_id, resident in changes if resident]
         if left:
             arrived = [donor_id for donor_id in arrived if donor_id not in left]
@@ -567,7 +573,12 @@ class DonorCatalog:
                 else:  # registered here: spans from its tokens, the embedding already computed
                     vector = entry.vector() if entry.embedding_dim else None
                     self.indexer.add_local(entry.donor_id, local[0], local[1], vector, owner=entry)
-        if index is not None and peers:
+        self._index_peers(peers)
+
+    def _index_peers(self, peers: list[DonorEntry]) -> None:
+        """Queue resident peers' donors for the search index (those with an embedding of its dimension)."""
+        index = None if self.indexer is None else self.indexer.discovery.index
+        if self.indexer is not None and index is not None and peers:
             self.indexer.add_peers(list(compress(peers, (embedding_dims(peers) == index.dim).tolist())))
 
     def _pipeline_indexed(self, entries: list[object]) -> None:

@@ -166,6 +166,30 @@ def test_a_sync_pages_rows_end_where_its_registrations_added_one_by_one_end() ->
     assert entry is not None and entry.embedding_codes  # the catalog's index is i8: its donors keep the codes
 
 
+def test_a_sync_add_of_new_donors_queues_for_the_index_exactly_those_it_made_resident() -> None:
+    """A page's new donors (nothing replaced or evicted: the pipeline takes them from the entries taken, not by id)
+    enter the search index only when resident, as when added one by one; the others join once their blocks arrive."""
+    rows_catalog, dim = _catalog(capacity=100)
+    one, _ = _catalog(capacity=100)
+    for catalog in (rows_catalog, one):
+        catalog.apply_kv_events([_stored(1, *range(1, 21))])  # blocks 1-20 stored on W1
+    registrations = [_donor(f"d{i}", [i + 1, i + 2], dim, registered_at=float(i)) for i in range(30)]  # d19-d29 not
+    page = DonorSyncPage.of(
+        registrations, router_id="peer", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=30
+    )
+    columns = decode(encode(page), DonorSyncPage, max_bytes=1 << 20).rows()
+    assert rows_catalog.add_rows([(columns, range(30))]) == 30
+    for registration in registrations:
+        one.add(registration)
+    for catalog in (rows_catalog, one):
+        assert catalog.drain(10)
+        discovery = catalog.indexer.discovery if catalog.indexer else None
+        assert discovery is not None and discovery.index is not None
+        assert {f"d{i}" for i in range(30) if f"d{i}" in discovery.index} == {f"d{i}" for i in range(19)}
+        catalog.apply_kv_events([_stored(2, *range(21, 32))])
+        assert catalog.drain(10) and all(f"d{i}" in discovery.index for i in range(30))
+
+
 def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_from_the_index() -> None:
     catalog, dim = _catalog()
     sent = [_donor("indexed", [1, 2], dim), _donor("waiting", [50], dim)]
