@@ -1107,8 +1107,8 @@ class SemanticRouter:
     async def _settle_before_adding(self) -> None:
         """Finish the block maps' rewrites in progress, a bounded step a loop turn, before held donors are added: a map
         mid-rewrite cannot write a held block's posting in place, so each would go to its overlay and grow it into
-        more rewrites (a late replica's blocks recovered just before its sync leave most maps so: at 1M donors its
-        adds took ~13% more CPU). Stops early while another thread holds the catalog."""
+        more rewrites (a late replica's blocks recovered just before its sync leave most maps so: at 1M donors in
+        process its adds took 11-22% more CPU). Stops early while another thread holds the catalog."""
         while (settled := self.catalog.settle_maps(SETTLE_ENTRIES)) is not None:
             self._settled += settled[0]
             if not settled[1]:
