@@ -196,7 +196,7 @@ class DonorCatalog:
                     if evicted
                     else []
                 )
-                self._add_locked(added, evicted, taken)
+                self._add_locked(added, evicted, taken, dim=_one_dim([rows for rows, _ in kept]))
             return len(ids)
 
     def forget(self, donor_id: str) -> bool:
@@ -503,11 +503,17 @@ class DonorCatalog:
         return picked
 
     def _add_locked(
-        self, added: list[tuple[str, float]], evicted: list[str], taken: list[DonorEntry] | None = None
+        self,
+        added: list[tuple[str, float]],
+        evicted: list[str],
+        taken: list[DonorEntry] | None = None,
+        *,
+        dim: int | None = None,
     ) -> None:
         """Residency took the ``(donor_id, registered_at)`` pairs ``added`` and pushed out ``evicted``: each pair gets
         the next cursor, which stays the donor's unless it was evicted or replaced later in the batch; then the
-        pipeline follows. ``taken``: the entries residency took for ``added``, in order, when no donor repeats."""
+        pipeline follows. ``taken``: the entries residency took for ``added``, in order, when no donor repeats;
+        ``dim``: (with ``taken``) the embedding dimension of every one of them, if known."""
         for donor_id in evicted:
             self._forget_locked(donor_id)
         if not evicted and taken is not None:
@@ -530,7 +536,7 @@ class DonorCatalog:
             keep = [i for i, entry in enumerate(self._order_entries) if self._residency.donor(entry.donor_id) is entry]
             self._order = array("q", (self._order[i] for i in keep))
             self._order_entries = [self._order_entries[i] for i in keep]
-        self._sync_pipeline(taken if not evicted else None)
+        self._sync_pipeline(taken if not evicted else None, dim)
         self.changed = True
 
     def _forget_locked(self, donor_id: str) -> None:
@@ -539,10 +545,11 @@ class DonorCatalog:
         if self.indexer is not None:
             self.indexer.remove(donor_id)
 
-    def _sync_pipeline(self, taken: list[DonorEntry] | None = None) -> None:
+    def _sync_pipeline(self, taken: list[DonorEntry] | None = None, dim: int | None = None) -> None:
         """Keep the pipeline's donors equal to the resident ones (peers' embeddings indexed in batches). ``taken``: the
         batch only took these new entries (no donor replaced or removed), so the donors that arrived are those of them
-        now resident: found without a look-up by id (a sync's usual add; ~0.3 µs a donor at 1M)."""
+        now resident: found without a look-up by id (a sync's usual add; ~0.3 µs a donor at 1M); ``dim``: the
+        embedding dimension of every one of them, if known."""
         changes = self._residency.take_changes()
         if not changes:
             return
@@ -550,7 +557,7 @@ class DonorCatalog:
         if taken is not None and not self._local_tokens and self.indexer is not None:
             resident = list(compress(taken, map(not_, map(_MISSING, taken))))
             if len(resident) == len(changes):  # every change is the arrival of one of them
-                self._index_peers(resident)
+                self._index_peers(resident, dim)
                 return
         left = {donor_id for donor_id, resident in changes if not resident}
         for donor_id in left:  # its KV is partly gone: a peer's copy would have to be re-registered anyway
@@ -575,11 +582,17 @@ class DonorCatalog:
                     self.indexer.add_local(entry.donor_id, local[0], local[1], vector, owner=entry)
         self._index_peers(peers)
 
-    def _index_peers(self, peers: list[DonorEntry]) -> None:
-        """Queue resident peers' donors for the search index (those with an embedding of its dimension)."""
+    def _index_peers(self, peers: list[DonorEntry], dim: int | None = None) -> None:
+        """Queue resident peers' donors for the search index (those with an embedding of its dimension; ``dim``: the
+        dimension of every one of them, if known)."""
         index = None if self.indexer is None else self.indexer.discovery.index
-        if self.indexer is not None and index is not None and peers:
-            self.indexer.add_peers(list(compress(peers, (embedding_dims(peers) == index.dim).tolist())))
+        if self.indexer is None or index is None or not peers:
+            return
+        if dim is None:
+            peers = list(compress(peers, (embedding_dims(peers) == index.dim).tolist()))
+        elif dim != index.dim:
+            return
+        self.indexer.add_peers(peers)
 
     def _pipeline_indexed(self, entries: list[object]) -> None:
         """The pipeline indexed these entries' donors (indexer thread): an entry still the catalog's keeps no copy of
@@ -595,6 +608,16 @@ class DonorCatalog:
                     and entry.donor_id in index
                 ):
                     entry.drop_embedding()
+
+
+def _one_dim(pages: Sequence[SyncRows]) -> int | None:
+    """The embedding dimension of every row of these pages, if they have one (then it need not be read from each
+    donor's blob)."""
+    dims = {rows.embedding_dims[0] for rows in pages if len(rows)}
+    if len(dims) != 1:
+        return None
+    dim = dims.pop()
+    return dim if all(rows.embedding_dims.count(dim) == len(rows) for rows in pages) else None
 
 
 def _not_of(rows: SyncRows, picked: Sequence[int], router_id: str) -> list[int]:

@@ -1185,7 +1185,7 @@ class Residency:
         return list(map(self._donors.__getitem__, donor_ids))
 
     def knows_any(self, donor_ids: Iterable[str]) -> bool:
-        return any(map(self._donors.__contains__, donor_ids))
+        return not self._donors.keys().isdisjoint(donor_ids)
 
     def donors(self) -> Iterable[DonorEntry]:
         return self._donors.values()

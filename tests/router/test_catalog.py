@@ -188,6 +188,26 @@ def test_a_sync_add_of_new_donors_queues_for_the_index_exactly_those_it_made_res
         assert {f"d{i}" for i in range(30) if f"d{i}" in discovery.index} == {f"d{i}" for i in range(19)}
         catalog.apply_kv_events([_stored(2, *range(21, 32))])
         assert catalog.drain(10) and all(f"d{i}" in discovery.index for i in range(30))
+    # resident donors whose embedding the index cannot take (another size; none) are not queued, on a page of one
+    # size as on a mixed one
+    other = [_donor(f"o{i}", [i + 1], dim // 2) for i in range(5)] + [_donor(f"z{i}", [i + 1], 0) for i in range(5)]
+    mixed = [_donor(f"m{i}", [i + 1], dim) for i in range(5)] + [_donor(f"n{i}", [i + 1], dim // 2) for i in range(5)]
+    indexer = rows_catalog.indexer
+    assert indexer is not None
+    queued: list[str] = []
+    add_peers = indexer.add_peers
+    indexer.add_peers = lambda donors: queued.extend(d.donor_id for d in donors) or add_peers(donors)  # type: ignore[method-assign]
+    for group in (other[:5], other[5:], mixed):
+        page = DonorSyncPage.of(
+            group, router_id="peer", deployment="d", after=0, upto=None, next_cursor=None, last_cursor=len(group)
+        )
+        columns = decode(encode(page), DonorSyncPage, max_bytes=1 << 20).rows()
+        assert rows_catalog.add_rows([(columns, range(len(group)))]) == len(group)
+    assert rows_catalog.drain(10)
+    index = rows_catalog.indexer.discovery.index if rows_catalog.indexer else None
+    assert index is not None and all(r.donor_id in rows_catalog for r in other + mixed)
+    assert {r.donor_id for r in other + mixed if r.donor_id in index} == {f"m{i}" for i in range(5)}
+    assert queued == [f"m{i}" for i in range(5)]  # the others not even queued
 
 
 def test_an_indexed_donor_keeps_no_embedding_copy_and_its_page_reads_it_back_from_the_index() -> None:
