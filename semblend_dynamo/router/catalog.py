@@ -29,7 +29,7 @@ from collections import OrderedDict, deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress
-from operator import attrgetter, is_, not_
+from operator import attrgetter, not_
 
 from ..donor_index import VectorDtype
 from ..events.schemas import DonorRegistration, KvEvent, SyncColumns, SyncRows
@@ -46,7 +46,7 @@ from .residency import (
     sync_row_bytes,
 )
 
-_DONOR_ID, _BLOB, _MISSING = attrgetter("donor_id"), attrgetter("blob"), attrgetter("missing")
+_BLOB, _MISSING = attrgetter("blob"), attrgetter("missing")
 
 PENDING_LOCAL_DONORS = 4096
 """Prompts registered here whose blocks have not shown up yet (their tokens wait for residency)."""
@@ -345,7 +345,7 @@ class DonorCatalog:
         """
         with self._lock:
             page = CatalogPage([], [], [], [], False)
-            order, order_entries, current = self._order, self._order_entries, self._residency.donors_of
+            order, order_entries, current = self._order, self._order_entries, self._residency.current
             left = max_bytes
             i = bisect.bisect_right(order, after)
             end = len(order) if upto is None else bisect.bisect_right(order, upto)
@@ -356,8 +356,7 @@ class DonorCatalog:
                 while i < end and len(picked) < want:
                     j = min(end, i + want - len(picked))
                     ahead = order_entries[i:j]
-                    kept = map(is_, current(map(_DONOR_ID, ahead)), ahead)  # not replaced or gone since
-                    picked += compress(zip(order[i:j], ahead, strict=True), kept)
+                    picked += compress(zip(order[i:j], ahead, strict=True), current(ahead))
                     i = j
                 if not picked:
                     return page
@@ -533,7 +532,7 @@ class DonorCatalog:
                     self._order.append(self._seq)
                     self._order_entries.append(entry)
         if len(self._order) > 2 * len(self._residency) + 1024:
-            keep = [i for i, entry in enumerate(self._order_entries) if self._residency.donor(entry.donor_id) is entry]
+            keep = list(compress(range(len(self._order_entries)), self._residency.current(self._order_entries)))
             self._order = array("q", (self._order[i] for i in keep))
             self._order_entries = [self._order_entries[i] for i in keep]
         self._sync_pipeline(taken if not evicted else None, dim)

@@ -18,8 +18,8 @@ import sys
 from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
-from itertools import repeat
-from operator import attrgetter, getitem, itemgetter
+from itertools import compress, repeat
+from operator import attrgetter, getitem, is_, itemgetter
 from typing import TypeVar, cast
 
 import numpy as np
@@ -1006,8 +1006,8 @@ class Residency:
             del order[:head]
             self._order_head = head = 0
         if len(order) > 2 * len(self._donors) + 1024:
-            donors = self._donors
-            self._order = [entry for entry in order[head:] if donors.get(entry.donor_id) is entry]
+            live = order[head:]
+            self._order = list(compress(live, self.current(live)))
             self._order_head = 0
 
     def _post(self, blocks: _WorkerBlocks, entries: list[DonorEntry], *, replaced: bool = True) -> None:
@@ -1179,6 +1179,10 @@ class Residency:
     def donors_of(self, donor_ids: Iterable[str]) -> list[DonorEntry | None]:
         """:meth:`donor` of each id."""
         return list(map(self._donors.get, donor_ids))
+
+    def current(self, entries: Sequence[DonorEntry]) -> list[bool]:
+        """Whether each entry is still its donor's (not replaced or removed since it was taken)."""
+        return list(map(is_, map(self._donors.get, map(_DONOR_ID, entries)), entries))
 
     def entries(self, donor_ids: Iterable[str]) -> list[DonorEntry]:
         """The entries of donors known to be held (KeyError otherwise)."""
