@@ -48,7 +48,7 @@ VectorDtype = Literal["f16", "i8"]
 
 
 class DonorIndexError(ValueError):
-    """Invalid input to the index (bad vector, empty id). Callers decline with ``INVALID_EMBEDDING``."""
+    """Invalid input to the index (bad vector, empty id). Discovery declines such a prompt ``INVALID_EMBEDDING``."""
 
 
 class DonorHit(BaseModel):

@@ -520,7 +520,11 @@ class DonorDiscovery:
         embedded = False
         exact_plan = decision.plan is not None and decision.plan.mode == "exact"
         if embed and self.embedder is not None and n > self.cfg.block_size and not exact_plan:
-            embedded, hits, kth = self._search(digest, target, resident, timings if timed else None, prompt_vector)
+            embedded, hits, kth, failure = self._search(
+                digest, target, resident, timings if timed else None, prompt_vector
+            )
+            if failure is not None and not spans:  # no evidence at all: say why, rather than "no candidate"
+                decision = PlanDecision(plan=None, reason=DeclineReason.INVALID_EMBEDDING, detail=failure)
             similarity = _span_similarity(spans, hits, kth, self.cfg.min_similarity)
             if spans and similarity is not None:
                 t0 = time.perf_counter() if timed else 0.0
@@ -566,11 +570,12 @@ class DonorDiscovery:
         resident: Collection[str] | None,
         timings: StageTimings | None,
         prompt_vector: np.ndarray | None = None,
-    ) -> tuple[bool, dict[str, float], float | None]:
+    ) -> tuple[bool, dict[str, float], float | None, str | None]:
         """Embed a bounded sample of the prompt's windows and search the namespace; counted on failure.
 
-        Returns (searched, similarity per hit, the k-th similarity when the search returned a full top-k). ``timings``:
-        where the embedding's and the search's time go (None: not timed).
+        Returns (searched, similarity per hit, the k-th similarity when the search returned a full top-k, why the
+        prompt could not be embedded or searched if it could not). ``timings``: where the embedding's and the search's
+        time go (None: not timed).
         """
         assert self.index is not None
         t0 = time.perf_counter()
@@ -579,26 +584,26 @@ class DonorDiscovery:
         except (EmbeddingError, TokenizerError) as exc:
             self.counters["prompt_embedding_errors"] += 1
             log.debug("prompt not embedded: %s", exc)
-            return False, {}, None
+            return False, {}, None, f"prompt not embedded: {exc}"
         finally:
             if timings is not None:
                 timings.embed = _us(t0)
         if vector is None:
-            return False, {}, None
+            return False, {}, None, None
         t0 = time.perf_counter()
         try:
             found = self.index.search(digest, vector, self.cfg.top_k)
         except DonorIndexError as exc:
             self.counters["prompt_embedding_errors"] += 1
             log.debug("search rejected the prompt vector: %s", exc)
-            return False, {}, None
+            return False, {}, None, f"search rejected the prompt vector: {exc}"
         finally:
             if timings is not None:
                 timings.search = _us(t0)
         allowed = None if resident is None else set(resident)
         hits = {h.donor_id: float(h.similarity) for h in found if allowed is None or h.donor_id in allowed}
         kth = found[-1].similarity if len(found) >= self.cfg.top_k else None
-        return True, hits, kth
+        return True, hits, kth, None
 
     def _result(
         self,

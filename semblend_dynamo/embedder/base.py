@@ -11,7 +11,7 @@ import numpy as np
 class EmbeddingError(ValueError):
     """Input that cannot be embedded (empty text) or output that is not a valid embedding (NaN/inf/zero).
 
-    Callers on the routing path turn it into ``DeclineReason.INVALID_EMBEDDING`` (or ``EMPTY_PROMPT``).
+    Discovery counts it and keeps to span evidence; a prompt with no span either is declined ``INVALID_EMBEDDING``.
     """
 
 

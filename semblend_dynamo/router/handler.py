@@ -506,6 +506,7 @@ class SemanticRouter:
             tenancy=routed.tenancy,
             timed=False,  # the stage is timed here, as a whole
         )
+        unembedded = False  # no spans, and the prompt could not be embedded
         if not (result.spans or result.exact_wins) and self.embeddings is not None:
             try:
                 vector = await self.embeddings.for_request(routed.tokens)
@@ -514,6 +515,7 @@ class SemanticRouter:
                 decision.reason = DeclineReason.EMBEDDING_OVERLOADED
                 return
             self.metrics.embeddings.labels("ok" if vector is not None else "error").inc()
+            unembedded = vector is None
             if vector is not None:
                 result = self.discovery.discover(
                     routed.request_id,
@@ -526,7 +528,7 @@ class SemanticRouter:
                     timed=False,
                 )
         decision.latency_us["semantic"] = (time.perf_counter() - t0) * 1e6
-        decision.reason = result.decision.reason
+        decision.reason = DeclineReason.INVALID_EMBEDDING if unembedded else result.decision.reason
         donor = self.catalog.resident_donor(result.primary_donor) if result.primary_donor else None
         if donor is None:
             decision.reason = decision.reason or DeclineReason.NO_CANDIDATE

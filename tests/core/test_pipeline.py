@@ -156,8 +156,10 @@ def test_out_of_vocabulary_prompt_is_searched_safely(tokenizer: TokenizerAdapter
     discovery = make(tokenizer)
     discovery.register_donor("d", NS, docs[0][:600])
     result = discovery.discover("r", NS, [10**9] * 200)  # ids the tokenizer cannot decode
-    assert result.decision.reason is DeclineReason.NO_CANDIDATE and not result.embedded
+    assert result.decision.reason is DeclineReason.INVALID_EMBEDDING and not result.embedded
+    assert "not embedded" in result.decision.detail
     assert discovery.counters["prompt_embedding_errors"] == 1
+    assert discovery.counters["decline:invalid_embedding"] == 1 and not discovery.counters["decline:no_candidate"]
 
 
 def test_embedding_failure_keeps_the_donor_span_indexed(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:
@@ -246,6 +248,7 @@ def test_nan_embeddings_are_counted_and_spans_still_work(tokenizer: TokenizerAda
     result = discovery.discover("r", NS, docs[3][:50] + docs[1][:600])
     assert discovery.counters["prompt_embedding_errors"] == 1 and not result.embedded
     assert [s.donor_id for s in result.spans] == ["d"]
+    assert result.decision.reason is not DeclineReason.INVALID_EMBEDDING  # the spans decide, as without embeddings
 
 
 def test_embed_prompt_matches_what_the_index_holds(tokenizer: TokenizerAdapter, docs: list[list[int]]) -> None:

@@ -70,6 +70,16 @@ async def test_200_concurrent_requests_none_waits_on_another_embedding() -> None
     double.release.set()
 
 
+async def test_a_prompt_that_cannot_be_embedded_routes_exact_only_declined_as_invalid_embedding() -> None:
+    router, _ = _router()
+    _make_resident_donor(router, _prompt((0, 1, 2)), W1)
+    router.embeddings = PromptEmbeddings(lambda prompts: [None] * len(prompts), queue_size=8, budget_s=5.0)
+    decision = await router.decide(router.parse({"token_ids": _unrelated(random.Random(5))}))
+    assert decision.reason is DeclineReason.INVALID_EMBEDDING and decision.hint is None
+    assert decision.allowed_worker is None
+    assert router.metrics.embeddings.labels("error")._value.get() == 1
+
+
 async def test_the_worker_batches_and_a_budget_kept_gives_the_vector() -> None:
     double = BlockingEmbedderTestDouble(dim=8)
     embeddings = PromptEmbeddings(double.embed_prompts, queue_size=64, budget_s=30.0, max_batch=16)
