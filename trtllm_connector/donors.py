@@ -60,7 +60,6 @@ class Donor:
     not copied)."""
     block_ids: tuple[int, ...]
     generation: int
-    pinned_at: float
     last_used: float
     leases: int = 0
     lineage: Lineage = Lineage.EXACT
@@ -206,7 +205,6 @@ class DonorRegistry:
             tokens=token_u32,
             block_ids=tuple(block_ids),
             generation=self._generation,
-            pinned_at=now,
             last_used=now,
             lineage=lineage,
             key=request_key(tokens_u32),
