@@ -70,10 +70,15 @@ async def test_200_concurrent_requests_none_waits_on_another_embedding() -> None
     double.release.set()
 
 
+def embed_nothing_test_double(prompts: Sequence[Sequence[int]]) -> list[np.ndarray | None]:
+    """``embed_prompts`` of an embedder that can embed no prompt (undecodable ids, a model giving NaN)."""
+    return [None] * len(prompts)
+
+
 async def test_a_prompt_that_cannot_be_embedded_routes_exact_only_declined_as_invalid_embedding() -> None:
     router, _ = _router()
     _make_resident_donor(router, _prompt((0, 1, 2)), W1)
-    router.embeddings = PromptEmbeddings(lambda prompts: [None] * len(prompts), queue_size=8, budget_s=5.0)
+    router.embeddings = PromptEmbeddings(embed_nothing_test_double, queue_size=8, budget_s=5.0)
     decision = await router.decide(router.parse({"token_ids": _unrelated(random.Random(5))}))
     assert decision.reason is DeclineReason.INVALID_EMBEDDING and decision.hint is None
     assert decision.allowed_worker is None
