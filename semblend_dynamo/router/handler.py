@@ -944,12 +944,10 @@ class SemanticRouter:
         after a large settle, the freed heap goes back to the OS (off the loop)."""
         loop = asyncio.get_running_loop()
         session = self._sync
-        settled = None if session is not None and session.active else self.catalog.settle_maps(SETTLE_ENTRIES)
-        if settled is None:
+        left = None if session is not None and session.active else self._settle_step()
+        if left is None:
             self._settle = loop.call_later(SETTLE_DELAY_S, self._settle_maps)
             return
-        written, left = settled
-        self._settled += written
         if left:
             self._settle = loop.call_soon(self._settle_maps)
             return
@@ -1111,11 +1109,17 @@ class SemanticRouter:
         mid-rewrite cannot write a held block's posting in place, so each would go to its overlay and grow it into
         more rewrites (a late replica's blocks recovered just before its sync leave most maps so: at 1M donors in
         process its adds took 11-22% more CPU). Stops early while another thread holds the catalog."""
-        while (settled := self.catalog.settle_maps(SETTLE_ENTRIES)) is not None:
-            self._settled += settled[0]
-            if not settled[1]:
-                return
+        while self._settle_step():
             await asyncio.sleep(0)
+
+    def _settle_step(self) -> int | None:
+        """One bounded step of the block maps' rewrites (:meth:`DonorCatalog.settle_maps`), counted: the entries still
+        to write, or None while another thread holds the catalog."""
+        settled = self.catalog.settle_maps(SETTLE_ENTRIES)
+        if settled is None:
+            return None
+        self._settled += settled[0]
+        return settled[1]
 
     def _syncing(self, syncing: bool) -> None:
         """Whether more sync pages are awaited: while they are, the collector stays off what the sync added and the
