@@ -55,74 +55,58 @@ TOKENS_PER_BLOCK = 32
 DELTA = 1234
 UNALIGNED_SRC_START, UNALIGNED_DST_START = 5, 19
 SWEEP = [
-    KernelTuning(1, 16, 2, 1, 40),
-    KernelTuning(1, 16, 4, 1, 40),
-    KernelTuning(1, 8, 2, 1, None),
-    KernelTuning(1, 8, 4, 1, None),
-    KernelTuning(1, 8, 8, 1, None),
-    KernelTuning(1, 8, 4, 1, 64),
-    KernelTuning(1, 4, 2, 1, None),
-    KernelTuning(1, 4, 2, 2, None),
+    KernelTuning(16, 2, 40),
+    KernelTuning(16, 4, 40),
+    KernelTuning(8, 2, None),
+    KernelTuning(8, 4, None),
+    KernelTuning(8, 8, None),
+    KernelTuning(8, 4, 64),
+    KernelTuning(4, 2, None),
 ]
-"""heads per iteration / warps / layers per program / target blocks per program / register cap."""
-NEW_SIZE_SWEEP = [
-    # persistent programs (k per multiprocessor: as many as fit, from the sm_90a register counts)
-    KernelTuning(1, 4, 2, 1, 64, programs_per_sm=8),
-    KernelTuning(1, 4, 1, 1, 64, 2, programs_per_sm=8),
-    KernelTuning(1, 8, 4, 1, None, programs_per_sm=4),
-    KernelTuning(1, 16, 4, 1, 40, programs_per_sm=3),
-    KernelTuning(1, 8, 4, 1, 64, programs_per_sm=4, pipeline_heads=True),
-    # pipelined head loads; two heads per iteration under caps that fit them without spills
-    KernelTuning(1, 8, 4, 1, 64, pipeline_heads=True),
-    KernelTuning(1, 4, 2, 1, 96, pipeline_heads=True),
-    KernelTuning(2, 4, 2, 1, 80),
-    KernelTuning(2, 8, 4, 1, 72),
-    KernelTuning(2, 4, 2, 1, 80, programs_per_sm=6),
-]
-"""Settings first swept in issue 16.4's follow-up: more bytes in flight per program, or no per-program start-up."""
+"""warps / layers per program / register cap."""
 LOAD_ALL_SIZE_SWEEP = [
     # one row group per program, all its (layer x head) tiles loaded before any store; tiles = layers x heads
-    KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True),
-    KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True),
-    KernelTuning(1, 8, 1, 1, None, 2, load_all_tiles=True),
-    KernelTuning(1, 8, 1, 1, None, load_all_tiles=True),
-    KernelTuning(1, 8, 2, 1, None, 4, load_all_tiles=True),
-    KernelTuning(1, 16, 1, 1, None, load_all_tiles=True),
+    KernelTuning(4, 1, None, 2, load_all_tiles=True),
+    KernelTuning(4, 1, None, 4, load_all_tiles=True),
+    KernelTuning(8, 1, None, 2, load_all_tiles=True),
+    KernelTuning(8, 1, None, load_all_tiles=True),
+    KernelTuning(8, 2, None, 4, load_all_tiles=True),
+    KernelTuning(16, 1, None, load_all_tiles=True),
 ]
 """Load-all-tiles programs (issue 16.4, session 9): 2, 4 or 8 tiles (all heads: Qwen2.5-7B 4, Llama-3-8B 8) at 4-16
 warps, uncapped (sm_90a counts: benchmarks/results/kern5/registers_sm90a_tiles.md)."""
-LAYERS_FASTEST_SIZE_SWEEP = [KernelTuning(1, 16, lpp, 1, 40, layers_fastest=True) for lpp in (1, 2)]
+LAYERS_FASTEST_SIZE_SWEEP = [KernelTuning(16, lpp, 40, layers_fastest=True) for lpp in (1, 2)]
 """Layers-fastest program order (issue 16.4, session 10): the best two of the session-10 H200 short run, the first the
 bf16 in-place default up to 8K tokens."""
 ONE_TRIP_SIZE_SWEEP = [
-    KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True),
-    KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
+    KernelTuning(16, 1, 40, layers_fastest=True, one_trip_start=True),
+    KernelTuning(4, 1, None, 4, load_all_tiles=True, one_trip_start=True),
 ]
 """The one-trip start (issue 16.4, session 12): the session-12 H200 short run's bf16 in-place default and its fp8
 in-place and fp8 copy (Qwen2.5-7B 2K) default."""
 SIZE_SWEEP = [
-    *(KernelTuning(1, 16, lpp, 1, 40) for lpp in (2, 4, 8)),
-    KernelTuning(1, 16, 4, 1, 32),
-    *(KernelTuning(1, 8, 4, 1, regs) for regs in (64, None)),
-    *(KernelTuning(1, 4, lpp, 1, regs) for lpp, regs in ((2, None), (4, None), (2, 64), (4, 64))),
-    *(KernelTuning(1, w, 8, 1, regs, hpp) for w, regs, hpp in ((4, None, 2), (4, None, 4), (4, 64, 2), (8, None, 4))),
-    *NEW_SIZE_SWEEP,
+    *(KernelTuning(16, lpp, 40) for lpp in (2, 4, 8)),
+    KernelTuning(16, 4, 32),
+    *(KernelTuning(8, 4, regs) for regs in (64, None)),
+    *(KernelTuning(4, lpp, regs) for lpp, regs in ((2, None), (4, None), (2, 64), (4, 64))),
+    *(KernelTuning(w, 8, regs, hpp) for w, regs, hpp in ((4, None, 2), (4, None, 4), (4, 64, 2), (8, None, 4))),
     *LOAD_ALL_SIZE_SWEEP,
     *LAYERS_FASTEST_SIZE_SWEEP,
     *ONE_TRIP_SIZE_SWEEP,
 ]
 """``--sweep-every-size``: every case gets its own sweep (small prompts want more, smaller programs: fewer layers or
-heads per program). 34 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
-`NEW_SIZE_SWEEP`, `LOAD_ALL_SIZE_SWEEP`, `LAYERS_FASTEST_SIZE_SWEEP` and `ONE_TRIP_SIZE_SWEEP`."""
-_BF16_DEFAULT = KernelTuning(1, 16, 1, 1, 40, layers_fastest=True)
-_BF16_TILES = KernelTuning(1, 4, 1, 1, None, 2, load_all_tiles=True, layers_fastest=True)
-_FP8_TILES = KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True)
-_FP8_GRID = KernelTuning(1, 4, 2, 1, 64)
+heads per program). 24 settings: the 14 of the issue 16.4 final sweep that came within 2% of a case's best there,
+`LOAD_ALL_SIZE_SWEEP`, `LAYERS_FASTEST_SIZE_SWEEP` and `ONE_TRIP_SIZE_SWEEP` (the persistent, pipelined and
+two-heads-a-step settings swept with them until session 28 won nowhere and were removed from the kernels)."""
+_BF16_DEFAULT = KernelTuning(16, 1, 40, layers_fastest=True)
+_BF16_TILES = KernelTuning(4, 1, None, 2, load_all_tiles=True, layers_fastest=True)
+_FP8_TILES = KernelTuning(4, 1, None, 4, load_all_tiles=True)
+_FP8_GRID = KernelTuning(4, 2, 64)
 CASE_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
     ("bf16", "inplace"): [
         # baselines: the session-10 H200 default and runners-up, and 2 heads per program without the new start
         _BF16_DEFAULT,
-        KernelTuning(1, 16, 2, 1, 40, layers_fastest=True),
+        KernelTuning(16, 2, 40, layers_fastest=True),
         replace(_BF16_DEFAULT, heads_per_program=2),
         _BF16_TILES,
         # one-trip start: the default, under a 32-register cap (4 programs of 16 warps per multiprocessor), with 2
@@ -130,7 +114,7 @@ CASE_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
         replace(_BF16_DEFAULT, one_trip_start=True),
         replace(_BF16_DEFAULT, max_registers=32, one_trip_start=True),
         replace(_BF16_DEFAULT, heads_per_program=2, one_trip_start=True),
-        KernelTuning(1, 16, 2, 1, 40, layers_fastest=True, one_trip_start=True),
+        KernelTuning(16, 2, 40, layers_fastest=True, one_trip_start=True),
         replace(_BF16_TILES, one_trip_start=True),
     ],
     ("fp8", "inplace"): [
@@ -140,7 +124,7 @@ CASE_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
         replace(_FP8_GRID, one_trip_start=True),
     ],
     ("fp8", "copy"): [
-        KernelTuning(1, 4, 4, 1, None),
+        KernelTuning(4, 4, None),
         _FP8_TILES,
         replace(_FP8_TILES, one_trip_start=True),
     ],
@@ -151,7 +135,7 @@ order, cache hints, unmasked full tiles and fp16 rotation for fp8 here: docs/ben
 _BF16_ONE_TRIP = replace(_BF16_DEFAULT, one_trip_start=True)
 SESSION14_SWEEP: dict[tuple[str, str], list[KernelTuning]] = {
     ("bf16", "inplace"): [
-        # baselines: the default (``h1w16l1b1r40+L+S``, all heads a program) and its two-heads-a-program twin
+        # baselines: the default (``w16l1r40+L+S``, all heads a program) and its two-heads-a-program twin
         _BF16_ONE_TRIP,
         replace(_BF16_ONE_TRIP, heads_per_program=2),
         # L2 bulk prefetch of the program's K first (+F): all heads, 2 heads (the first H200 call's best at Qwen 2K and
@@ -317,18 +301,15 @@ def _load_all_vs_rest(times: dict[KernelTuning, float]) -> str:
 
 
 def short_name(t: KernelTuning) -> str:
-    """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back; ``+L``: layers
-    fastest, ``+S``: one-trip start, ``+F``: L2 prefetch)."""
+    """The setting as the sweep lines print it (benchmarks/pick_rope_defaults.py reads it back): warps, layers per
+    program, register cap, then ``p``: heads per program, ``a``: load all tiles, ``+L``: layers fastest, ``+S``:
+    one-trip start, ``+F``: L2 prefetch. (Records before session 29 also name ``h``, heads per iteration, and ``b``,
+    groups per program, both always 1 since; and ``s``/``q`` for persistent and pipelined programs, since removed.)"""
     heads = f"p{t.heads_per_program}" if t.heads_per_program else ""
-    persistent = f"s{t.programs_per_sm}" if t.programs_per_sm else ""
-    pipelined = "q" if t.pipeline_heads else ""
     all_tiles = "a" if t.load_all_tiles else ""
     variants = ("+L" if t.layers_fastest else "") + ("+S" if t.one_trip_start else "")
     variants += "+F" if t.l2_prefetch else ""
-    return (
-        f"h{t.heads_per_iter}w{t.num_warps}l{t.layers_per_program}b{t.blocks_per_program}r{t.max_registers or '-'}"
-        f"{heads}{persistent}{pipelined}{all_tiles}{variants}"
-    )
+    return f"w{t.num_warps}l{t.layers_per_program}r{t.max_registers or '-'}{heads}{all_tiles}{variants}"
 
 
 def _is_variant(t: KernelTuning, sweep: str) -> bool:
@@ -531,7 +512,7 @@ def main() -> int:
             default_ms = time_ms(kernel_fn(case, op, default), cuda, graph=True)
             times = {}
             if args.sweep_every_size:
-                settings = SIZE_SWEEP if cuda else NEW_SIZE_SWEEP[::4] + LOAD_ALL_SIZE_SWEEP
+                settings = SIZE_SWEEP if cuda else SWEEP[::4] + LOAD_ALL_SIZE_SWEEP
                 times = {t: time_ms(kernel_fn(case, op, t), cuda, graph=True, rep_ms=100) for t in settings}
                 tuning = min(times, key=lambda t: times[t])
                 print(f"  sweep {dname} {name} {tokens} {op}: best {short_name(tuning)}; {_sweep_text(times)}")

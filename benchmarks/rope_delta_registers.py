@@ -1,9 +1,9 @@
 """Registers and stack (spills) per thread of the RoPE-delta kernels compiled for sm_90a, without a GPU.
 
-    python benchmarks/rope_delta_registers.py [--heads-per-iter 2] [--pipeline] [--tiles 4] [--style gptj] [--launch 8:64 ...]
+    python benchmarks/rope_delta_registers.py [--tiles 4] [--style gptj] [--launch 8:64 ...]
         [--layers-fastest] [--one-trip-start] [--sass-counts] [--kernels inplace,inplace_tiles]
 
-Compiles both kernels (grid, persistent and load-all-tiles, whose programs load ``--tiles`` (layer x head) tiles at
+Compiles both kernels (grid and load-all-tiles, whose programs load ``--tiles`` (layer x head) tiles at
 once; copy and in place; bf16 and fp8; head_dim 128, 32-token blocks) with
 Triton's bundled ptxas and reads the counts with its cuobjdump. ``--launch WARPS:CAP`` (cap ``-``: none) may repeat.
 Arguments are specialized as on a real launch (16-byte aligned pointers and strides), so the counts are the GPU's
@@ -72,8 +72,6 @@ def sass_counts(listing: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--heads-per-iter", type=int, default=1)
-    parser.add_argument("--pipeline", action="store_true", help="pipelined head loads (KernelTuning.pipeline_heads)")
     parser.add_argument("--tiles", type=int, default=4, help="tiles per program of the load-all-tiles kernels")
     parser.add_argument("--style", choices=["neox", "gptj"], default="neox")
     parser.add_argument("--launch", action="append", help="WARPS:CAP, cap '-' for none (default: 4:- 4:64 8:- 16:40)")
@@ -93,17 +91,15 @@ def main() -> int:
         "HEAD_DIM": 128,
         "ROTARY_DIM": 128,
         "BLOCK_T": 32,
-        "HEADS_PER_ITER": args.heads_per_iter,
         "BLOCK_HALF": 64,
         "IS_NEOX": args.style == "neox",
         "INTERPRETED": False,
-        "PIPELINE": args.pipeline,
         "TILES": args.tiles,
         "BLOCK_D": 128,
         "GROUP_AXIS": 1 if args.layers_fastest else 0,
         "ONE_TRIP_START": args.one_trip_start,  # a kernel's constexpr left out would compile as a runtime argument
     }
-    names = ("inplace", "inplace_persistent", "inplace_tiles", "copy", "copy_persistent", "copy_tiles")
+    names = ("inplace", "inplace_tiles", "copy", "copy_tiles")
     chosen = [n for n in names if not args.kernels or n in args.kernels.split(",")]
     print(
         "| kernel | dtype | warps | register cap | registers | stack bytes |"

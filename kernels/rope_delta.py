@@ -81,67 +81,45 @@ class InplaceSpan:
 
 @dataclass(frozen=True)
 class KernelTuning:
-    """Launch parameters: heads per loop iteration, warps per program, layers and target blocks per program, a
-    register cap, heads per program, persistent programs per multiprocessor, and pipelined head loads.
+    """Launch parameters: warps per program, layers per program, a register cap, heads per program, and four program
+    shapes.
 
-    A unit of work is ``blocks_per_program`` consecutive row groups (the rows of one target block with one delta)
-    times ``layers_per_program`` layers times ``heads_per_program`` KV heads (None: all; times K or V for copies).
+    A program takes one row group (the rows of one target block with one delta) times ``layers_per_program`` layers
+    times ``heads_per_program`` KV heads (None: all; times K or V for copies), one head tile at a time.
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; None leaves it to the compiler), which sets how
-    many programs share a multiprocessor. ``programs_per_sm`` None launches one program per unit; a number launches
-    that many programs per multiprocessor (at most one per unit), each looping over every so-many-th unit and loading
-    the next unit's row-group descriptor (rows, target block, delta) while the current one moves its data; its units
-    are one row group each (``blocks_per_program`` must be 1). ``pipeline_heads`` loads K of the next heads before
-    storing the current ones (two tiles in flight per program instead of one). ``load_all_tiles``: each program takes
-    one row group and loads every tile it moves (its layers x heads, K or V) with one load before it stores any (a
-    program's bytes all in flight at once, cos/sin computed while they are); ``heads_per_iter``, ``blocks_per_program``,
-    ``programs_per_sm`` and ``pipeline_heads`` keep their defaults with it. ``layers_fastest``: grid and
-    load-all-tiles programs are numbered layer run first, group second, so the programs that run together cover
-    neighbouring layers of the same blocks (contiguous memory) rather than the same layer of many blocks (not with
-    ``programs_per_sm``; issue 16.4, session 10). ``one_trip_start``: a program's first data loads wait for one dependent
-    read (its row group's descriptor, every column in one round trip) instead of two or three: in-place grid
-    programs take one row group each and issue their first tile's loads before computing cos/sin; load-all-tiles
-    programs (copy and in place) stop the compiler from reading a one-row group's slots only after its row count.
-    Needs ``heads_per_iter`` 1, ``blocks_per_program`` 1, no ``programs_per_sm`` or ``pipeline_heads``; the copy
-    grid kernel ignores it (issue 16.4, session 12). ``l2_prefetch`` (issue 16.4, session 14; in-place
-    ``one_trip_start`` grid programs only, ignored by the copy kernels and by layouts it does not fit, see
-    `_prefetch_step`): the program first asks L2 for every K byte it will rotate, one bulk prefetch a layer, so
-    that its head tiles after the first find their lines in L2 (head-major pools).
+    many programs share a multiprocessor. ``load_all_tiles``: each program loads every tile it moves (its layers x
+    heads, K or V) with one load before it stores any (a program's bytes all in flight at once, cos/sin computed while
+    they are). ``layers_fastest``: programs are numbered layer run first, group second, so the programs that run
+    together cover neighbouring layers of the same blocks (contiguous memory) rather than the same layer of many blocks
+    (issue 16.4, session 10). ``one_trip_start``: a program's first data loads wait for one dependent read (its row
+    group's descriptor, every column in one round trip) instead of two or three: in-place programs issue their first
+    tile's loads before computing cos/sin; load-all-tiles programs (copy and in place) stop the compiler from reading a
+    one-row group's slots only after its row count; the copy grid kernel ignores it (issue 16.4, session 12).
+    ``l2_prefetch`` (issue 16.4, session 14; in-place ``one_trip_start`` programs without ``load_all_tiles``, ignored
+    by layouts it does not fit, see `_prefetch_step`): the program first asks L2 for every K byte it will rotate, one
+    bulk prefetch a layer, so that its head tiles after the first find their lines in L2 (head-major pools).
     """
 
-    heads_per_iter: int = 1
     num_warps: int = 16
     layers_per_program: int = 2
-    blocks_per_program: int = 1
     max_registers: int | None = 40
     heads_per_program: int | None = None
-    programs_per_sm: int | None = None
-    pipeline_heads: bool = False
     load_all_tiles: bool = False
     layers_fastest: bool = False
     one_trip_start: bool = False
     l2_prefetch: bool = False
 
     def __post_init__(self) -> None:
-        counts = (self.heads_per_iter, self.num_warps, self.layers_per_program, self.blocks_per_program)
-        optional = (self.max_registers, self.heads_per_program, self.programs_per_sm)
-        if min(counts) < 1 or any(v is not None and v < 1 for v in optional):
+        optional = (self.max_registers, self.heads_per_program)
+        if min(self.num_warps, self.layers_per_program) < 1 or any(v is not None and v < 1 for v in optional):
             raise ValueError(f"tuning values must be positive: {self}")
-        if self.programs_per_sm is not None and self.blocks_per_program != 1:
-            raise ValueError(f"persistent programs (programs_per_sm) take one row group per unit: {self}")
-        loops = (self.heads_per_iter, self.blocks_per_program, self.programs_per_sm, self.pipeline_heads)
-        if self.load_all_tiles and loops != (1, 1, None, False):
-            raise ValueError(f"load_all_tiles takes one row group per program and loops over nothing: {self}")
-        if self.layers_fastest and self.programs_per_sm is not None:
-            raise ValueError(f"layers_fastest orders grid programs; persistent programs have their own order: {self}")
-        if self.one_trip_start and loops != (1, 1, None, False):
-            raise ValueError(f"one_trip_start programs take one row group and one head per step: {self}")
         if self.l2_prefetch and (not self.one_trip_start or self.load_all_tiles):
             raise ValueError(f"l2_prefetch is a step of the one-trip in-place grid program: {self}")
 
 
 _DEFAULT_TUNINGS: list[tuple[bool, str, int, KernelTuning]] = [
     # (fp8, op, up to this many K head-blocks, tuning); the first match wins
-    (False, "copy", 21673, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
+    (False, "copy", 21673, KernelTuning(layers_per_program=4, max_registers=32)),
     (False, "copy", 43347, KernelTuning(layers_per_program=8)),
     (False, "copy", 86695, KernelTuning(num_warps=8, layers_per_program=4, max_registers=64)),
     (False, "copy", 173391, KernelTuning(layers_per_program=8)),
@@ -221,8 +199,12 @@ setting, 2-3 points ahead of the per-size sweep's at both in two session-13 H200
 benchmarks/results/session13/kernel_8k_32k/); at Qwen2.5-7B 32K the two tie, and `layers_per_program=8` stays. bf16
 in place up to 10836 head-blocks (Qwen2.5-7B 2K) and from 21674 to 43347 (Qwen2.5-7B 8K): two heads a program with
 the L2 prefetch (``l2_prefetch``; 8 warps at 8K), ahead of the one-trip setting by 1.4-2.3 points in two session-14
-H200 calls (benchmarks/results/kern13/); at Llama-3-8B 2K and 8K it is behind, and the one-trip setting stays. The
-sizes: 2K / 8K / 32K tokens of Qwen2.5-7B (7168 / 28672 / 114688 head-blocks) and of Llama-3-8B (16384 / 65536 / 262144)."""
+H200 calls (benchmarks/results/kern13/); at Llama-3-8B 2K and 8K it is behind, and the one-trip setting stays. bf16
+copy up to 21673 head-blocks (2K tokens): 16 warps, 4 layers a program, 32 registers, since session 29 took the group
+loop out of the grid kernels; the old 8-warp setting then needed fewer registers, fit 5 programs a multiprocessor
+instead of 4 and lost 2-3%, while this one matched or beat the old default at both 2K sizes
+(benchmarks/results/session29/). The sizes: 2K / 8K / 32K tokens of Qwen2.5-7B (7168 / 28672 / 114688 head-blocks)
+and of Llama-3-8B (16384 / 65536 / 262144)."""
 
 
 def default_tuning(dtype: torch.dtype, op: Literal["copy", "inplace"], head_blocks: int) -> KernelTuning:
@@ -443,70 +425,26 @@ if triton is not None:
         head_stop,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
     ):
-        """Rotate the first ROTARY_DIM channels of K of heads ``[head_first, head_stop)`` for the ``live`` lanes.
+        """Rotate the first ROTARY_DIM channels of K of heads ``[head_first, head_stop)`` for the ``live`` lanes, one
+        head at a time.
 
         ``src`` / ``dst`` point at head 0, channel 0 of each lane's token (``[BLOCK_T]`` pointers). fp8 codes are
         rotated as they are stored: the rotation is linear, so the layer's dequantization and requantization scales
         cancel (up to fp32 rounding, which the one-step bound covers) and need no multiply per element.
-        ``PIPELINE``: each step loads the next heads before storing the current ones (two tiles in flight; the
-        compiler cannot reorder them itself, as it cannot tell that the stores do not alias the loads).
         """
-        hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
         src3 = src[None, :, None]
         dst3 = dst[None, :, None]
-        live3 = live[None, :, None]
+        rows = live[None, :, None]
         c = cos[None, None, :]
         s = sin[None, None, :]
-        if PIPELINE:
-            head = head_first + hh
-            a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
-            for h0 in range(head_first, head_stop, HEADS_PER_ITER):
-                following = h0 + HEADS_PER_ITER + hh
-                next_a, next_b = _load_rotary(
-                    src3, following * stride_h, live3 & (following < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX
-                )
-                head = h0 + hh
-                _store_rotated(
-                    dst3,
-                    head * stride_h,
-                    live3 & (head < head_stop),
-                    a,
-                    b,
-                    c,
-                    s,
-                    ROTARY_DIM,
-                    BLOCK_T,
-                    HEADS_PER_ITER,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    INTERPRETED,
-                )
-                a, b = next_a, next_b
-        else:
-            for h0 in range(head_first, head_stop, HEADS_PER_ITER):
-                head = h0 + hh
-                a, b = _load_rotary(src3, head * stride_h, live3 & (head < head_stop), ROTARY_DIM, BLOCK_HALF, IS_NEOX)
-                _store_rotated(
-                    dst3,
-                    head * stride_h,
-                    live3 & (head < head_stop),
-                    a,
-                    b,
-                    c,
-                    s,
-                    ROTARY_DIM,
-                    BLOCK_T,
-                    HEADS_PER_ITER,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    INTERPRETED,
-                )
+        for head in range(head_first, head_stop):
+            off = head * stride_h
+            a, b = _load_rotary(src3, off, rows, ROTARY_DIM, BLOCK_HALF, IS_NEOX)
+            _store_rotated(dst3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, 1, BLOCK_HALF, IS_NEOX, INTERPRETED)
 
     @triton.jit
     def _copy_heads(
@@ -518,7 +456,6 @@ if triton is not None:
         stride_h,
         head_first,
         head_stop,
-        HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
     ):
         """Copy channels ``[start, stop)`` of heads ``[head_first, head_stop)`` for the ``live`` lanes.
@@ -526,13 +463,11 @@ if triton is not None:
         In tiles of the rotation's shape, two per step, both loaded before either is stored: the lane pointers stay in
         one register layout for both paths.
         """
-        hh = tl.arange(0, HEADS_PER_ITER)[:, None, None]
         j = tl.arange(0, BLOCK_HALF)[None, None, :]
         src3 = src[None, :, None]
         dst3 = dst[None, :, None]
-        for h0 in range(head_first, head_stop, HEADS_PER_ITER):
-            head = h0 + hh
-            rows = live[None, :, None] & (head < head_stop)
+        rows = live[None, :, None]
+        for head in range(head_first, head_stop):
             for c0 in tl.static_range(start, stop, 2 * BLOCK_HALF):
                 mask1 = rows & (c0 + j < stop)
                 mask2 = rows & (c0 + BLOCK_HALF + j < stop)
@@ -565,14 +500,9 @@ if triton is not None:
         return first, tl.minimum(first + per_program, count)
 
     @triton.jit
-    def _load_group(desc, valid):
-        """A row group's rows, target block and delta (the rest of its descriptor is read where needed); zeros where
-        not ``valid``."""
-        return (
-            tl.load(desc + 1, mask=valid, other=0),
-            tl.load(desc + 2, mask=valid, other=0),
-            tl.load(desc + 3, mask=valid, other=0),
-        )
+    def _load_group(desc):
+        """A row group's rows, target block and delta (the rest of its descriptor is read where needed)."""
+        return tl.load(desc + 1), tl.load(desc + 2), tl.load(desc + 3)
 
     @triton.jit
     def _copy_group(
@@ -597,11 +527,9 @@ if triton is not None:
         HEAD_DIM: tl.constexpr,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
     ):
         """Copy K (rotated by ``cos``/``sin``) or V (``kv``) of the row group at ``desc``, layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
@@ -624,7 +552,7 @@ if triton is not None:
             src = pool + inner + src_lane
             dst = pool + inner + dst_lane
             if (kv == 1) | (delta == 0):
-                _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, HEADS_PER_ITER, BLOCK_HALF)
+                _copy_heads(src, dst, live, 0, HEAD_DIM, stride_h, head_first, head_stop, BLOCK_HALF)
             else:
                 _rotate_heads(
                     src,
@@ -637,11 +565,9 @@ if triton is not None:
                     head_stop,
                     ROTARY_DIM,
                     BLOCK_T,
-                    HEADS_PER_ITER,
                     BLOCK_HALF,
                     IS_NEOX,
                     INTERPRETED,
-                    PIPELINE,
                 )
                 if ROTARY_DIM < HEAD_DIM:
                     _copy_heads(
@@ -653,7 +579,6 @@ if triton is not None:
                         stride_h,
                         head_first,
                         head_stop,
-                        HEADS_PER_ITER,
                         BLOCK_HALF,
                     )
 
@@ -677,11 +602,9 @@ if triton is not None:
         stride_t,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
     ):
         """Rotate K of the row group at ``desc`` in place by ``cos``/``sin`` (delta 0: nothing), layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
@@ -706,11 +629,9 @@ if triton is not None:
                     head_stop,
                     ROTARY_DIM,
                     BLOCK_T,
-                    HEADS_PER_ITER,
                     BLOCK_HALF,
                     IS_NEOX,
                     INTERPRETED,
-                    PIPELINE,
                 )
 
     @triton.jit
@@ -787,8 +708,7 @@ if triton is not None:
                 _store_rotated(k3, off, rows, a, b, c, s, ROTARY_DIM, BLOCK_T, 1, BLOCK_HALF, IS_NEOX, INTERPRETED)
 
     # Sizes that change from call to call are not specialized on (no recompiles on the serving path).
-    _RUNTIME_SIZES = ["num_groups", "groups_per_prog", "layer_start", "layer_stop", "layers_per_prog"]
-    _PERSISTENT_RUNTIME_SIZES = ["num_groups", "layer_start", "layer_stop", "layers_per_prog"]
+    _RUNTIME_SIZES = ["layer_start", "layer_stop", "layers_per_prog"]
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_copy_kernel(
@@ -796,8 +716,6 @@ if triton is not None:
         plan,
         groups,
         inv_freq,
-        num_groups,
-        groups_per_prog,
         layer_start,
         layer_stop,
         layers_per_prog,
@@ -811,130 +729,47 @@ if triton is not None:
         HEAD_DIM: tl.constexpr,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
         GROUP_AXIS: tl.constexpr = 0,
     ):
-        """One program per (run of row groups, run of layers, K|V x run of heads): gather each group's tokens, rotate
-        K, write. Axis 2 counts head runs of K, then of V."""
-        group_first, group_stop = _program_range(num_groups, groups_per_prog, GROUP_AXIS)
+        """One program per (row group, run of layers, K|V x run of heads): gather the group's tokens, rotate K, write.
+        Axis 2 counts head runs of K, then of V."""
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
         head_runs = tl.cdiv(num_heads, heads_per_prog)
         kv = tl.program_id(2) // head_runs
         head_first = (tl.program_id(2) % head_runs) * heads_per_prog
         head_stop = tl.minimum(head_first + heads_per_prog, num_heads)
-        current = tl.load(groups + group_first * _GROUP_COLS + 3)
-        cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
-        for g in range(group_first, group_stop):
-            desc = groups + g * _GROUP_COLS
-            count, block, delta = _load_group(desc, True)
-            if delta != current:  # cos/sin are recomputed only where the delta changes
-                cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-                current = delta
-            _copy_group(
-                pool,
-                plan,
-                desc,
-                count,
-                block,
-                delta,
-                cos,
-                sin,
-                layer_start + layer_first,
-                layer_start + layer_end,
-                kv,
-                head_first,
-                head_stop,
-                stride_b,
-                stride_l,
-                stride_kv,
-                stride_h,
-                stride_t,
-                HEAD_DIM,
-                ROTARY_DIM,
-                BLOCK_T,
-                HEADS_PER_ITER,
-                BLOCK_HALF,
-                IS_NEOX,
-                INTERPRETED,
-                PIPELINE,
-            )
-
-    @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
-    def _rope_delta_copy_persistent_kernel(
-        pool,
-        plan,
-        groups,
-        inv_freq,
-        num_groups,
-        layer_start,
-        layer_stop,
-        layers_per_prog,
-        stride_b,
-        stride_l,
-        stride_kv,
-        stride_h,
-        stride_t,
-        num_heads,
-        heads_per_prog,
-        HEAD_DIM: tl.constexpr,
-        ROTARY_DIM: tl.constexpr,
-        BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
-        BLOCK_HALF: tl.constexpr,
-        IS_NEOX: tl.constexpr,
-        INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
-    ):
-        """A fixed grid looping over units (row group, run of layers, K|V x run of heads; groups counted fastest):
-        program p takes units p, p + P, ..., and reads the next unit's descriptor before moving the current unit's
-        data. cos/sin are computed per unit (carrying them across units cost registers in the sm_90a compile)."""
-        layer_runs = tl.cdiv(layer_stop - layer_start, layers_per_prog)
-        head_runs = tl.cdiv(num_heads, heads_per_prog)
-        units = num_groups * layer_runs * 2 * head_runs
-        step = tl.num_programs(0)
-        unit = tl.program_id(0)
-        count, block, delta = _load_group(groups + unit % num_groups * _GROUP_COLS, True)
-        for u in range(unit, units, step):
-            following = groups + (u + step) % num_groups * _GROUP_COLS
-            next_count, next_block, next_delta = _load_group(following, u + step < units)
-            rest = u // num_groups
-            layer_first = layer_start + rest % layer_runs * layers_per_prog
-            run = rest // layer_runs
-            head_first = run % head_runs * heads_per_prog
-            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-            _copy_group(
-                pool,
-                plan,
-                groups + u % num_groups * _GROUP_COLS,
-                count,
-                block,
-                delta,
-                cos,
-                sin,
-                layer_first,
-                tl.minimum(layer_first + layers_per_prog, layer_stop),
-                run // head_runs,
-                head_first,
-                tl.minimum(head_first + heads_per_prog, num_heads),
-                stride_b,
-                stride_l,
-                stride_kv,
-                stride_h,
-                stride_t,
-                HEAD_DIM,
-                ROTARY_DIM,
-                BLOCK_T,
-                HEADS_PER_ITER,
-                BLOCK_HALF,
-                IS_NEOX,
-                INTERPRETED,
-                PIPELINE,
-            )
-            count, block, delta = next_count, next_block, next_delta
+        desc = groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS
+        count, block, delta = _load_group(desc)
+        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
+        _copy_group(
+            pool,
+            plan,
+            desc,
+            count,
+            block,
+            delta,
+            cos,
+            sin,
+            layer_start + layer_first,
+            layer_start + layer_end,
+            kv,
+            head_first,
+            head_stop,
+            stride_b,
+            stride_l,
+            stride_kv,
+            stride_h,
+            stride_t,
+            HEAD_DIM,
+            ROTARY_DIM,
+            BLOCK_T,
+            BLOCK_HALF,
+            IS_NEOX,
+            INTERPRETED,
+        )
 
     @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_inplace_kernel(
@@ -942,8 +777,6 @@ if triton is not None:
         plan,
         groups,
         inv_freq,
-        num_groups,
-        groups_per_prog,
         layer_start,
         layer_stop,
         layers_per_prog,
@@ -955,26 +788,23 @@ if triton is not None:
         heads_per_prog,
         ROTARY_DIM: tl.constexpr,
         BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
         GROUP_AXIS: tl.constexpr = 0,
         ONE_TRIP_START: tl.constexpr = False,
         PREFETCH_ELEM_BYTES: tl.constexpr = 0,
     ):
-        """One program per (run of row groups, run of layers, run of heads): rotate each group's K in place; delta 0
-        does nothing. ``ONE_TRIP_START``: one group per program, `_inplace_one_group` (with its
-        ``PREFETCH_ELEM_BYTES``)."""
-        group_first, group_stop = _program_range(num_groups, groups_per_prog, GROUP_AXIS)
+        """One program per (row group, run of layers, run of heads): rotate the group's K in place; delta 0 does
+        nothing. ``ONE_TRIP_START``: `_inplace_one_group` (with its ``PREFETCH_ELEM_BYTES``)."""
+        desc = groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS
         layer_first, layer_end = _program_range(layer_stop - layer_start, layers_per_prog, 1 - GROUP_AXIS)
         head_first, head_stop = _program_range(num_heads, heads_per_prog, 2)
         if ONE_TRIP_START:
             _inplace_one_group(
                 pool,
                 plan,
-                groups + group_first * _GROUP_COLS,
+                desc,
                 inv_freq,
                 layer_start + layer_first,
                 layer_start + layer_end,
@@ -992,105 +822,31 @@ if triton is not None:
                 PREFETCH_ELEM_BYTES,
             )
         else:
-            current = tl.load(groups + group_first * _GROUP_COLS + 3)
-            cos, sin = _unit_cos_sin(inv_freq, current, ROTARY_DIM, BLOCK_HALF)
-            for g in range(group_first, group_stop):
-                desc = groups + g * _GROUP_COLS
-                count, block, delta = _load_group(desc, True)
-                if (delta != current) & (delta != 0):  # cos/sin are recomputed only where the delta changes
-                    cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
-                    current = delta
-                _inplace_group(
-                    pool,
-                    plan,
-                    desc,
-                    count,
-                    block,
-                    delta,
-                    cos,
-                    sin,
-                    layer_start + layer_first,
-                    layer_start + layer_end,
-                    head_first,
-                    head_stop,
-                    stride_b,
-                    stride_l,
-                    stride_h,
-                    stride_t,
-                    ROTARY_DIM,
-                    BLOCK_T,
-                    HEADS_PER_ITER,
-                    BLOCK_HALF,
-                    IS_NEOX,
-                    INTERPRETED,
-                    PIPELINE,
-                )
-
-    @triton.jit(do_not_specialize=_PERSISTENT_RUNTIME_SIZES)
-    def _rope_delta_inplace_persistent_kernel(
-        pool,
-        plan,
-        groups,
-        inv_freq,
-        num_groups,
-        layer_start,
-        layer_stop,
-        layers_per_prog,
-        stride_b,
-        stride_l,
-        stride_h,
-        stride_t,
-        num_heads,
-        heads_per_prog,
-        ROTARY_DIM: tl.constexpr,
-        BLOCK_T: tl.constexpr,
-        HEADS_PER_ITER: tl.constexpr,
-        BLOCK_HALF: tl.constexpr,
-        IS_NEOX: tl.constexpr,
-        INTERPRETED: tl.constexpr,
-        PIPELINE: tl.constexpr,
-    ):
-        """A fixed grid looping over units (row group, run of layers, run of heads; groups counted fastest), as the
-        persistent copy kernel does."""
-        layer_runs = tl.cdiv(layer_stop - layer_start, layers_per_prog)
-        head_runs = tl.cdiv(num_heads, heads_per_prog)
-        units = num_groups * layer_runs * head_runs
-        step = tl.num_programs(0)
-        unit = tl.program_id(0)
-        count, block, delta = _load_group(groups + unit % num_groups * _GROUP_COLS, True)
-        for u in range(unit, units, step):
-            following = groups + (u + step) % num_groups * _GROUP_COLS
-            next_count, next_block, next_delta = _load_group(following, u + step < units)
-            rest = u // num_groups
-            layer_first = layer_start + rest % layer_runs * layers_per_prog
-            head_first = rest // layer_runs * heads_per_prog
+            count, block, delta = _load_group(desc)
             cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
             _inplace_group(
                 pool,
                 plan,
-                groups + u % num_groups * _GROUP_COLS,
+                desc,
                 count,
                 block,
                 delta,
                 cos,
                 sin,
-                layer_first,
-                tl.minimum(layer_first + layers_per_prog, layer_stop),
+                layer_start + layer_first,
+                layer_start + layer_end,
                 head_first,
-                tl.minimum(head_first + heads_per_prog, num_heads),
+                head_stop,
                 stride_b,
                 stride_l,
                 stride_h,
                 stride_t,
                 ROTARY_DIM,
                 BLOCK_T,
-                HEADS_PER_ITER,
                 BLOCK_HALF,
                 IS_NEOX,
                 INTERPRETED,
-                PIPELINE,
             )
-            count, block, delta = next_count, next_block, next_delta
 
     @triton.jit
     def _tile_offsets(layer_first, layer_stop, head_first, head_stop, stride_l, stride_h, TILES: tl.constexpr):
@@ -1113,7 +869,7 @@ if triton is not None:
         the compiler sinks the loads of its slots into that branch, after the row count has arrived (two round trips
         in the sm_90a SASS)."""
         first = tl.load(desc)
-        count, block, delta = _load_group(desc, True)
+        count, block, delta = _load_group(desc)
         dst_off = tl.load(desc + 4)
         n_tokens = tl.load(desc + 5)
         one_src = tl.load(desc + 6)
@@ -1147,9 +903,7 @@ if triton is not None:
                 shift = zero
         return block, delta, live, src_block, shift
 
-    _TILES_RUNTIME_SIZES = ["layer_start", "layer_stop", "layers_per_prog"]
-
-    @triton.jit(do_not_specialize=_TILES_RUNTIME_SIZES)
+    @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_copy_tiles_kernel(
         pool,
         plan,
@@ -1213,7 +967,7 @@ if triton is not None:
             if ROTARY_DIM < HEAD_DIM:
                 tl.store(dst3 + off + ROTARY_DIM + d, kept, mask=rest)
 
-    @triton.jit(do_not_specialize=_TILES_RUNTIME_SIZES)
+    @triton.jit(do_not_specialize=_RUNTIME_SIZES)
     def _rope_delta_inplace_tiles_kernel(
         pool,
         plan,
@@ -1337,16 +1091,12 @@ def _launch_copy(
     if c.plan.shape[0] == 0:
         return None
     stride_b, stride_l, stride_kv, stride_h, stride_t = layout.kernel_strides(pool)
-    if tune.load_all_tiles:
-        kernel = _rope_delta_copy_tiles_kernel
-    else:
-        kernel = _rope_delta_copy_kernel if tune.programs_per_sm is None else _rope_delta_copy_persistent_kernel
-    return kernel[_grid(c, layout, tune, 2, pool.device)](
+    kernel = _rope_delta_copy_tiles_kernel if tune.load_all_tiles else _rope_delta_copy_kernel
+    return kernel[_grid(c, layout, tune, 2)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        *_group_sizes(c, tune),
         c.layer_start,
         c.layer_stop,
         tune.layers_per_program,
@@ -1372,16 +1122,12 @@ def _launch_inplace(
     if c.plan.shape[0] == 0:
         return None
     stride_b, stride_l, _, stride_h, stride_t = layout.kernel_strides(pool)
-    if tune.load_all_tiles:
-        kernel = _rope_delta_inplace_tiles_kernel
-    else:
-        kernel = _rope_delta_inplace_kernel if tune.programs_per_sm is None else _rope_delta_inplace_persistent_kernel
-    return kernel[_grid(c, layout, tune, 1, pool.device)](
+    kernel = _rope_delta_inplace_tiles_kernel if tune.load_all_tiles else _rope_delta_inplace_kernel
+    return kernel[_grid(c, layout, tune, 1)](
         pool,
         c.plan,
         c.groups,
         c.inv_freq,
-        *_group_sizes(c, tune),
         c.layer_start,
         c.layer_stop,
         tune.layers_per_program,
@@ -1415,16 +1161,6 @@ def _prefetch_step(pool: torch.Tensor, layout: PagedKVLayout, tune: KernelTuning
     return {"PREFETCH_ELEM_BYTES": item} if fits else {}
 
 
-def _group_sizes(c: _Checked, tune: KernelTuning) -> tuple[int, ...]:
-    """Row groups, and groups per program (persistent kernels: one group per unit; load-all-tiles kernels: neither,
-    one program per group)."""
-    if tune.load_all_tiles:
-        return ()
-    if tune.programs_per_sm is None:
-        return c.groups.shape[0], tune.blocks_per_program
-    return (c.groups.shape[0],)
-
-
 def _head_blocks(c: _Checked, layout: PagedKVLayout) -> int:
     return c.groups.shape[0] * (c.layer_stop - c.layer_start) * layout.num_kv_heads
 
@@ -1433,17 +1169,14 @@ def _heads_per_program(layout: PagedKVLayout, tune: KernelTuning) -> int:
     return min(tune.heads_per_program or layout.num_kv_heads, layout.num_kv_heads)
 
 
-def _grid(c: _Checked, layout: PagedKVLayout, tune: KernelTuning, kv: int, device: torch.device) -> tuple[int, ...]:
-    """One program per unit (3-D), or the persistent kernels' fixed count (1-D)."""
+def _grid(c: _Checked, layout: PagedKVLayout, tune: KernelTuning, kv: int) -> tuple[int, int, int]:
+    """One program per (row group, run of layers, K|V x run of heads); `_group_axis` says which axis counts groups."""
     groups = c.groups.shape[0]
-    layers = c.layer_stop - c.layer_start
+    layer_runs = triton.cdiv(c.layer_stop - c.layer_start, tune.layers_per_program)
     head_runs = triton.cdiv(layout.num_kv_heads, _heads_per_program(layout, tune))
-    group_runs, layer_runs = triton.cdiv(groups, tune.blocks_per_program), triton.cdiv(layers, tune.layers_per_program)
-    if tune.programs_per_sm is None:
-        if _group_axis(c, tune) == 1:
-            return layer_runs, group_runs, kv * head_runs
-        return group_runs, layer_runs, kv * head_runs
-    return (min(group_runs * layer_runs * kv * head_runs, tune.programs_per_sm * _multiprocessors(device)),)
+    if _group_axis(c, tune) == 1:
+        return layer_runs, groups, kv * head_runs
+    return groups, layer_runs, kv * head_runs
 
 
 _MAX_GRID_Y = 65535
@@ -1452,26 +1185,14 @@ _MAX_GRID_Y = 65535
 
 def _group_axis(c: _Checked, tune: KernelTuning) -> int:
     """The grid axis that counts row groups: 1 with `KernelTuning.layers_fastest` (layer runs on axis 0, dispatched
-    first), unless there are more group runs than axis 1 allows; 0 otherwise."""
-    group_runs = triton.cdiv(c.groups.shape[0], tune.blocks_per_program)
-    return 1 if tune.layers_fastest and tune.programs_per_sm is None and group_runs <= _MAX_GRID_Y else 0
-
-
-_INTERPRETER_MULTIPROCESSORS = 2
-"""What the persistent kernels size their grid by off CUDA (Triton's interpreter): few, so that programs loop."""
+    first), unless there are more groups than axis 1 allows; 0 otherwise."""
+    return 1 if tune.layers_fastest and c.groups.shape[0] <= _MAX_GRID_Y else 0
 
 
 @functools.cache
 def _has_bulk_prefetch(device: torch.device) -> bool:
     """Whether ``cp.async.bulk.prefetch.L2`` exists on ``device`` (sm_90 and later)."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
-
-
-@functools.cache
-def _multiprocessors(device: torch.device) -> int:
-    if device.type != "cuda":
-        return _INTERPRETER_MULTIPROCESSORS
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _meta(
@@ -1484,14 +1205,12 @@ def _meta(
         "BLOCK_HALF": triton.next_power_of_2(rotary_dim // 2),
         "IS_NEOX": style == "neox",
         "INTERPRETED": _INTERPRETED,
+        "GROUP_AXIS": group_axis,
     }
-    if tune.programs_per_sm is None:  # grid and load-all-tiles kernels: which axis counts row groups
-        common["GROUP_AXIS"] = group_axis
     if tune.load_all_tiles:  # the tile count is fixed per layout and tuning (not per call: no recompiles)
         tiles = min(tune.layers_per_program, layout.num_layers) * _heads_per_program(layout, tune)
         return registers | common | {"TILES": triton.next_power_of_2(tiles)}
-    heads_per_iter = min(triton.next_power_of_2(tune.heads_per_iter), triton.next_power_of_2(layout.num_kv_heads))
-    return registers | common | {"HEADS_PER_ITER": heads_per_iter, "PIPELINE": tune.pipeline_heads}
+    return registers | common
 
 
 # ---------------------------------------------------------------------------------------------------------------------

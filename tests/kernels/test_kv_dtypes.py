@@ -39,17 +39,17 @@ COPY_SPANS = [
 ]
 INPLACE_SPANS = [InplaceSpan(1, 5, 2_024), InplaceSpan(6, 3, 0), InplaceSpan(10, 6, -5)]
 LAYER_SCALES = [0.0173, 0.61]
-LOOPED = KernelTuning(1, 4, 1, 1, 64, programs_per_sm=1, pipeline_heads=True)
-"""Persistent programs (2 in the interpreter) over 2 layers x row groups, each looping, with pipelined head loads."""
-ALL_TILES = KernelTuning(1, 4, 2, 1, None, load_all_tiles=True)
+ONE_LAYER = KernelTuning(4, 1, 64)
+"""Grid programs of one layer each, under a register cap."""
+ALL_TILES = KernelTuning(4, 2, None, load_all_tiles=True)
 """Each program loads both layers' tiles of its row group (K or V) at once (copy: with K's channels past rotary_dim)."""
-LAYERS_FASTEST = KernelTuning(1, 4, 2, layers_fastest=True)
+LAYERS_FASTEST = KernelTuning(4, 2, layers_fastest=True)
 """Layer runs on the first grid axis, row groups on the second."""
-ONE_TRIP = KernelTuning(1, 4, 2, 1, None, one_trip_start=True)
+ONE_TRIP = KernelTuning(4, 2, None, one_trip_start=True)
 """In place: one row group per program, its descriptor read at once, its first tile loaded before cos/sin."""
-ONE_TRIP_TILES = KernelTuning(1, 4, 2, 1, None, load_all_tiles=True, one_trip_start=True)
+ONE_TRIP_TILES = KernelTuning(4, 2, None, load_all_tiles=True, one_trip_start=True)
 """Load-all-tiles programs whose one-row groups' slots are read with the rest of the descriptor (copy and in place)."""
-ONE_TRIP_PREFETCH = KernelTuning(1, 4, 2, 1, None, one_trip_start=True, l2_prefetch=True)
+ONE_TRIP_PREFETCH = KernelTuning(4, 2, None, one_trip_start=True, l2_prefetch=True)
 """In place: the one-trip program after an L2 bulk prefetch of its heads (compiled only; the interpreter ignores it)."""
 
 
@@ -111,10 +111,10 @@ def fp32_oracle(
 @pytest.mark.parametrize("partial", [False, True], ids=["full", "partial"])
 @pytest.mark.parametrize(
     "tuning",
-    [None, LOOPED, ALL_TILES, LAYERS_FASTEST, ONE_TRIP, ONE_TRIP_TILES, ONE_TRIP_PREFETCH],
+    [None, ONE_LAYER, ALL_TILES, LAYERS_FASTEST, ONE_TRIP, ONE_TRIP_TILES, ONE_TRIP_PREFETCH],
     ids=[
         "default",
-        "persistent-pipelined",
+        "one-layer",
         "all-tiles",
         "layers-fastest",
         "one-trip",

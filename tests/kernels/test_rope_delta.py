@@ -24,7 +24,6 @@ from semblend_kernels.rope_delta import (
     _check,
     _grid,
     _meta,
-    _multiprocessors,
     _prefetch_step,
     _row_groups,
     default_tuning,
@@ -138,19 +137,12 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
     plan = split_spans_to_plan(spans, order[:n_blocks], order[n_blocks:], tokens_per_block)
     pool = make_pool(layout, 2 * n_blocks, torch.bfloat16, device, seed=data.draw(st.integers(0, 9)))
     style = data.draw(st.sampled_from(["neox", "gptj"]))
-    shape = data.draw(st.sampled_from(["grid", "persistent", "tiles"]))
-    programs_per_sm = data.draw(st.sampled_from([1, 3])) if shape == "persistent" else None
-    blocks_per_program = data.draw(st.sampled_from([1, 2, 5])) if shape == "grid" else 1
-    one_trip_start = shape != "persistent" and blocks_per_program == 1 and data.draw(st.booleans())
     tuning = KernelTuning(
-        blocks_per_program=blocks_per_program,
         layers_per_program=data.draw(st.sampled_from([1, 2])),
         heads_per_program=data.draw(st.sampled_from([None, 1])),
-        programs_per_sm=programs_per_sm,
-        pipeline_heads=shape != "tiles" and not one_trip_start and data.draw(st.booleans()),
-        load_all_tiles=shape == "tiles",
-        layers_fastest=shape != "persistent" and data.draw(st.booleans()),
-        one_trip_start=one_trip_start,
+        load_all_tiles=data.draw(st.booleans()),
+        layers_fastest=data.draw(st.booleans()),
+        one_trip_start=data.draw(st.booleans()),
     )
     inv_freq = RopeConfig(16, 16, 1e6).inv_freq(device)
     kernel, reference = pool.clone(), pool.clone()
@@ -163,40 +155,30 @@ def test_random_spans_match_reference(device: str, data: st.DataObject) -> None:
 @pytest.mark.parametrize(
     "tuning",
     [
-        KernelTuning(1, 4, 2),
-        KernelTuning(4, 2, 1),
-        KernelTuning(8, 8, 4, 1, None),
-        KernelTuning(2, 4, 2, 3),
-        KernelTuning(1, 8, 1, 64, 64),
-        KernelTuning(1, 4, 2, 2, None, heads_per_program=2),
-        KernelTuning(2, 4, 1, 1, None, heads_per_program=3),
-        KernelTuning(1, 4, 2, 1, 64, programs_per_sm=1),
-        KernelTuning(2, 4, 1, 1, None, heads_per_program=3, programs_per_sm=2),
-        KernelTuning(1, 8, 4, 1, None, heads_per_program=2, programs_per_sm=3),
-        KernelTuning(1, 8, 4, 1, 64, pipeline_heads=True),
-        KernelTuning(2, 4, 2, 2, 80, heads_per_program=3, pipeline_heads=True),
-        KernelTuning(1, 4, 1, 1, 64, heads_per_program=2, programs_per_sm=2, pipeline_heads=True),
-        KernelTuning(1, 4, 1, 1, None, load_all_tiles=True),
-        KernelTuning(1, 4, 2, 1, None, heads_per_program=2, load_all_tiles=True),
-        KernelTuning(1, 8, 4, 1, 64, heads_per_program=3, load_all_tiles=True),
-        KernelTuning(1, 4, 2, 2, None, layers_fastest=True),
-        KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, layers_fastest=True),
-        KernelTuning(1, 4, 2, 1, None, one_trip_start=True),
-        KernelTuning(1, 8, 1, 1, 64, heads_per_program=2, layers_fastest=True, one_trip_start=True),
-        KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, one_trip_start=True),
-        KernelTuning(1, 4, 2, 1, None, 2, one_trip_start=True, l2_prefetch=True),
+        KernelTuning(4, 2),
+        KernelTuning(2, 1),
+        KernelTuning(8, 4, None),
+        KernelTuning(8, 1, 64),
+        KernelTuning(4, 2, None, heads_per_program=2),
+        KernelTuning(4, 1, None, heads_per_program=3),
+        KernelTuning(4, 2, 80, heads_per_program=3),
+        KernelTuning(4, 1, None, load_all_tiles=True),
+        KernelTuning(4, 2, None, heads_per_program=2, load_all_tiles=True),
+        KernelTuning(8, 4, 64, heads_per_program=3, load_all_tiles=True),
+        KernelTuning(4, 2, None, layers_fastest=True),
+        KernelTuning(4, 2, None, 2, load_all_tiles=True, layers_fastest=True),
+        KernelTuning(4, 2, None, one_trip_start=True),
+        KernelTuning(8, 1, 64, heads_per_program=2, layers_fastest=True, one_trip_start=True),
+        KernelTuning(4, 2, None, 2, load_all_tiles=True, one_trip_start=True),
+        KernelTuning(4, 2, None, 2, one_trip_start=True, l2_prefetch=True),
     ],
 )
 def test_tunings_agree(device: str, tuning: KernelTuning) -> None:
-    """5 heads and layers [1, 4): the last head group, layer group and head run of a program are partial; with
-    several blocks per program, one program meets several deltas (0 among them) and must switch cos/sin between them.
-    Persistent programs loop over several units each (the interpreter counts 2 multiprocessors), every unit with the
-    descriptor its program read during the previous one, and the last read past the end masked off. Pipelined head
-    loads read one head group ahead, masked off past the program's last head. Load-all-tiles programs hold 5, 4 or 9
-    of their 8, 4 or 16 tiles (layers x heads; the last layer and head runs are partial). One-trip-start programs
-    (in place) step from a layer's last head to the next layer's first, over full and partial head runs, and meet
-    two-row groups (odd offsets) and delta 0 after reading the whole descriptor at once. The L2 prefetch (compiled
-    only) covers 2 of 5 heads, the last run 1."""
+    """5 heads and layers [1, 4): a program's last layer run and head run are partial, and row groups at odd offsets
+    hold two rows or one, with deltas from 0 to +-100K. Load-all-tiles programs hold 5, 4 or 9 of their 8, 4 or 16
+    tiles (layers x heads). One-trip-start programs (in place) step from a layer's last head to the next layer's first,
+    over full and partial head runs, and meet two-row groups and delta 0 after reading the whole descriptor at once.
+    The L2 prefetch (compiled only) covers 2 of 5 heads, the last run 1."""
     layout = PagedKVLayout(5, 5, 32, T)
     pool = make_pool(layout, 12, torch.bfloat16, device, seed=2)
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq(device)
@@ -217,10 +199,10 @@ def test_layers_fastest_puts_layer_runs_on_the_first_grid_axis() -> None:
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
     plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
     c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
-    groups, cpu = c.groups.shape[0], torch.device("cpu")
-    assert _grid(c, layout, KernelTuning(1, 4, 2, 2, None, 2, layers_fastest=True), 1, cpu) == (2, -(-groups // 2), 3)
-    tiles = KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True, layers_fastest=True)
-    assert _grid(c, layout, tiles, 2, cpu) == (2, groups, 2 * 3)
+    groups = c.groups.shape[0]
+    assert _grid(c, layout, KernelTuning(4, 2, None, 2, layers_fastest=True), 1) == (2, groups, 3)
+    tiles = KernelTuning(4, 2, None, 2, load_all_tiles=True, layers_fastest=True)
+    assert _grid(c, layout, tiles, 2) == (2, groups, 2 * 3)
     assert _meta(layout, 32, "neox", tiles, group_axis=1)["GROUP_AXIS"] == 1
 
 
@@ -232,9 +214,12 @@ def test_layers_fastest_keeps_row_groups_on_axis_0_past_the_second_axis_limit() 
     plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
     c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
     many = c._replace(groups=torch.zeros(65_536, GROUP_COLUMNS, dtype=torch.int64))
-    cpu = torch.device("cpu")
-    assert _grid(many, layout, KernelTuning(1, 4, 2, layers_fastest=True), 1, cpu) == (65_536, 2, 1)
-    assert _grid(many, layout, KernelTuning(1, 4, 2, 2, layers_fastest=True), 1, cpu) == (2, 32_768, 1)
+    assert _grid(many, layout, KernelTuning(4, 2, layers_fastest=True), 1) == (65_536, 2, 1)
+    assert _grid(many._replace(groups=many.groups[:-1]), layout, KernelTuning(4, 2, layers_fastest=True), 1) == (
+        2,
+        65_535,
+        1,
+    )
 
 
 def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
@@ -266,22 +251,22 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
     "tuning",
     [
         None,
-        KernelTuning(1, 4, 1, 1, 64, 2, programs_per_sm=1, pipeline_heads=True),
-        KernelTuning(2, 4, 2, 1, 80, programs_per_sm=2),
-        KernelTuning(1, 8, 1, 1, None, load_all_tiles=True),
-        KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True),
-        KernelTuning(1, 16, 2, 1, 40, layers_fastest=True),
-        KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, layers_fastest=True),
-        KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True),
-        KernelTuning(1, 16, 2, 1, 40, 3, layers_fastest=True, one_trip_start=True),
-        KernelTuning(1, 4, 1, 1, None, 4, load_all_tiles=True, one_trip_start=True),
-        KernelTuning(1, 16, 1, 1, 40, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
-        KernelTuning(1, 16, 2, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
+        KernelTuning(4, 1, 64, 2),
+        KernelTuning(4, 2, 80),
+        KernelTuning(8, 1, None, load_all_tiles=True),
+        KernelTuning(4, 2, None, 2, load_all_tiles=True),
+        KernelTuning(16, 2, 40, layers_fastest=True),
+        KernelTuning(4, 1, None, 4, load_all_tiles=True, layers_fastest=True),
+        KernelTuning(16, 1, 40, layers_fastest=True, one_trip_start=True),
+        KernelTuning(16, 2, 40, 3, layers_fastest=True, one_trip_start=True),
+        KernelTuning(4, 1, None, 4, load_all_tiles=True, one_trip_start=True),
+        KernelTuning(16, 1, 40, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
+        KernelTuning(16, 2, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True),
     ],
     ids=[
         "default",
-        "persistent-pipelined",
-        "persistent-two-heads",
+        "grid-two-heads",
+        "grid-two-layers",
         "all-tiles-8",
         "all-tiles-2x2",
         "layers-fastest",
@@ -294,8 +279,7 @@ def test_row_groups_pack_rows_of_one_target_block_and_delta() -> None:
     ],
 )
 def test_llama_shape_on_gpu(order: str, tuning: KernelTuning | None) -> None:
-    """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans. The
-    persistent tunings have thousands of units for one or two programs per multiprocessor: every program loops."""
+    """A Llama-3-8B-shaped pool (32 layers, 8 KV heads, head dim 128, 32-token blocks) with unaligned spans."""
     if not uses_triton(torch.empty(0, device="cuda")):
         pytest.skip("Triton unavailable")
     layout = PagedKVLayout(32, 8, 128, 32, order)  # type: ignore[arg-type]
@@ -515,9 +499,9 @@ best at both (1.4-2.3 points ahead of the one-trip setting)."""
     [
         # 32K tokens in place: the H200 per-size sweep's best (the old table gave 2K-8K settings here)
         (torch.bfloat16, "inplace", 262_144, BF16_INPLACE_ONE_TRIP),
-        (torch.bfloat16, "inplace", 114_688, KernelTuning(1, 16, 8, 1, 40)),
-        (torch.float8_e4m3fn, "inplace", 262_144, KernelTuning(1, 4, 2, 1, 64)),
-        (torch.float8_e4m3fn, "inplace", 114_688, KernelTuning(1, 4, 2, 1, 64)),
+        (torch.bfloat16, "inplace", 114_688, KernelTuning(16, 8, 40)),
+        (torch.float8_e4m3fn, "inplace", 262_144, KernelTuning(4, 2, 64)),
+        (torch.float8_e4m3fn, "inplace", 114_688, KernelTuning(4, 2, 64)),
         # 2K tokens: Qwen2.5-7B (7168 head-blocks) and Llama-3-8B (16384), and the odd-offset Llama 2K (65 groups)
         (torch.float8_e4m3fn, "inplace", 7_168, FP8_INPLACE_2K),
         (torch.float8_e4m3fn, "inplace", 16_384, FP8_INPLACE_2K),
@@ -528,7 +512,8 @@ best at both (1.4-2.3 points ahead of the one-trip setting)."""
         (torch.bfloat16, "inplace", 16_640, BF16_INPLACE_ONE_TRIP),
         (torch.bfloat16, "inplace", 28_672, replace(BF16_INPLACE_TWO_HEADS_PREFETCH, num_warps=8)),
         (torch.bfloat16, "inplace", 65_536, BF16_INPLACE_ONE_TRIP),
-        (torch.bfloat16, "copy", 16_384, KernelTuning(1, 8, 4, 1, 64)),
+        (torch.bfloat16, "copy", 16_384, KernelTuning(16, 4, 32)),
+        (torch.bfloat16, "copy", 65_536, KernelTuning(8, 4, 64)),
     ],
 )
 def test_default_tuning_is_the_sweeps_best_at_each_benchmarked_size(
@@ -546,21 +531,6 @@ def test_default_table_bounds_rise_and_end_open() -> None:
         assert most == sorted(set(most)) and most[-1] == 1 << 62
 
 
-def test_persistent_grid_is_programs_per_sm_times_multiprocessors_and_at_most_one_per_unit() -> None:
-    layout = PagedKVLayout(5, 5, 32, T)
-    pool = make_pool(layout, 12, torch.bfloat16, "cpu")
-    inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
-    plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
-    c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
-    groups = c.groups.shape[0]
-    cpu = torch.device("cpu")
-    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2), 1, cpu) == (groups, 2, 3)
-    sms = _multiprocessors(cpu)
-    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1), 1, cpu) == (sms,)
-    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1), 2, cpu) == (sms,)
-    assert _grid(c, layout, KernelTuning(1, 4, 2, 1, None, 2, programs_per_sm=1000), 2, cpu) == (groups * 2 * 2 * 3,)
-
-
 def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None:
     """One program per (group, layer run, head run), as the grid kernel with one group per program; the tile tensor
     is sized by the tuning and the layout (every layer run and head run fits), not by the call's layer range."""
@@ -569,26 +539,19 @@ def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
     plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
     c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
-    tiles = KernelTuning(1, 4, 2, 1, None, 2, load_all_tiles=True)
-    assert _grid(c, layout, tiles, 2, torch.device("cpu")) == (c.groups.shape[0], 2, 2 * 3)
+    tiles = KernelTuning(4, 2, None, 2, load_all_tiles=True)
+    assert _grid(c, layout, tiles, 2) == (c.groups.shape[0], 2, 2 * 3)
     assert _meta(layout, 32, "neox", tiles)["TILES"] == 4
-    assert _meta(layout, 32, "neox", KernelTuning(1, 4, 8, 1, None, load_all_tiles=True))["TILES"] == 32  # 5 x 5
+    assert _meta(layout, 32, "neox", KernelTuning(4, 8, None, load_all_tiles=True))["TILES"] == 32  # 5 x 5
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"programs_per_sm": 0}, "must be positive"),
-        ({"programs_per_sm": 2, "blocks_per_program": 2}, "one row group per unit"),
-        ({"load_all_tiles": True, "blocks_per_program": 2}, "loops over nothing"),
-        ({"load_all_tiles": True, "heads_per_iter": 2}, "loops over nothing"),
-        ({"load_all_tiles": True, "programs_per_sm": 1}, "loops over nothing"),
-        ({"load_all_tiles": True, "pipeline_heads": True}, "loops over nothing"),
-        ({"layers_fastest": True, "programs_per_sm": 2}, "persistent programs have their own order"),
-        ({"one_trip_start": True, "blocks_per_program": 2}, "one row group and one head per step"),
-        ({"one_trip_start": True, "heads_per_iter": 2}, "one row group and one head per step"),
-        ({"one_trip_start": True, "programs_per_sm": 1}, "one row group and one head per step"),
-        ({"one_trip_start": True, "pipeline_heads": True}, "one row group and one head per step"),
+        ({"num_warps": 0}, "must be positive"),
+        ({"layers_per_program": 0}, "must be positive"),
+        ({"heads_per_program": 0}, "must be positive"),
+        ({"max_registers": -1}, "must be positive"),
         ({"l2_prefetch": True}, "a step of the one-trip in-place grid program"),
         (
             {"l2_prefetch": True, "one_trip_start": True, "load_all_tiles": True},
@@ -596,7 +559,7 @@ def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None
         ),
     ],
 )
-def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, object], message: str) -> None:
+def test_bad_tunings_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         KernelTuning(**kwargs)  # type: ignore[arg-type]
 
@@ -604,7 +567,7 @@ def test_bad_persistent_or_load_all_tunings_are_refused(kwargs: dict[str, object
 def test_l2_prefetch_applies_only_to_compiled_head_major_pools() -> None:
     """`KernelTuning.l2_prefetch`'s kernel argument: the element size where the pool allows the bulk prefetch (head-major,
     compiled, on sm_90 or later); otherwise none, and the kernel compiles as without it."""
-    prefetch = KernelTuning(1, 16, 1, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True)
+    prefetch = KernelTuning(16, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True)
     qwen = PagedKVLayout(2, 4, 128, 32)
     device = "cpu" if _INTERPRETED else "cuda"
     pool = torch.zeros(3, 2, 2, qwen.block_elems, dtype=torch.bfloat16, device=device)
