@@ -509,11 +509,7 @@ if triton is not None:
         pool,
         plan,
         desc,
-        count,
-        block,
-        delta,
-        cos,
-        sin,
+        inv_freq,
         layer_first,
         layer_stop,
         kv,
@@ -531,8 +527,10 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """Copy K (rotated by ``cos``/``sin``) or V (``kv``) of the row group at ``desc``, layers
+        """Copy K (rotated by the group's delta) or V (``kv``) of the row group at ``desc``, layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
+        count, block, delta = _load_group(desc)
+        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
         lane = tl.arange(0, BLOCK_T)
         dst_lane = block * stride_b + lane.to(tl.int64) * stride_t
         if count == 1:  # one row: its slots and source come with the group (no trip to the plan)
@@ -587,11 +585,7 @@ if triton is not None:
         pool,
         plan,
         desc,
-        count,
-        block,
-        delta,
-        cos,
-        sin,
+        inv_freq,
         layer_first,
         layer_stop,
         head_first,
@@ -606,8 +600,10 @@ if triton is not None:
         IS_NEOX: tl.constexpr,
         INTERPRETED: tl.constexpr,
     ):
-        """Rotate K of the row group at ``desc`` in place by ``cos``/``sin`` (delta 0: nothing), layers
+        """Rotate K of the row group at ``desc`` in place by the group's delta (0: nothing), layers
         ``[layer_first, layer_stop)`` and heads ``[head_first, head_stop)``."""
+        count, block, delta = _load_group(desc)
+        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
         if delta != 0:
             lane = tl.arange(0, BLOCK_T)
             k_lane = block * stride_b + lane.to(tl.int64) * stride_t
@@ -741,18 +737,11 @@ if triton is not None:
         kv = tl.program_id(2) // head_runs
         head_first = (tl.program_id(2) % head_runs) * heads_per_prog
         head_stop = tl.minimum(head_first + heads_per_prog, num_heads)
-        desc = groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS
-        count, block, delta = _load_group(desc)
-        cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
         _copy_group(
             pool,
             plan,
-            desc,
-            count,
-            block,
-            delta,
-            cos,
-            sin,
+            groups + tl.program_id(GROUP_AXIS) * _GROUP_COLS,
+            inv_freq,
             layer_start + layer_first,
             layer_start + layer_end,
             kv,
@@ -822,17 +811,11 @@ if triton is not None:
                 PREFETCH_ELEM_BYTES,
             )
         else:
-            count, block, delta = _load_group(desc)
-            cos, sin = _unit_cos_sin(inv_freq, delta, ROTARY_DIM, BLOCK_HALF)
             _inplace_group(
                 pool,
                 plan,
                 desc,
-                count,
-                block,
-                delta,
-                cos,
-                sin,
+                inv_freq,
                 layer_start + layer_first,
                 layer_start + layer_end,
                 head_first,
