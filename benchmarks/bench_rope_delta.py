@@ -37,9 +37,6 @@ from semblend_kernels.rope_delta import (
     CopySpan,
     InplaceSpan,
     KernelTuning,
-    _check,  # the benchmark times the validated launch alone, next to the public call
-    _launch_copy,
-    _launch_inplace,
     default_tuning,
     rope_delta_copy,
     rope_delta_copy_reference,
@@ -48,6 +45,8 @@ from semblend_kernels.rope_delta import (
     split_inplace_spans_to_plan,
     split_spans_to_plan,
 )
+from semblend_kernels.rope_delta.launch import _launch_copy, _launch_inplace  # the validated launch alone, timed
+from semblend_kernels.rope_delta.plan import check_plan
 
 MODELS = {"Llama-3-8B": (32, 8, 128), "Qwen2.5-7B": (28, 4, 128)}
 SMOKE_MODELS = {"tiny": (2, 2, 32)}
@@ -237,7 +236,7 @@ def kernel_fn(case: Case, op: str, tuning: KernelTuning) -> Callable[[], object]
     """The validated launch alone (plan already on the device); its call returns Triton's compiled kernel."""
     hd = case.layout.head_dim
     if op == "inplace":
-        c = _check(
+        c = check_plan(
             case.pool,
             case.inplace_plan,
             case.inv_freq,
@@ -249,14 +248,14 @@ def kernel_fn(case: Case, op: str, tuning: KernelTuning) -> Callable[[], object]
             case.kv_scale,
         )
         return lambda: _launch_inplace(case.pool, c, case.layout, hd, "neox", tuning)
-    c = _check(case.pool, case.copy_plan, case.inv_freq, case.layout, hd, "neox", None, 6, case.kv_scale)
+    c = check_plan(case.pool, case.copy_plan, case.inv_freq, case.layout, hd, "neox", None, 6, case.kv_scale)
     return lambda: _launch_copy(case.pool, c, case.layout, hd, "neox", tuning)
 
 
 def case_default(case: Case, op: str) -> KernelTuning:
     """The library's default launch for this case (what the public functions use without ``tuning=``)."""
     plan = case.inplace_plan if op == "inplace" else case.copy_plan
-    c = _check(
+    c = check_plan(
         case.pool, plan, case.inv_freq, case.layout, case.layout.head_dim, "neox", None, plan.shape[1], case.kv_scale
     )
     return default_tuning(case.pool.dtype, op, c.groups.shape[0] * case.layout.num_layers * case.layout.num_kv_heads)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The ``_DEFAULT_TUNINGS`` table of kernels/rope_delta.py from a ``bench_rope_delta.py --sweep-every-size`` run.
+"""The ``_DEFAULT_TUNINGS`` table of kernels/rope_delta/tuning.py from a ``bench_rope_delta.py --sweep-every-size`` run.
 
     python benchmarks/pick_rope_defaults.py bench.json     # the run's JSON (rows carry their size sweep)
     python benchmarks/pick_rope_defaults.py bench.txt      # or its printed output (runs before rows carried it)

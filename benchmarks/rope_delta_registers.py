@@ -22,7 +22,7 @@ import tempfile
 os.environ["TRITON_INTERPRET"] = "0"  # compile, do not interpret (set before the kernels module is imported)
 
 import triton
-from semblend_kernels import rope_delta
+from semblend_kernels.rope_delta import triton_kernels
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -106,7 +106,7 @@ def main() -> int:
         + (" SASS |\n|---|---|---|---|---|---|---|" if args.sass_counts else "\n|---|---|---|---|---|---|")
     )
     for name in chosen:
-        kernel = getattr(rope_delta, f"_rope_delta_{name}_kernel")
+        kernel = getattr(triton_kernels, f"rope_delta_{name}_kernel")
         for fp8 in (False, True):
             for warps, cap in launches or [(4, None), (4, 64), (8, None), (16, 40)]:
                 regs, stack, sass = usage(kernel, fp8, warps, cap, constants, args.sass_counts)

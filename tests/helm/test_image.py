@@ -60,7 +60,7 @@ def test_wheel_carries_the_packages_the_image_runs(wheel: tuple[Path, str]) -> N
     for module in (
         "trtllm_connector/connector.py", "trtllm_connector/launcher.py", "trtllm_connector/preflight.py",
         "semblend_dynamo/router/__init__.py", "semblend_dynamo/data/tokenizer.json",
-        "semblend_dynamo/data/corpus/INDEX.json", "semblend_kernels/rope_delta.py", "semblend_apps/cli.py",
+        "semblend_dynamo/data/corpus/INDEX.json", "semblend_kernels/rope_delta/launch.py", "semblend_apps/cli.py",
         "semblend_dynamo/_native/libspan_aligner.so", "semblend_dynamo/_native/span_aligner.c",
         "semblend_dynamo/_native/planner.c", "trtllm_connector/validation.c",
     ):  # fmt: skip

@@ -11,7 +11,6 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from semblend_kernels import rope_delta
 from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
@@ -25,6 +24,7 @@ from semblend_kernels.rope_delta import (
     rotate_reference,
     split_inplace_spans_to_plan,
     split_spans_to_plan,
+    triton_kernels,
 )
 
 from tests.kernels.support import TRITON_DEVICES
@@ -180,10 +180,10 @@ def test_fp8_one_scale_for_the_pool_and_byte_exact_delta_zero(device: str) -> No
 @triton.jit
 def _round_to_fp8_kernel(x_ptr, out_ptr, N: tl.constexpr):
     i = tl.arange(0, N)
-    tl.store(out_ptr + i, rope_delta._to_storage(tl.load(x_ptr + i), tl.float8e4nv, True))
+    tl.store(out_ptr + i, triton_kernels._to_storage(tl.load(x_ptr + i), tl.float8e4nv, True))
 
 
-@pytest.mark.skipif(not rope_delta._INTERPRETED, reason="the hand rounding runs under Triton's interpreter only")
+@pytest.mark.skipif(not triton_kernels.INTERPRETED, reason="the hand rounding runs under Triton's interpreter only")
 def test_interpreter_fp8_rounding_is_torchs_nearest_even_saturating_cast() -> None:
     """Every e4m3 code, the midpoints between neighbours (ties), one fp32 ulp either side, and out-of-range values."""
     codes = torch.arange(0, 127, dtype=torch.uint8).view(FP8).float()  # +0 .. 448

@@ -12,8 +12,6 @@ from hypothesis import strategies as st
 from semblend_kernels.layout import PagedKVLayout, UnsupportedKVDtype
 from semblend_kernels.rope import RopeConfig
 from semblend_kernels.rope_delta import (
-    _DEFAULT_TUNINGS,
-    _INTERPRETED,
     COPY_PLAN_COLUMNS,
     GROUP_COLUMNS,
     INPLACE_PLAN_COLUMNS,
@@ -21,11 +19,6 @@ from semblend_kernels.rope_delta import (
     InplaceSpan,
     InvalidPlan,
     KernelTuning,
-    _check,
-    _grid,
-    _meta,
-    _prefetch_step,
-    _row_groups,
     default_tuning,
     rope_delta_copy,
     rope_delta_copy_reference,
@@ -36,6 +29,10 @@ from semblend_kernels.rope_delta import (
     split_spans_to_plan,
     uses_triton,
 )
+from semblend_kernels.rope_delta.launch import _grid, _meta, _prefetch_step
+from semblend_kernels.rope_delta.plan import _row_groups, check_plan
+from semblend_kernels.rope_delta.triton_kernels import INTERPRETED
+from semblend_kernels.rope_delta.tuning import _DEFAULT_TUNINGS
 
 from tests.kernels.support import TRITON_DEVICES, assert_within_one_ulp
 
@@ -198,7 +195,7 @@ def test_layers_fastest_puts_layer_runs_on_the_first_grid_axis() -> None:
     pool = make_pool(layout, 12, torch.bfloat16, "cpu")
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
     plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
-    c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
+    c = check_plan(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
     groups = c.groups.shape[0]
     assert _grid(c, layout, KernelTuning(4, 2, None, 2, layers_fastest=True), 1) == (2, groups, 3)
     tiles = KernelTuning(4, 2, None, 2, load_all_tiles=True, layers_fastest=True)
@@ -212,7 +209,7 @@ def test_layers_fastest_keeps_row_groups_on_axis_0_past_the_second_axis_limit() 
     pool = make_pool(layout, 12, torch.bfloat16, "cpu")
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
     plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
-    c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
+    c = check_plan(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
     many = c._replace(groups=torch.zeros(65_536, GROUP_COLUMNS, dtype=torch.int64))
     assert _grid(many, layout, KernelTuning(4, 2, layers_fastest=True), 1) == (65_536, 2, 1)
     assert _grid(many._replace(groups=many.groups[:-1]), layout, KernelTuning(4, 2, layers_fastest=True), 1) == (
@@ -538,7 +535,7 @@ def test_load_all_tiles_programs_take_one_group_and_a_fixed_tile_count() -> None
     pool = make_pool(layout, 12, torch.bfloat16, "cpu")
     inv_freq = RopeConfig(32, 32, 1e4).inv_freq()
     plan = split_inplace_spans_to_plan(INPLACE_SPANS, TARGET_BLOCKS, T)
-    c = _check(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
+    c = check_plan(pool, plan, inv_freq, layout, 32, "neox", (1, 4), INPLACE_PLAN_COLUMNS)
     tiles = KernelTuning(4, 2, None, 2, load_all_tiles=True)
     assert _grid(c, layout, tiles, 2) == (c.groups.shape[0], 2, 2 * 3)
     assert _meta(layout, 32, "neox", tiles)["TILES"] == 4
@@ -569,9 +566,9 @@ def test_l2_prefetch_applies_only_to_compiled_head_major_pools() -> None:
     compiled, on sm_90 or later); otherwise none, and the kernel compiles as without it."""
     prefetch = KernelTuning(16, 1, 40, 2, layers_fastest=True, one_trip_start=True, l2_prefetch=True)
     qwen = PagedKVLayout(2, 4, 128, 32)
-    device = "cpu" if _INTERPRETED else "cuda"
+    device = "cpu" if INTERPRETED else "cuda"
     pool = torch.zeros(3, 2, 2, qwen.block_elems, dtype=torch.bfloat16, device=device)
-    sm90 = not _INTERPRETED and torch.cuda.get_device_capability() >= (9, 0)
+    sm90 = not INTERPRETED and torch.cuda.get_device_capability() >= (9, 0)
     compiled = {"PREFETCH_ELEM_BYTES": 2} if sm90 else {}
     assert _prefetch_step(pool, qwen, prefetch) == compiled
     assert _prefetch_step(pool, qwen, replace(prefetch, l2_prefetch=False)) == {}
