@@ -38,6 +38,11 @@ class Lineage(str, Enum):
         """Approximate as soon as any part is."""
         return Lineage.APPROXIMATE if any(approximate) else Lineage.EXACT
 
+    def rope_corrected(self, rotates: bool) -> bool:
+        """The audit's ``requires_rope_correction``: true when the KV is not a fresh prefill's (it is rotated now, or
+        approximate in its lineage)."""
+        return rotates or self is Lineage.APPROXIMATE
+
 
 @dataclass(frozen=True)
 class Tenancy:
