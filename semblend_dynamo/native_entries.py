@@ -32,14 +32,8 @@ load = MODULE.load
 use = MODULE.use
 
 
-def _status() -> str:
-    from semblend_dynamo.router import residency
-
-    return f"{'native' if residency.NATIVE_ENTRIES is not None else 'python'}: {residency.NATIVE_ENTRIES_REASON}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    return MODULE.main(argv, __doc__.splitlines()[0], _status)
+    return MODULE.main(argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

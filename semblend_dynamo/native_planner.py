@@ -44,14 +44,8 @@ load = MODULE.load
 use = MODULE.use
 
 
-def _status() -> str:
-    from semblend_dynamo import planner
-
-    return f"{'native' if planner.NATIVE_ACCEPT is not None else 'python'}: {planner.NATIVE_REASON}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    return MODULE.main(argv, __doc__.splitlines()[0], _status)
+    return MODULE.main(argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

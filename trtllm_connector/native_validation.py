@@ -41,14 +41,8 @@ load = MODULE.load
 use = MODULE.use
 
 
-def _status() -> str:
-    from trtllm_connector import validation
-
-    return f"{'native' if validation.NATIVE_LOAD is not None else 'python'}: {validation.NATIVE_REASON}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    return MODULE.main(argv, __doc__.splitlines()[0], _status)
+    return MODULE.main(argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

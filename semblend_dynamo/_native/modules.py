@@ -89,8 +89,17 @@ class ExtensionModule:
             return None, f"{self.env}={os.environ.get(self.env)}"
         return self.load(self.module_path(), setup_args)
 
-    def main(self, argv: list[str] | None, description: str, status: Callable[[], str]) -> int:
-        """``build [--output PATH] [--cc CMD]`` or ``status`` (``status()``: whether this process uses it, and why)."""
+    def status(self) -> str:
+        """Whether a process of this interpreter uses the module, and why not: what :meth:`use` decides, short of the
+        caller's own set-up (so the command need not import the caller)."""
+        if self.disabled():
+            return f"python: {self.env}={os.environ.get(self.env)}"
+        module, reason = load(self.module_path(), self.source, f"{self.command} build")
+        return f"{'native' if module is not None else 'python'}: {reason}"
+
+    def main(self, argv: list[str] | None, description: str, status: Callable[[], str] | None = None) -> int:
+        """``build [--output PATH] [--cc CMD]`` or ``status`` (``status()``, default :meth:`status`: whether this
+        process uses it, and why not)."""
         parser = argparse.ArgumentParser(prog=self.command, description=description)
         commands = parser.add_subparsers(dest="command", required=True)
         make = commands.add_parser("build", help=f"compile {self.source.name} for this Python")
@@ -99,7 +108,7 @@ class ExtensionModule:
         commands.add_parser("status", help="whether this process uses the module, and why not")
         args = parser.parse_args(argv)
         if args.command == "status":
-            print(status())
+            print(status() if status is not None else self.status())
             return 0
         try:
             print(self.build(args.output, args.cc))

@@ -125,3 +125,9 @@ def test_inputs_it_does_not_take_as_they_are_go_to_validate_load(native_load: na
     assert native_load(target, 0, iter([span]), reg, *flags) is None
     assert native_load(target, 0, [span] * 65, reg, *flags) is None
     assert native_load(target, 0, [], reg, *flags) is None
+
+
+def test_status_says_what_validation_decided(capsys: pytest.CaptureFixture[str]) -> None:
+    assert native_validation.main(["status"]) == 0
+    used = "native" if validation.NATIVE_LOAD is not None else "python"
+    assert capsys.readouterr().out == f"{used}: {validation.NATIVE_REASON}\n"

@@ -9,6 +9,7 @@ Python planner's decision: the same spans (the caller's own objects where unclip
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 import sysconfig
@@ -261,3 +262,19 @@ def test_a_module_built_from_other_source_is_refused(tmp_path: Path, accept: nat
     function, reason = native_planner.load(out, SETUP)
     assert function is None and "another planner.c" in reason
     assert native_planner.load(tmp_path / "missing.so", SETUP)[0] is None
+
+
+def test_status_says_what_the_planner_decided_without_importing_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m semblend_dynamo.native_planner status`` decides on its own (the module does not import its users)
+    and agrees with the planner's own decision."""
+    assert native_planner.main(["status"]) == 0
+    used = "native" if planner.NATIVE_ACCEPT is not None else "python"
+    assert capsys.readouterr().out == f"{used}: {planner.NATIVE_REASON}\n"
+
+
+def test_status_says_why_a_module_is_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(native_planner.ENV, "0")
+    assert native_planner.MODULE.status() == f"python: {native_planner.ENV}=0"
+    monkeypatch.delenv(native_planner.ENV)
+    elsewhere = dataclasses.replace(native_planner.MODULE, source=tmp_path / "planner.c")
+    assert elsewhere.status() == f"python: {elsewhere.module_path().name} is not built ({elsewhere.command} build)"

@@ -169,3 +169,9 @@ def test_inputs_it_does_not_take_raise_instead_of_building() -> None:
 def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(native_entries.ENV, "0")
     assert native_entries.use((residency.DonorEntry, residency.BLOB_HEAD)) == (None, f"{native_entries.ENV}=0")
+
+
+def test_status_says_what_residency_decided(capsys: pytest.CaptureFixture[str]) -> None:
+    assert native_entries.main(["status"]) == 0
+    used = "native" if residency.NATIVE_ENTRIES is not None else "python"
+    assert capsys.readouterr().out == f"{used}: {residency.NATIVE_ENTRIES_REASON}\n"
