@@ -28,12 +28,16 @@ import kernels.rope_delta as old
 
 
 def launch(mod, case, op):
+    """``mod``'s default launch for ``case`` (session 28's flat module, or this tree's package, whose steps live in
+    its ``plan`` and ``launch`` modules since session 29's split)."""
+    check = getattr(mod, "_check", None) or mod.plan.check_plan
+    launcher = mod if hasattr(mod, "_launch_copy") else mod.launch
     plan = case.inplace_plan if op == "inplace" else case.copy_plan
     hd = case.layout.head_dim
-    c = mod._check(case.pool, plan, case.inv_freq, case.layout, hd, "neox", None, plan.shape[1], case.kv_scale)
+    c = check(case.pool, plan, case.inv_freq, case.layout, hd, "neox", None, plan.shape[1], case.kv_scale)
     blocks = c.groups.shape[0] * case.layout.num_layers * case.layout.num_kv_heads
     tune = mod.default_tuning(case.pool.dtype, op, blocks)
-    run = mod._launch_inplace if op == "inplace" else mod._launch_copy
+    run = launcher._launch_inplace if op == "inplace" else launcher._launch_copy
     return (lambda pool=None: run(case.pool if pool is None else pool, c, case.layout, hd, "neox", tune)), tune
 
 
