@@ -68,6 +68,10 @@ class ExtensionModule:
     def disabled(self) -> bool:
         return disabled(self.env)
 
+    def _switched_off(self) -> str | None:
+        """Why :attr:`env` turns the module off (``NAME=value``), or None."""
+        return f"{self.env}={os.environ.get(self.env)}" if self.disabled() else None
+
     def build(self, output: Path | None = None, compiler: str | None = None) -> Path:
         """Compile the source for this interpreter to ``output`` (default :meth:`module_path`), replaced atomically.
 
@@ -85,15 +89,15 @@ class ExtensionModule:
 
     def use(self, setup_args: tuple[Any, ...]) -> tuple[Callable[..., Any] | None, str]:
         """:meth:`load` of this interpreter's module unless :attr:`env` turns it off; the entry (or None) and why."""
-        if self.disabled():
-            return None, f"{self.env}={os.environ.get(self.env)}"
-        return self.load(self.module_path(), setup_args)
+        off = self._switched_off()
+        return (None, off) if off is not None else self.load(self.module_path(), setup_args)
 
     def status(self) -> str:
         """Whether a process of this interpreter uses the module, and why not: what :meth:`use` decides, short of the
         caller's own set-up (so the command need not import the caller)."""
-        if self.disabled():
-            return f"python: {self.env}={os.environ.get(self.env)}"
+        off = self._switched_off()
+        if off is not None:
+            return f"python: {off}"
         module, reason = load(self.module_path(), self.source, f"{self.command} build")
         return f"{'native' if module is not None else 'python'}: {reason}"
 
